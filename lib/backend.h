@@ -1,0 +1,81 @@
+/*
+ * backend.h - the one interface between the host engine and a compute
+ * backend (CPU now, CUDA later).
+ *
+ * One call per step, at the model level: forward(plan) runs every layer for
+ * a flat varlen batch, writes the new K/V into their pages and samples one
+ * token for each sequence that asks for one. Sampling lives in the backend
+ * because copying 151936 logits per row back to the host would dominate a
+ * GPU step. The backend never makes a scheduling decision; the scheduler
+ * never touches a tensor.
+ *
+ * The backend owns the KV pool memory: num_blocks blocks of block_size
+ * tokens per layer, for K and V, laid out [block][slot][kv_head][head_dim].
+ */
+#ifndef QWI_BACKEND_H
+#define QWI_BACKEND_H
+
+#include "common.h"
+#include "model.h"
+#include "sample.h"
+
+/* One step's batch, built by the engine (lib/plan.c) from the scheduler's
+ * decisions. All arrays are owned by the engine and valid for the call. */
+typedef struct qwi_plan {
+    int32_t num_tokens;            /* rows of the batch                         */
+    const int32_t *token_ids;      /* [num_tokens]                              */
+    const int32_t *positions;      /* [num_tokens] absolute position in its seq */
+    const int32_t *slot_mapping;   /* [num_tokens] block*block_size + offset    */
+
+    int32_t num_seqs;
+    const int32_t *query_start;    /* [num_seqs+1] row offsets; seq i owns rows
+                                      query_start[i] .. query_start[i+1]-1       */
+    const int32_t *context_lens;   /* [num_seqs] tokens in KV after this step,
+                                      including the rows of this step            */
+    const int32_t *block_tables;   /* [num_seqs][max_blocks_per_seq]            */
+    int32_t max_blocks_per_seq;
+
+    const uint8_t *do_sample;      /* [num_seqs] 1: sample after the last row   */
+    const qwi_sampling *sampling;  /* [num_seqs] (read where do_sample)         */
+    /* Optional logits copy-out: where want_logits[i], the pre-sampling logits
+     * of seq i's last row go to logits_out + i*vocab. Both may be NULL. */
+    const uint8_t *want_logits;
+    float *logits_out;
+
+    int32_t *sampled;              /* [num_seqs] out: token, or -1 if no sample  */
+} qwi_plan;
+
+typedef struct qwi_backend qwi_backend;
+
+typedef struct qwi_backend_ops {
+    const char *name;
+    /* Run the plan. On failure returns a status with a message; the KV
+     * contents of the step's slots are then unspecified, nothing else is. */
+    qw_status (*forward)(qwi_backend *b, const qwi_plan *plan);
+    /* Free everything the backend owns. */
+    void (*destroy)(qwi_backend *b);
+} qwi_backend_ops;
+
+struct qwi_backend {
+    const qwi_backend_ops *ops;
+};
+
+typedef struct qwi_backend_config {
+    int32_t num_threads;           /* 0 = cores available to the process        */
+    int32_t num_blocks;            /* KV pool size                              */
+    int32_t block_size;            /* tokens per block                          */
+    int32_t max_num_batched_tokens;/* most rows a plan can have                 */
+    int32_t max_num_seqs;          /* most sequences a plan can have            */
+} qwi_backend_config;
+
+/* Bytes the CPU backend needs for one KV block of this model (all layers,
+ * K and V, f32). */
+size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size);
+
+/* Create the CPU backend over a loaded model (borrowed: must outlive the
+ * backend). Allocates the KV pool and all scratch up front, so forward()
+ * does no allocation. On failure *out is NULL and nothing leaks. */
+qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_config *cfg,
+                                 qwi_backend **out);
+
+#endif

@@ -1,0 +1,59 @@
+/*
+ * attention.h - causal grouped-query attention over the paged KV cache, and
+ * the write of a step's new K/V rows into their slots.
+ *
+ * Cache layout, per layer, K and V separately: [num_blocks][block_size]
+ * [num_kv_heads][head_dim] f32. A position p of sequence s lives in block
+ * block_tables[s*max_blocks_per_seq + p/block_size], slot p%block_size.
+ *
+ * Determinism: a query row visits its context positions 0..pos in order, in
+ * tiles of QWI_CPU_ATTN_TILE positions aligned at position 0 (online
+ * softmax between tiles), so the result depends on the row's position and
+ * the cached values only - not on the chunk the row came in, the other rows,
+ * or the thread that ran it.
+ */
+#ifndef QWI_CPU_ATTENTION_H
+#define QWI_CPU_ATTENTION_H
+
+#include "common.h"
+#include "cpu/kernels.h"
+#include "cpu/threadpool.h"
+
+#define QWI_CPU_ATTN_TILE 128
+
+typedef struct qwi_cpu_attn {
+    const float *q;              /* [num_tokens][num_heads*head_dim], RoPE applied */
+    const float *k_cache;        /* this layer's K pool                            */
+    const float *v_cache;        /* this layer's V pool                            */
+    float *out;                  /* [num_tokens][num_heads*head_dim]               */
+    const int32_t *positions;    /* [num_tokens]: row r attends to 0..positions[r] */
+    const int32_t *row_seq;      /* [num_tokens]: the sequence of row r            */
+    const int32_t *block_tables; /* [num_seqs][max_blocks_per_seq]                 */
+    int32_t max_blocks_per_seq;
+    int32_t block_size;
+    int32_t num_tokens;
+    int32_t num_heads;
+    int32_t num_kv_heads;        /* divides num_heads                              */
+    int32_t head_dim;
+    float scale;                 /* usually 1/sqrt(head_dim)                        */
+} qwi_cpu_attn;
+
+/* Floats of per-thread scratch qwr_attention_row needs for this shape. */
+size_t qwi_cpu_attn_scratch_floats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim);
+
+/* Attention of one query row r for the q heads of kv head g, written to
+ * a->out. scratch holds qwi_cpu_attn_scratch_floats floats. The caller has
+ * checked every block id reached is inside the pool. */
+void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t r,
+                       int32_t g, float *scratch);
+
+/* All rows and kv heads of a, in parallel; scratch[t] is thread t's. */
+void qwi_cpu_attention(qwi_cpu_pool *pool, const qwi_cpu_kernels *kt, float *const *scratch,
+                       const qwi_cpu_attn *a);
+
+/* Copy row r of k and v ([num_tokens][row_floats]) to slot slot_mapping[r]
+ * of k_cache/v_cache, for every row (slots checked by the caller). */
+void qwi_cpu_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,
+                      const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats);
+
+#endif

@@ -1,0 +1,532 @@
+/*
+ * cpu_backend.c - the CPU backend: owns the KV pool, the step scratch and
+ * the thread pool, and runs the Qwen3/Qwen2 forward pass of a plan:
+ *
+ *   x = embed(tokens)
+ *   per layer:  h = rmsnorm(x); q,k,v = h Wqkv^T (+bias)
+ *               q,k = rope(q_norm/k_norm(q,k)); K/V -> their slots
+ *               x += attention(q, cache) Wo^T
+ *               h = post_norm(x); x += (silu(h Wg^T) * (h Wu^T)) Wd^T
+ *   rows that need logits only: logits = final_norm(x) lm_head^T; sample
+ *
+ * All scratch is sized at create from the step limits; forward() allocates
+ * nothing. Every parallel op splits by rows/columns/heads (see ops.h,
+ * attention.h), so a sequence's logits are bit-identical however it is
+ * batched, chunked or threaded.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu/attention.h"
+#include "cpu/kernels.h"
+#include "cpu/ops.h"
+#include "cpu/threadpool.h"
+
+/* Rows of the lm_head matmul per pass: bounds the logits scratch
+ * (rows*vocab floats) while keeping the weight stream amortised; at 64 rows
+ * the pass is compute-bound, so more rows would not be faster. */
+#define CPU_LOGIT_ROWS 64
+
+typedef struct cpu_layer {
+    qwi_cpu_linear q, k, v, o, gate, up, down;
+    const float *in_norm, *post_norm, *q_norm, *k_norm;   /* f32 copies */
+} cpu_layer;
+
+typedef struct cpu_backend {
+    qwi_backend base;              /* first: the engine holds a qwi_backend *  */
+    const qwi_model *model;        /* borrowed                                 */
+    qwi_config cfg;
+    qwi_backend_config bc;
+
+    qwi_cpu_pool *pool;
+    qwi_cpu_ctx cx;
+    int nthreads;
+
+    cpu_layer *layers;
+    const float *final_norm;
+    qwi_cpu_linear lm_head;
+    const qwi_tensor *embed;
+    double *inv_freq;              /* [head_dim/2]                              */
+    float *small;                  /* one block holding every f32 norm/bias copy */
+
+    float *kv;                     /* [layer][K|V][num_blocks*block_size][kv_dim] */
+    size_t layer_floats;           /* floats of one layer's K (or V)             */
+
+    int32_t logit_rows;            /* rows per lm_head pass                      */
+    float *x;                      /* [T][hidden] residual stream                */
+    float *bufA;                   /* [T][max(hidden, q_dim)]: norm out, attn out */
+    float *bufB;                   /* [T][max(q+2kv, 2*inter)]: q,k,v / gate,up    */
+    float *xf;                     /* [logit_rows][hidden]                        */
+    float *logits;                 /* [logit_rows][vocab]                         */
+    int32_t *row_seq;              /* [T]                                         */
+    int32_t *logit_seq;            /* [max_num_seqs]: seqs that need logits       */
+    float **f16_buf;               /* [nthreads], NULL entries without f16 weights */
+    float **attn_buf;              /* [nthreads]                                  */
+    float **rope_buf;              /* [nthreads] of head_dim floats               */
+    qwi_sample_scratch **ss;       /* [nthreads]                                  */
+} cpu_backend;
+
+/* ---- sizes -------------------------------------------------------------- */
+
+static bool mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size) {
+    size_t n = 2 * sizeof(float);
+    if (!cfg || block_size <= 0 || cfg->num_layers <= 0 || cfg->num_kv_heads <= 0 ||
+        cfg->head_dim <= 0)
+        return 0;
+    if (!mul_ok(n, (size_t)cfg->num_layers, &n) || !mul_ok(n, (size_t)block_size, &n) ||
+        !mul_ok(n, (size_t)cfg->num_kv_heads, &n) || !mul_ok(n, (size_t)cfg->head_dim, &n))
+        return 0;
+    return n;
+}
+
+/* ---- create ------------------------------------------------------------- */
+
+static qw_status check_tensor(const qwi_tensor *t, const char *what, int layer, int ndim,
+                              int64_t d0, int64_t d1) {
+    const char *nm = t->name ? t->name : what;
+    if (!t->data)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: layer %d: %s has no data", layer, nm);
+    if (t->dtype != QWI_DTYPE_F32 && t->dtype != QWI_DTYPE_BF16 && t->dtype != QWI_DTYPE_F16)
+        return qwi_fail(QW_ERR_UNSUPPORTED, "cpu: layer %d: %s: dtype %d", layer, nm, (int)t->dtype);
+    if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT,
+                        "cpu: layer %d: %s has shape [%lld, %lld] (ndim %d), expected [%lld, %lld]",
+                        layer, nm, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                        t->ndim, (long long)d0, (long long)(ndim == 2 ? d1 : 0));
+    return QW_OK;
+}
+
+static qw_status set_linear(qwi_cpu_linear *l, const qwi_tensor *t, const char *what, int layer,
+                            int64_t n, int64_t k) {
+    qw_status st = check_tensor(t, what, layer, 2, n, k);
+    if (st != QW_OK) return st;
+    l->dtype = t->dtype;
+    l->w = t->data;
+    l->n = n;
+    l->k = k;
+    l->bias = NULL;
+    return QW_OK;
+}
+
+/* Copy a 1-D tensor of n to f32 at *cursor (advanced), after checking it. */
+static qw_status copy_vec(float **cursor, const float **dst, const qwi_tensor *t, const char *what,
+                          int layer, int64_t n) {
+    qw_status st = check_tensor(t, what, layer, 1, n, 0);
+    if (st != QW_OK) return st;
+    qwr_to_f32(t->dtype, t->data, n, *cursor);
+    *dst = *cursor;
+    *cursor += n;
+    return QW_OK;
+}
+
+static void *alloc_floats(size_t a, size_t b) {
+    size_t n;
+    if (!mul_ok(a, b, &n) || !mul_ok(n, sizeof(float), &n)) return NULL;
+    return malloc(n ? n : 1);
+}
+
+static void cpu_destroy(qwi_backend *base) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (!b) return;
+    qwi_cpu_pool_destroy(b->pool);
+    for (int t = 0; t < b->nthreads; t++) {
+        if (b->f16_buf) free(b->f16_buf[t]);
+        if (b->attn_buf) free(b->attn_buf[t]);
+        if (b->rope_buf) free(b->rope_buf[t]);
+        if (b->ss) qwi_sample_scratch_free(b->ss[t]);
+    }
+    free(b->f16_buf);
+    free(b->attn_buf);
+    free(b->rope_buf);
+    free(b->ss);
+    free(b->layers);
+    free(b->inv_freq);
+    free(b->small);
+    free(b->kv);
+    free(b->x);
+    free(b->bufA);
+    free(b->bufB);
+    free(b->xf);
+    free(b->logits);
+    free(b->row_seq);
+    free(b->logit_seq);
+    free(b);
+}
+
+static qw_status cpu_forward(qwi_backend *base, const qwi_plan *plan);
+
+static const qwi_backend_ops cpu_ops = {
+    .name = "cpu",
+    .forward = cpu_forward,
+    .destroy = cpu_destroy,
+};
+
+static qw_status check_config(const qwi_config *c, const qwi_backend_config *bc) {
+    if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
+        c->num_layers <= 0 || c->num_heads <= 0 || c->num_kv_heads <= 0 || c->head_dim <= 0)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: model config has a non-positive dimension");
+    if (c->num_heads % c->num_kv_heads != 0)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: num_heads %d is not a multiple of num_kv_heads %d",
+                        c->num_heads, c->num_kv_heads);
+    if (c->head_dim % 2 != 0)
+        return qwi_fail(QW_ERR_UNSUPPORTED, "cpu: odd head_dim %d (RoPE needs pairs)", c->head_dim);
+    if (!(c->rope_theta > 0) || !(c->rms_norm_eps >= 0))
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: bad rope_theta %g or rms_norm_eps %g",
+                        c->rope_theta, c->rms_norm_eps);
+    if (bc->num_blocks <= 0 || bc->block_size <= 0 || bc->max_num_batched_tokens <= 0 ||
+        bc->max_num_seqs <= 0 || bc->num_threads < 0)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT,
+                        "cpu: bad backend config (num_blocks %d, block_size %d, max tokens %d, "
+                        "max seqs %d, threads %d)", bc->num_blocks, bc->block_size,
+                        bc->max_num_batched_tokens, bc->max_num_seqs, bc->num_threads);
+    return QW_OK;
+}
+
+static qw_status setup_weights(cpu_backend *b) {
+    const qwi_model *m = b->model;
+    const qwi_config *c = &b->cfg;
+    const int64_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    const int64_t qd = (int64_t)c->num_heads * hd, kvd = (int64_t)c->num_kv_heads * hd;
+    qw_status st;
+
+    if (!m->layers) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: model has no layers array");
+    size_t per_layer = (size_t)(2 * H + (c->qk_norm ? 2 * hd : 0) + (c->qkv_bias ? qd + 2 * kvd : 0));
+    size_t nsmall = per_layer * (size_t)c->num_layers + (size_t)H;
+    b->small = alloc_floats(nsmall, 1);
+    b->layers = calloc((size_t)c->num_layers, sizeof *b->layers);
+    if (!b->small || !b->layers) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: weight table allocation failed");
+    float *cur = b->small;
+
+    for (int i = 0; i < c->num_layers; i++) {
+        const qwi_layer *L = &m->layers[i];
+        cpu_layer *d = &b->layers[i];
+        if ((st = set_linear(&d->q, &L->q_proj, "q_proj", i, qd, H)) ||
+            (st = set_linear(&d->k, &L->k_proj, "k_proj", i, kvd, H)) ||
+            (st = set_linear(&d->v, &L->v_proj, "v_proj", i, kvd, H)) ||
+            (st = set_linear(&d->o, &L->o_proj, "o_proj", i, H, qd)) ||
+            (st = set_linear(&d->gate, &L->gate_proj, "gate_proj", i, I, H)) ||
+            (st = set_linear(&d->up, &L->up_proj, "up_proj", i, I, H)) ||
+            (st = set_linear(&d->down, &L->down_proj, "down_proj", i, H, I)) ||
+            (st = copy_vec(&cur, &d->in_norm, &L->input_norm, "input_layernorm", i, H)) ||
+            (st = copy_vec(&cur, &d->post_norm, &L->post_norm, "post_attention_layernorm", i, H)))
+            return st;
+        if (c->qk_norm &&
+            ((st = copy_vec(&cur, &d->q_norm, &L->q_norm, "q_norm", i, hd)) ||
+             (st = copy_vec(&cur, &d->k_norm, &L->k_norm, "k_norm", i, hd))))
+            return st;
+        if (c->qkv_bias &&
+            ((st = copy_vec(&cur, &d->q.bias, &L->q_bias, "q_proj.bias", i, qd)) ||
+             (st = copy_vec(&cur, &d->k.bias, &L->k_bias, "k_proj.bias", i, kvd)) ||
+             (st = copy_vec(&cur, &d->v.bias, &L->v_bias, "v_proj.bias", i, kvd))))
+            return st;
+    }
+    if ((st = copy_vec(&cur, &b->final_norm, &m->final_norm, "norm", -1, H))) return st;
+    if ((st = check_tensor(&m->embed, "embed_tokens", -1, 2, c->vocab_size, H))) return st;
+    b->embed = &m->embed;
+    const qwi_tensor *head = m->lm_head.data ? &m->lm_head : &m->embed;
+    if ((st = set_linear(&b->lm_head, head, "lm_head", -1, c->vocab_size, H))) return st;
+    return QW_OK;
+}
+
+static bool model_has_f16(const cpu_backend *b) {
+    if (b->lm_head.dtype == QWI_DTYPE_F16) return true;
+    for (int i = 0; i < b->cfg.num_layers; i++) {
+        const cpu_layer *d = &b->layers[i];
+        const qwi_cpu_linear *ls[] = { &d->q, &d->k, &d->v, &d->o, &d->gate, &d->up, &d->down };
+        for (size_t j = 0; j < sizeof ls / sizeof ls[0]; j++)
+            if (ls[j]->dtype == QWI_DTYPE_F16) return true;
+    }
+    return false;
+}
+
+static qw_status setup_scratch(cpu_backend *b) {
+    const qwi_config *c = &b->cfg;
+    const size_t T = (size_t)b->bc.max_num_batched_tokens, S = (size_t)b->bc.max_num_seqs;
+    const size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    const size_t hd = (size_t)c->head_dim;
+    const size_t qd = (size_t)c->num_heads * hd, kvd = (size_t)c->num_kv_heads * hd;
+    const int nt = b->nthreads;
+
+    b->logit_rows = (int32_t)QWI_MIN(S, (size_t)CPU_LOGIT_ROWS);
+    b->x = alloc_floats(T, H);
+    b->bufA = alloc_floats(T, QWI_MAX(H, qd));
+    b->bufB = alloc_floats(T, QWI_MAX(qd + 2 * kvd, 2 * I));
+    b->xf = alloc_floats((size_t)b->logit_rows, H);
+    b->logits = alloc_floats((size_t)b->logit_rows, (size_t)c->vocab_size);
+    b->row_seq = malloc(T * sizeof(int32_t));
+    b->logit_seq = malloc(S * sizeof(int32_t));
+    b->inv_freq = malloc(hd / 2 * sizeof(double) + 1);
+    b->f16_buf = calloc((size_t)nt, sizeof(float *));
+    b->attn_buf = calloc((size_t)nt, sizeof(float *));
+    b->rope_buf = calloc((size_t)nt, sizeof(float *));
+    b->ss = calloc((size_t)nt, sizeof(qwi_sample_scratch *));
+    if (!b->x || !b->bufA || !b->bufB || !b->xf || !b->logits || !b->row_seq || !b->logit_seq ||
+        !b->inv_freq || !b->f16_buf || !b->attn_buf || !b->rope_buf || !b->ss)
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY,
+                        "cpu: step scratch allocation failed (max_num_batched_tokens %zu, "
+                        "max_num_seqs %zu)", T, S);
+    bool f16 = model_has_f16(b);
+    size_t max_k = QWI_MAX(QWI_MAX(H, I), qd);
+    for (int t = 0; t < nt; t++) {
+        b->attn_buf[t] = alloc_floats(qwi_cpu_attn_scratch_floats(c->num_heads, c->num_kv_heads,
+                                                                  c->head_dim), 1);
+        b->rope_buf[t] = alloc_floats(hd, 1);
+        if (f16) b->f16_buf[t] = alloc_floats(QWI_CPU_MM_MAX_COLS, max_k);
+        if (!b->attn_buf[t] || !b->rope_buf[t] || (f16 && !b->f16_buf[t]))
+            return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: per-thread scratch allocation failed");
+        b->ss[t] = qwi_sample_scratch_create(c->vocab_size);
+        if (!b->ss[t]) return qwi_fail_prefix(QW_ERR_OUT_OF_MEMORY, "cpu: sampler scratch");
+    }
+    for (size_t i = 0; i < hd / 2; i++)
+        b->inv_freq[i] = pow(c->rope_theta, -2.0 * (double)i / (double)hd);
+
+    b->cx.pool = b->pool;
+    b->cx.kt = qwi_cpu_kernels_select();
+    b->cx.nthreads = nt;
+    b->cx.f16_buf = b->f16_buf;
+    b->cx.max_k = (int64_t)max_k;
+    return QW_OK;
+}
+
+static qw_status setup_kv(cpu_backend *b) {
+    const qwi_config *c = &b->cfg;
+    size_t per_block = qwi_cpu_kv_bytes_per_block(c, b->bc.block_size), total;
+    if (per_block == 0 || !mul_ok(per_block, (size_t)b->bc.num_blocks, &total))
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: KV pool of %d blocks overflows size_t",
+                        b->bc.num_blocks);
+    b->layer_floats = (size_t)b->bc.num_blocks * (size_t)b->bc.block_size *
+                      (size_t)c->num_kv_heads * (size_t)c->head_dim;
+    /* calloc: the kernel hands out zero pages lazily, so an unused pool costs
+     * address space, not memory. */
+    b->kv = calloc(1, total);
+    if (!b->kv)
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: KV pool allocation of %zu bytes (%d blocks x %zu) failed",
+                        total, b->bc.num_blocks, per_block);
+    return QW_OK;
+}
+
+qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_config *cfg,
+                                 qwi_backend **out) {
+    if (!out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: out is NULL");
+    *out = NULL;
+    if (!model || !cfg) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: model or config is NULL");
+    qw_status st = check_config(&model->cfg, cfg);
+    if (st != QW_OK) return st;
+    cpu_backend *b = calloc(1, sizeof *b);
+    if (!b) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: backend allocation failed");
+    b->base.ops = &cpu_ops;
+    b->model = model;
+    b->cfg = model->cfg;
+    b->bc = *cfg;
+    if ((st = qwi_cpu_pool_create(cfg->num_threads, &b->pool)) == QW_OK) {
+        b->nthreads = qwi_cpu_pool_size(b->pool);
+        if ((st = setup_weights(b)) == QW_OK && (st = setup_scratch(b)) == QW_OK)
+            st = setup_kv(b);
+    }
+    if (st != QW_OK) {
+        cpu_destroy(&b->base);
+        return st;
+    }
+    *out = &b->base;
+    return QW_OK;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+static qw_status check_plan(const cpu_backend *b, const qwi_plan *p) {
+    const int32_t T = p->num_tokens, S = p->num_seqs, bs = b->bc.block_size;
+    const int64_t nslots = (int64_t)b->bc.num_blocks * bs;
+    if (T < 0 || T > b->bc.max_num_batched_tokens)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: plan has %d tokens (most %d)", T,
+                        b->bc.max_num_batched_tokens);
+    if (S < 0 || S > b->bc.max_num_seqs)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: plan has %d sequences (most %d)", S,
+                        b->bc.max_num_seqs);
+    if (T > 0 && (!p->token_ids || !p->positions || !p->slot_mapping))
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: plan token arrays are NULL");
+    if (S > 0 && (!p->query_start || !p->context_lens || !p->block_tables || !p->do_sample ||
+                  !p->sampled))
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: plan sequence arrays are NULL");
+    if (T > 0 && S == 0) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: plan has tokens but no sequence");
+    if (S == 0) return QW_OK;
+    if (p->query_start[0] != 0 || p->query_start[S] != T)
+        return qwi_fail(QW_ERR_INTERNAL, "cpu: query_start spans [%d, %d), expected [0, %d)",
+                        p->query_start[0], p->query_start[S], T);
+    if (p->max_blocks_per_seq <= 0)
+        return qwi_fail(QW_ERR_INTERNAL, "cpu: max_blocks_per_seq is %d", p->max_blocks_per_seq);
+    const int64_t max_ctx = (int64_t)p->max_blocks_per_seq * bs;
+    for (int32_t s = 0; s < S; s++) {
+        int32_t q0 = p->query_start[s], q1 = p->query_start[s + 1], ctx = p->context_lens[s];
+        if (q1 < q0) return qwi_fail(QW_ERR_INTERNAL, "cpu: query_start decreases at seq %d", s);
+        if (ctx < q1 - q0 || ctx > max_ctx)
+            return qwi_fail(QW_ERR_INTERNAL, "cpu: seq %d: context length %d outside [%d, %lld]", s,
+                            ctx, q1 - q0, (long long)max_ctx);
+        bool needs_row = p->do_sample[s] || (p->want_logits && p->want_logits[s]);
+        if (needs_row && q1 == q0)
+            return qwi_fail(QW_ERR_INTERNAL, "cpu: seq %d wants a token but has no rows", s);
+        if (p->do_sample[s] && !p->sampling)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: plan samples but has no sampling params");
+        if (p->want_logits && p->want_logits[s] && !p->logits_out)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: plan wants logits but logits_out is NULL");
+        const int32_t *bt = p->block_tables + (int64_t)s * p->max_blocks_per_seq;
+        for (int32_t i = 0; i < QWI_DIV_UP(ctx, bs); i++)
+            if (bt[i] < 0 || bt[i] >= b->bc.num_blocks)
+                return qwi_fail(QW_ERR_INTERNAL, "cpu: seq %d: block table entry %d is %d (pool %d)",
+                                s, i, bt[i], b->bc.num_blocks);
+        for (int32_t r = q0; r < q1; r++) {
+            if (p->token_ids[r] < 0 || p->token_ids[r] >= b->cfg.vocab_size)
+                return qwi_fail(QW_ERR_TOKEN_OUT_OF_RANGE, "cpu: row %d: token id %d outside [0, %d)",
+                                r, p->token_ids[r], b->cfg.vocab_size);
+            if (p->positions[r] < 0 || p->positions[r] >= ctx)
+                return qwi_fail(QW_ERR_INTERNAL, "cpu: row %d: position %d outside its context %d",
+                                r, p->positions[r], ctx);
+            if (p->slot_mapping[r] < 0 || p->slot_mapping[r] >= nslots)
+                return qwi_fail(QW_ERR_INTERNAL, "cpu: row %d: slot %d outside the pool (%lld)", r,
+                                p->slot_mapping[r], (long long)nslots);
+        }
+    }
+    return QW_OK;
+}
+
+typedef struct fwd_ctx {
+    cpu_backend *b;
+    const qwi_plan *p;
+    const cpu_layer *layer;
+    float *q, *k, *v;              /* this layer's projections              */
+    float *k_cache, *v_cache;
+    int32_t nlog;                  /* rows in the current logits pass        */
+    int32_t log0;                  /* index of its first row in logit_seq    */
+    int64_t rows_per_task;
+} fwd_ctx;
+
+static void embed_task(void *arg, int64_t t, int thread) {
+    const fwd_ctx *c = arg;
+    const int64_t H = c->b->cfg.hidden_size;
+    int64_t r1 = QWI_MIN((int64_t)c->p->num_tokens, (t + 1) * c->rows_per_task);
+    for (int64_t r = t * c->rows_per_task; r < r1; r++)
+        qwr_embed_row(c->b->embed->dtype, c->b->embed->data, c->p->token_ids[r], H, c->b->x + r * H);
+}
+
+/* q/k norm and RoPE of one row, then its K/V into the cache: fused per row
+ * so the row is touched once while in cache. */
+static void qk_rope_task(void *arg, int64_t r, int thread) {
+    const fwd_ctx *c = arg;
+    const cpu_backend *b = c->b;
+    const qwi_config *cfg = &b->cfg;
+    const int64_t hd = cfg->head_dim, qd = cfg->num_heads * hd, kvd = cfg->num_kv_heads * hd;
+    float *q = c->q + r * qd, *k = c->k + r * kvd;
+    float eps = (float)cfg->rms_norm_eps;
+    if (cfg->qk_norm) {
+        qwr_head_rmsnorm(q, cfg->num_heads, hd, c->layer->q_norm, eps);
+        qwr_head_rmsnorm(k, cfg->num_kv_heads, hd, c->layer->k_norm, eps);
+    }
+    float *cs = b->rope_buf[thread], *sn = cs + hd / 2;
+    qwr_rope_table(b->inv_freq, hd / 2, c->p->positions[r], cs, sn);
+    qwr_rope_neox(q, cfg->num_heads, hd, cs, sn);
+    qwr_rope_neox(k, cfg->num_kv_heads, hd, cs, sn);
+    int64_t slot = c->p->slot_mapping[r];
+    memcpy(c->k_cache + slot * kvd, k, (size_t)kvd * sizeof(float));
+    memcpy(c->v_cache + slot * kvd, c->v + r * kvd, (size_t)kvd * sizeof(float));
+}
+
+static void gather_task(void *arg, int64_t i, int thread) {
+    const fwd_ctx *c = arg;
+    const cpu_backend *b = c->b;
+    const int64_t H = b->cfg.hidden_size;
+    int32_t s = b->logit_seq[c->log0 + i];
+    int32_t row = c->p->query_start[s + 1] - 1;
+    qwr_rmsnorm(b->x + (int64_t)row * H, b->final_norm, H, (float)b->cfg.rms_norm_eps, b->xf + i * H);
+}
+
+static void sample_task(void *arg, int64_t i, int thread) {
+    const fwd_ctx *c = arg;
+    const cpu_backend *b = c->b;
+    const qwi_plan *p = c->p;
+    const int32_t V = b->cfg.vocab_size;
+    int32_t s = b->logit_seq[c->log0 + i];
+    const float *lg = b->logits + i * V;
+    if (p->want_logits && p->want_logits[s])
+        memcpy(p->logits_out + (int64_t)s * V, lg, (size_t)V * sizeof(float));
+    if (p->do_sample[s])
+        p->sampled[s] = qwi_sample(lg, V, &p->sampling[s], p->context_lens[s], b->ss[thread]);
+}
+
+static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (!b || !p) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: forward: NULL backend or plan");
+    qw_status st = check_plan(b, p);
+    if (st != QW_OK) return st;
+    const qwi_config *cfg = &b->cfg;
+    const int32_t M = p->num_tokens, S = p->num_seqs;
+    const int64_t H = cfg->hidden_size, I = cfg->intermediate_size, hd = cfg->head_dim;
+    const int64_t qd = cfg->num_heads * hd, kvd = cfg->num_kv_heads * hd;
+    const int64_t T = b->bc.max_num_batched_tokens;
+    const float eps = (float)cfg->rms_norm_eps;
+    const qwi_cpu_ctx *cx = &b->cx;
+
+    for (int32_t s = 0; s < S; s++) {
+        p->sampled[s] = -1;
+        for (int32_t r = p->query_start[s]; r < p->query_start[s + 1]; r++) b->row_seq[r] = s;
+    }
+    if (M == 0) return QW_OK;
+
+    fwd_ctx c = { .b = b, .p = p };
+    c.rows_per_task = QWI_MAX((int64_t)1, QWI_DIV_UP((int64_t)M, 4 * (int64_t)b->nthreads));
+    qwi_cpu_pool_run(b->pool, QWI_DIV_UP((int64_t)M, c.rows_per_task), embed_task, &c);
+
+    float *h = b->bufA, *att = b->bufA;
+    c.q = b->bufB;
+    c.k = b->bufB + T * qd;
+    c.v = c.k + T * kvd;
+    float *gate = b->bufB, *up = b->bufB + T * I;
+
+    qwi_cpu_attn at = {
+        .q = c.q, .out = att, .positions = p->positions, .row_seq = b->row_seq,
+        .block_tables = p->block_tables, .max_blocks_per_seq = p->max_blocks_per_seq,
+        .block_size = b->bc.block_size, .num_tokens = M, .num_heads = cfg->num_heads,
+        .num_kv_heads = cfg->num_kv_heads, .head_dim = cfg->head_dim,
+        .scale = (float)(1.0 / sqrt((double)hd)),
+    };
+
+    for (int32_t l = 0; l < cfg->num_layers; l++) {
+        const cpu_layer *L = &b->layers[l];
+        c.layer = L;
+        c.k_cache = b->kv + (size_t)l * 2 * b->layer_floats;
+        c.v_cache = c.k_cache + b->layer_floats;
+
+        qwi_cpu_rmsnorm_rows(cx, b->x, L->in_norm, M, H, eps, h);
+        qwi_cpu_mm_job qkv[3] = { { &L->q, c.q, 0 }, { &L->k, c.k, 0 }, { &L->v, c.v, 0 } };
+        qwi_cpu_matmul(cx, h, M, H, qkv, 3);
+        qwi_cpu_pool_run(b->pool, M, qk_rope_task, &c);
+
+        at.k_cache = c.k_cache;
+        at.v_cache = c.v_cache;
+        qwi_cpu_attention(b->pool, cx->kt, b->attn_buf, &at);
+        qwi_cpu_mm_job o = { &L->o, b->x, 1 };
+        qwi_cpu_matmul(cx, att, M, qd, &o, 1);
+
+        qwi_cpu_rmsnorm_rows(cx, b->x, L->post_norm, M, H, eps, h);
+        qwi_cpu_mm_job gu[2] = { { &L->gate, gate, 0 }, { &L->up, up, 0 } };
+        qwi_cpu_matmul(cx, h, M, H, gu, 2);
+        qwi_cpu_silu_mul_rows(cx, gate, up, M, I, gate);
+        qwi_cpu_mm_job down = { &L->down, b->x, 1 };
+        qwi_cpu_matmul(cx, gate, M, I, &down, 1);
+    }
+
+    /* lm_head only for the last row of each sequence that needs logits. */
+    int32_t nl = 0;
+    for (int32_t s = 0; s < S; s++)
+        if (p->do_sample[s] || (p->want_logits && p->want_logits[s])) b->logit_seq[nl++] = s;
+    for (c.log0 = 0; c.log0 < nl; c.log0 += c.nlog) {
+        c.nlog = QWI_MIN(b->logit_rows, nl - c.log0);
+        qwi_cpu_pool_run(b->pool, c.nlog, gather_task, &c);
+        qwi_cpu_mm_job head = { &b->lm_head, b->logits, 0 };
+        qwi_cpu_matmul(cx, b->xf, c.nlog, H, &head, 1);
+        qwi_cpu_pool_run(b->pool, c.nlog, sample_task, &c);
+    }
+    return QW_OK;
+}

@@ -1,0 +1,197 @@
+/*
+ * kernels.c - portable C kernels of the CPU backend (see kernels.h for the
+ * determinism contract). Written as fixed-width lane loops that GCC/Clang
+ * vectorise at -O2 without -march; ISA-specific tables come later.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+
+#define L QWR_LANES
+
+static inline float lanes_sum(const float *a) {
+    /* A fixed tree: every kernel reduces its lanes through this one function. */
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+static inline float ld_f32(const float *w, int64_t i) { return w[i]; }
+
+static inline float ld_bf16(const uint16_t *w, int64_t i) {
+    uint32_t u = (uint32_t)w[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline void put(float *o, float dot, const float *bias, int64_t n, int accumulate) {
+    float v = bias ? dot + bias[n] : dot;
+    *o = accumulate ? *o + v : v;
+}
+
+float qwr_dot(const float *a, const float *b, int64_t n) {
+    float acc[L] = {0};
+    int64_t k = 0;
+    for (; k + L <= n; k += L)
+        for (int j = 0; j < L; j++) acc[j] += a[k + j] * b[k + j];
+    for (int j = 0; k + j < n; j++) acc[j] += a[k + j] * b[k + j];
+    return lanes_sum(acc);
+}
+
+/*
+ * Three register tiles, all doing the per-element arithmetic of qwr_dot:
+ *   4 rows x 1 weight row  (prefill: the weight row is loaded once per 4 rows)
+ *   1 row  x 4 weight rows (decode / row tail: 4 independent chains for ILP)
+ *   1 x 1                  (column tail)
+ * Loop order is row tile outer, weight row inner, so the caller's block of
+ * weight rows stays in cache across the row tiles: weights come from memory
+ * once per call, whatever M is.
+ */
+#define QWR_MATMUL(NAME, WT, LOAD)                                                         \
+void NAME(const float *x, int64_t M, int64_t K, const WT *w, int64_t N,                    \
+          const float *bias, float *out, int64_t ldo, int accumulate) {                    \
+    int64_t m = 0;                                                                         \
+    for (; m + 4 <= M; m += 4) {                                                           \
+        const float *x0 = x + (m + 0) * K, *x1 = x + (m + 1) * K;                          \
+        const float *x2 = x + (m + 2) * K, *x3 = x + (m + 3) * K;                          \
+        for (int64_t n = 0; n < N; n++) {                                                  \
+            const WT *wr = w + n * K;                                                      \
+            float a0[L] = {0}, a1[L] = {0}, a2[L] = {0}, a3[L] = {0};                      \
+            int64_t k = 0;                                                                 \
+            for (; k + L <= K; k += L) {                                                   \
+                float wv[L];                                                               \
+                for (int j = 0; j < L; j++) wv[j] = LOAD(wr, k + j);                       \
+                for (int j = 0; j < L; j++) a0[j] += x0[k + j] * wv[j];                    \
+                for (int j = 0; j < L; j++) a1[j] += x1[k + j] * wv[j];                    \
+                for (int j = 0; j < L; j++) a2[j] += x2[k + j] * wv[j];                    \
+                for (int j = 0; j < L; j++) a3[j] += x3[k + j] * wv[j];                    \
+            }                                                                              \
+            for (int j = 0; k + j < K; j++) {                                              \
+                float wv = LOAD(wr, k + j);                                                \
+                a0[j] += x0[k + j] * wv;                                                   \
+                a1[j] += x1[k + j] * wv;                                                   \
+                a2[j] += x2[k + j] * wv;                                                   \
+                a3[j] += x3[k + j] * wv;                                                   \
+            }                                                                              \
+            put(out + (m + 0) * ldo + n, lanes_sum(a0), bias, n, accumulate);              \
+            put(out + (m + 1) * ldo + n, lanes_sum(a1), bias, n, accumulate);              \
+            put(out + (m + 2) * ldo + n, lanes_sum(a2), bias, n, accumulate);              \
+            put(out + (m + 3) * ldo + n, lanes_sum(a3), bias, n, accumulate);              \
+        }                                                                                  \
+    }                                                                                      \
+    for (; m < M; m++) {                                                                   \
+        const float *xr = x + m * K;                                                       \
+        int64_t n = 0;                                                                     \
+        for (; n + 4 <= N; n += 4) {                                                       \
+            const WT *w0 = w + (n + 0) * K, *w1 = w + (n + 1) * K;                         \
+            const WT *w2 = w + (n + 2) * K, *w3 = w + (n + 3) * K;                         \
+            float a0[L] = {0}, a1[L] = {0}, a2[L] = {0}, a3[L] = {0};                      \
+            int64_t k = 0;                                                                 \
+            for (; k + L <= K; k += L) {                                                   \
+                for (int j = 0; j < L; j++) a0[j] += xr[k + j] * LOAD(w0, k + j);          \
+                for (int j = 0; j < L; j++) a1[j] += xr[k + j] * LOAD(w1, k + j);          \
+                for (int j = 0; j < L; j++) a2[j] += xr[k + j] * LOAD(w2, k + j);          \
+                for (int j = 0; j < L; j++) a3[j] += xr[k + j] * LOAD(w3, k + j);          \
+            }                                                                              \
+            for (int j = 0; k + j < K; j++) {                                              \
+                a0[j] += xr[k + j] * LOAD(w0, k + j);                                      \
+                a1[j] += xr[k + j] * LOAD(w1, k + j);                                      \
+                a2[j] += xr[k + j] * LOAD(w2, k + j);                                      \
+                a3[j] += xr[k + j] * LOAD(w3, k + j);                                      \
+            }                                                                              \
+            put(out + m * ldo + n + 0, lanes_sum(a0), bias, n + 0, accumulate);            \
+            put(out + m * ldo + n + 1, lanes_sum(a1), bias, n + 1, accumulate);            \
+            put(out + m * ldo + n + 2, lanes_sum(a2), bias, n + 2, accumulate);            \
+            put(out + m * ldo + n + 3, lanes_sum(a3), bias, n + 3, accumulate);            \
+        }                                                                                  \
+        for (; n < N; n++) {                                                               \
+            const WT *wr = w + n * K;                                                      \
+            float a0[L] = {0};                                                             \
+            int64_t k = 0;                                                                 \
+            for (; k + L <= K; k += L)                                                     \
+                for (int j = 0; j < L; j++) a0[j] += xr[k + j] * LOAD(wr, k + j);          \
+            for (int j = 0; k + j < K; j++) a0[j] += xr[k + j] * LOAD(wr, k + j);          \
+            put(out + m * ldo + n, lanes_sum(a0), bias, n, accumulate);                    \
+        }                                                                                  \
+    }                                                                                      \
+}
+
+QWR_MATMUL(qwr_matmul_f32, float, ld_f32)
+QWR_MATMUL(qwr_matmul_bf16, uint16_t, ld_bf16)
+
+void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst) {
+    if (dt == QWI_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    } else if (dt == QWI_DTYPE_BF16) {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = ld_bf16(s, i);
+    } else {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = qwi_f16_to_f32(s[i]);
+    }
+}
+
+void qwr_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out) {
+    float acc[L] = {0};
+    int64_t k = 0;
+    for (; k + L <= n; k += L)
+        for (int j = 0; j < L; j++) acc[j] += x[k + j] * x[k + j];
+    for (int j = 0; k + j < n; j++) acc[j] += x[k + j] * x[k + j];
+    float ms = lanes_sum(acc) / (float)n;
+    float r = 1.0f / sqrtf(ms + eps);
+    /* (x * r) * w: Hugging Face normalises first, then scales by the weight. */
+    for (int64_t i = 0; i < n; i++) out[i] = (x[i] * r) * w[i];
+}
+
+void qwr_head_rmsnorm(float *x, int64_t nheads, int64_t head_dim, const float *w, float eps) {
+    for (int64_t h = 0; h < nheads; h++) qwr_rmsnorm(x + h * head_dim, w, head_dim, eps, x + h * head_dim);
+}
+
+void qwr_rope_table(const double *inv_freq, int64_t half, int64_t pos, float *cos_out,
+                    float *sin_out) {
+    for (int64_t i = 0; i < half; i++) {
+        double a = (double)pos * inv_freq[i];
+        cos_out[i] = (float)cos(a);
+        sin_out[i] = (float)sin(a);
+    }
+}
+
+void qwr_rope_neox(float *x, int64_t nheads, int64_t head_dim, const float *cos_t,
+                   const float *sin_t) {
+    int64_t half = head_dim / 2;
+    for (int64_t h = 0; h < nheads; h++) {
+        float *a = x + h * head_dim, *b = a + half;
+        for (int64_t i = 0; i < half; i++) {
+            float x1 = a[i], x2 = b[i];
+            a[i] = x1 * cos_t[i] - x2 * sin_t[i];
+            b[i] = x2 * cos_t[i] + x1 * sin_t[i];
+        }
+    }
+}
+
+void qwr_silu_mul(const float *gate, const float *up, int64_t n, float *out) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void qwr_add(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+void qwr_embed_row(qwi_dtype dt, const void *table, int64_t row, int64_t n, float *out) {
+    const char *base = (const char *)table + (size_t)row * (size_t)n * qwi_dtype_size(dt);
+    qwr_to_f32(dt, base, n, out);
+}
+
+static const qwi_cpu_kernels generic = {
+    .name = "generic",
+    .matmul_f32 = qwr_matmul_f32,
+    .matmul_bf16 = qwr_matmul_bf16,
+    .dot = qwr_dot,
+};
+
+const qwi_cpu_kernels *qwi_cpu_kernels_generic(void) { return &generic; }
+
+const qwi_cpu_kernels *qwi_cpu_kernels_select(void) { return &generic; }

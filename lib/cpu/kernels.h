@@ -1,0 +1,91 @@
+/*
+ * kernels.h - the CPU backend's single-threaded compute kernels (qwr_*) and
+ * the table through which the backend calls the hot ones.
+ *
+ * Determinism contract, which every variant in the table must keep: the
+ * value of an output element depends only on its own inputs (one activation
+ * row, one weight row, K), never on how many rows or columns are computed in
+ * the same call. Dot products accumulate in QWR_LANES partial sums, lane j
+ * taking elements k with k % QWR_LANES == j in increasing k, then a fixed
+ * tree; the multi-row kernels do exactly the per-element arithmetic of the
+ * one-row kernel. No reassociation (no fast-math), so the compiler may
+ * vectorise but cannot change the result.
+ *
+ * All activations are f32; weights are f32, bf16 or f16 ([N][K] row-major,
+ * Hugging Face's [out, in]).
+ */
+#ifndef QWI_CPU_KERNELS_H
+#define QWI_CPU_KERNELS_H
+
+#include "common.h"
+#include "dtype.h"
+
+#define QWR_LANES 8
+
+/* out[m*ldo + n] (=|+=) dot(x[m*K ..], w[n*K ..]) + bias[n], for m in [0,M),
+ * n in [0,N). x, w and out point at the first row/column wanted; bias may be
+ * NULL; accumulate != 0 adds to out (a fused residual add) as
+ * out + (dot + bias). */
+typedef void (*qwr_matmul_f32_fn)(const float *x, int64_t M, int64_t K, const float *w,
+                                  int64_t N, const float *bias, float *out, int64_t ldo,
+                                  int accumulate);
+typedef void (*qwr_matmul_u16_fn)(const float *x, int64_t M, int64_t K, const uint16_t *w,
+                                  int64_t N, const float *bias, float *out, int64_t ldo,
+                                  int accumulate);
+
+/* The hot kernels, chosen once at backend create; ISA-specific variants
+ * (AVX2, AVX-512, NEON) slot in here without touching the callers. */
+typedef struct qwi_cpu_kernels {
+    const char *name;
+    qwr_matmul_f32_fn matmul_f32;
+    qwr_matmul_u16_fn matmul_bf16;   /* f16 weights go through f32 after conversion */
+    float (*dot)(const float *a, const float *b, int64_t n);
+} qwi_cpu_kernels;
+
+/* The best kernel table for this CPU (today the portable one). Static
+ * storage; never NULL. */
+const qwi_cpu_kernels *qwi_cpu_kernels_select(void);
+
+/* The portable C kernels, always available (tests compare against them). */
+const qwi_cpu_kernels *qwi_cpu_kernels_generic(void);
+
+/* sum a[i]*b[i] in the lane order of the contract above. */
+float qwr_dot(const float *a, const float *b, int64_t n);
+
+/* Reference matmuls of the generic table (see qwr_matmul_f32_fn). */
+void qwr_matmul_f32(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
+                    const float *bias, float *out, int64_t ldo, int accumulate);
+void qwr_matmul_bf16(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
+                     const float *bias, float *out, int64_t ldo, int accumulate);
+
+/* Convert n elements of dtype dt at src to f32 in dst (exact for all three). */
+void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst);
+
+/* out[i] = x[i] * (1/sqrt(mean(x^2) + eps)) * w[i], f32 accumulation in lane
+ * order. out may alias x. */
+void qwr_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out);
+
+/* The same RMSNorm applied to each of nheads consecutive head_dim vectors
+ * of x, in place (Qwen3's q_norm/k_norm). */
+void qwr_head_rmsnorm(float *x, int64_t nheads, int64_t head_dim, const float *w, float eps);
+
+/* Fill cos_out/sin_out[0 .. head_dim/2) for position pos: angle
+ * pos * inv_freq[i], computed in double and rounded to f32 once. */
+void qwr_rope_table(const double *inv_freq, int64_t half, int64_t pos, float *cos_out,
+                    float *sin_out);
+
+/* NeoX RoPE (rotate_half over the full head_dim) of nheads consecutive heads
+ * of x in place, with the tables of qwr_rope_table. */
+void qwr_rope_neox(float *x, int64_t nheads, int64_t head_dim, const float *cos_t,
+                   const float *sin_t);
+
+/* out[i] = silu(gate[i]) * up[i]; out may alias gate or up. */
+void qwr_silu_mul(const float *gate, const float *up, int64_t n, float *out);
+
+/* x[i] += y[i]. */
+void qwr_add(float *x, const float *y, int64_t n);
+
+/* Row `row` of an embedding table [rows][n] of dtype dt, as f32, into out. */
+void qwr_embed_row(qwi_dtype dt, const void *table, int64_t row, int64_t n, float *out);
+
+#endif

@@ -1,0 +1,125 @@
+/*
+ * ops.c - see ops.h.
+ */
+#include "cpu/ops.h"
+
+/* ---- matmul ------------------------------------------------------------- */
+
+typedef struct mm_ctx {
+    const qwi_cpu_ctx *cx;
+    const float *x;
+    int64_t M, K;
+    const qwi_cpu_mm_job *jobs;
+    int njobs;
+    int64_t cols;                    /* weight rows per task            */
+    int64_t task_end[8];             /* prefix sums of tasks per job    */
+} mm_ctx;
+
+static void mm_task(void *p, int64_t t, int thread) {
+    const mm_ctx *c = p;
+    int j = 0;
+    while (t >= c->task_end[j]) j++;
+    int64_t first = j ? c->task_end[j - 1] : 0;
+    const qwi_cpu_mm_job *job = &c->jobs[j];
+    const qwi_cpu_linear *lin = job->lin;
+    int64_t n0 = (t - first) * c->cols;
+    int64_t nn = QWI_MIN(c->cols, lin->n - n0);
+    int64_t K = c->K;
+    const float *bias = lin->bias ? lin->bias + n0 : NULL;
+    float *out = job->out + n0;
+    switch (lin->dtype) {
+    case QWI_DTYPE_F32:
+        c->cx->kt->matmul_f32(c->x, c->M, K, (const float *)lin->w + n0 * K, nn, bias, out,
+                              lin->n, job->accumulate);
+        break;
+    case QWI_DTYPE_BF16:
+        c->cx->kt->matmul_bf16(c->x, c->M, K, (const uint16_t *)lin->w + n0 * K, nn, bias,
+                               out, lin->n, job->accumulate);
+        break;
+    case QWI_DTYPE_F16: {
+        /* f16 has no cheap lane-wise conversion without F16C; converting the
+         * task's weight block once costs O(nn*K) against O(M*nn*K) math, and
+         * the f32 kernel then gives the same bits as for f32 weights. */
+        float *buf = c->cx->f16_buf[thread];
+        qwr_to_f32(QWI_DTYPE_F16, (const uint16_t *)lin->w + n0 * K, nn * K, buf);
+        c->cx->kt->matmul_f32(c->x, c->M, K, buf, nn, bias, out, lin->n, job->accumulate);
+        break;
+    }
+    }
+}
+
+void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
+                    const qwi_cpu_mm_job *jobs, int njobs) {
+    if (M <= 0 || njobs <= 0) return;
+    if (njobs > 8) {               /* task_end holds 8; more is rare enough to split */
+        qwi_cpu_matmul(cx, x, M, K, jobs, 8);
+        qwi_cpu_matmul(cx, x, M, K, jobs + 8, njobs - 8);
+        return;
+    }
+    mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs };
+    int64_t total_n = 0;
+    size_t esize = 4;
+    for (int j = 0; j < njobs; j++) {
+        total_n += jobs[j].lin->n;
+        if (qwi_dtype_size(jobs[j].lin->dtype) < esize) esize = 2;
+    }
+    /* Column block: about 64 KiB of weights (stays in L2 while the row tiles
+     * sweep it), but small enough to give every thread several tasks. The
+     * block size only moves work between tasks; it never changes a result. */
+    int64_t cols = (int64_t)(65536 / ((size_t)K * esize + 1));
+    cols = QWI_MAX(cols, 4);
+    cols = QWI_MIN(cols, QWI_CPU_MM_MAX_COLS);
+    int64_t per_thread = QWI_DIV_UP(total_n, 4 * (int64_t)cx->nthreads);
+    if (cx->nthreads > 1) cols = QWI_MIN(cols, QWI_MAX(per_thread, 4));
+    cols = (cols + 3) & ~(int64_t)3;           /* keep the 1x4 column tile whole */
+    cols = QWI_MIN(cols, QWI_CPU_MM_MAX_COLS);
+    c.cols = cols;
+    int64_t acc = 0;
+    for (int j = 0; j < njobs; j++) {
+        acc += QWI_DIV_UP(jobs[j].lin->n, cols);
+        c.task_end[j] = acc;
+    }
+    qwi_cpu_pool_run(cx->pool, acc, mm_task, &c);
+}
+
+/* ---- row-wise ops ------------------------------------------------------- */
+
+typedef struct rows_ctx {
+    const float *a, *b;
+    float *out;
+    int64_t rows_per_task, M, n;
+    float eps;
+} rows_ctx;
+
+/* Rows are grouped so that a task is worth waking a thread for. */
+static int64_t rows_per_task(int64_t M, int64_t n, int nthreads) {
+    int64_t r = QWI_MAX((int64_t)1, 16384 / QWI_MAX(n, (int64_t)1));
+    return QWI_MAX((int64_t)1, QWI_MIN(r, QWI_DIV_UP(M, nthreads)));
+}
+
+static void rmsnorm_task(void *p, int64_t t, int thread) {
+    const rows_ctx *c = p;
+    int64_t r1 = QWI_MIN(c->M, (t + 1) * c->rows_per_task);
+    for (int64_t r = t * c->rows_per_task; r < r1; r++)
+        qwr_rmsnorm(c->a + r * c->n, c->b, c->n, c->eps, c->out + r * c->n);
+}
+
+void qwi_cpu_rmsnorm_rows(const qwi_cpu_ctx *cx, const float *x, const float *w, int64_t M,
+                          int64_t n, float eps, float *out) {
+    rows_ctx c = { .a = x, .b = w, .out = out, .M = M, .n = n, .eps = eps,
+                   .rows_per_task = rows_per_task(M, n, cx->nthreads) };
+    qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, c.rows_per_task), rmsnorm_task, &c);
+}
+
+static void silu_task(void *p, int64_t t, int thread) {
+    const rows_ctx *c = p;
+    int64_t r0 = t * c->rows_per_task, r1 = QWI_MIN(c->M, r0 + c->rows_per_task);
+    qwr_silu_mul(c->a + r0 * c->n, c->b + r0 * c->n, (r1 - r0) * c->n, c->out + r0 * c->n);
+}
+
+void qwi_cpu_silu_mul_rows(const qwi_cpu_ctx *cx, const float *gate, const float *up,
+                           int64_t M, int64_t n, float *out) {
+    rows_ctx c = { .a = gate, .b = up, .out = out, .M = M, .n = n,
+                   .rows_per_task = rows_per_task(M, n, cx->nthreads) };
+    qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, c.rows_per_task), silu_task, &c);
+}

@@ -1,0 +1,60 @@
+/*
+ * ops.h - the CPU backend's parallel drivers: split a kernel's work over the
+ * thread pool by output columns or rows, never by the reduction dimension,
+ * so that every output element is computed by exactly one task with the
+ * arithmetic of the single-threaded kernel (thread count and batch size
+ * cannot change a bit of the result).
+ */
+#ifndef QWI_CPU_OPS_H
+#define QWI_CPU_OPS_H
+
+#include "common.h"
+#include "dtype.h"
+#include "cpu/kernels.h"
+#include "cpu/threadpool.h"
+
+/* Largest number of weight rows one matmul task covers; also the height of
+ * the per-thread f16 conversion buffer. */
+#define QWI_CPU_MM_MAX_COLS 64
+
+/* What the drivers share: the pool, the kernel table and per-thread scratch
+ * for f16 weights. Borrowed pointers; owned by whoever fills it in. */
+typedef struct qwi_cpu_ctx {
+    qwi_cpu_pool *pool;
+    const qwi_cpu_kernels *kt;
+    int nthreads;                /* == qwi_cpu_pool_size(pool)                  */
+    float *const *f16_buf;       /* [nthreads] of QWI_CPU_MM_MAX_COLS*max_k floats */
+    int64_t max_k;               /* largest K any f16 matmul will use            */
+} qwi_cpu_ctx;
+
+/* A linear layer's weight: [n][k] of dtype, optional f32 bias [n]. */
+typedef struct qwi_cpu_linear {
+    qwi_dtype dtype;
+    const void *w;
+    const float *bias;
+    int64_t n, k;
+} qwi_cpu_linear;
+
+/* One output of a (possibly fused) matmul call. */
+typedef struct qwi_cpu_mm_job {
+    const qwi_cpu_linear *lin;
+    float *out;                  /* [M][lin->n]                                 */
+    int accumulate;              /* 1: out += x W^T (+bias), a residual add      */
+} qwi_cpu_mm_job;
+
+/* For each job, out = x[M][k] W^T (+bias): all jobs share x and run in one
+ * parallel pass (q/k/v, gate/up), their column blocks interleaved as tasks.
+ * Every job's k must equal K. f16 weights need cx->f16_buf with
+ * max_k >= K. No allocation; cannot fail on valid input. */
+void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
+                    const qwi_cpu_mm_job *jobs, int njobs);
+
+/* out[r] = rmsnorm(x[r]) for r in [0, M) rows of n, parallel over rows. */
+void qwi_cpu_rmsnorm_rows(const qwi_cpu_ctx *cx, const float *x, const float *w, int64_t M,
+                          int64_t n, float eps, float *out);
+
+/* out[r] = silu(gate[r]) * up[r] over M rows of n (out may alias gate). */
+void qwi_cpu_silu_mul_rows(const qwi_cpu_ctx *cx, const float *gate, const float *up,
+                           int64_t M, int64_t n, float *out);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * dtype.h - element types of weight tensors and their conversion to f32.
+ * bf16 and f16 are stored as uint16_t bit patterns.
+ */
+#ifndef QWI_DTYPE_H
+#define QWI_DTYPE_H
+
+#include <stdint.h>
+#include <string.h>
+
+typedef enum qwi_dtype {
+    QWI_DTYPE_F32 = 0,
+    QWI_DTYPE_BF16 = 1,
+    QWI_DTYPE_F16 = 2
+} qwi_dtype;
+
+/* Bytes of one element of dt (4 or 2). */
+static inline size_t qwi_dtype_size(qwi_dtype dt) { return dt == QWI_DTYPE_F32 ? 4 : 2; }
+
+static inline float qwi_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Round-to-nearest-even f32 -> bf16 (NaN stays NaN). */
+static inline uint16_t qwi_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float qwi_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0) {
+        if (mant == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while ((mant & 0x400u) == 0) { mant <<= 1; exp--; }
+            mant &= 0x3ffu;
+            u = sign | (exp << 23) | (mant << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (mant << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#endif

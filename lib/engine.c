@@ -1,0 +1,493 @@
+/*
+ * engine.c - engine lifetime, submission and cancellation, and the step loop
+ * (DESIGN.md "One step"): drain the inbox, schedule, plan, forward, append
+ * and stop, emit events.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "options.h"
+
+/* ---- small containers ------------------------------------------------------ */
+
+static qw_status list_push(qwi_req_list *l, qw_request *r) {
+    if (l->count == l->capacity) {
+        size_t cap = l->capacity ? l->capacity * 2 : 16;
+        qw_request **items = realloc(l->items, cap * sizeof *items);
+        if (!items) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "engine: request list of %zu", cap);
+        l->items = items;
+        l->capacity = cap;
+    }
+    l->items[l->count++] = r;
+    return QW_OK;
+}
+
+static void list_free(qwi_req_list *l) {
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+/* Queue an event for delivery. The ring is sized at create for the most
+ * events one step can make (one per sequence, plus cancellations), and grows
+ * only if a host leaves events undelivered across many steps. */
+static qw_status event_push(qw_engine *e, const qw_event *ev) {
+    if (e->pending_count == e->pending_cap) {
+        size_t cap = e->pending_cap * 2;
+        qw_event *ring = malloc(cap * sizeof *ring);
+        if (!ring) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "engine: event queue of %zu", cap);
+        for (size_t i = 0; i < e->pending_count; i++)
+            ring[i] = e->pending[(e->pending_head + i) % e->pending_cap];
+        free(e->pending);
+        e->pending = ring;
+        e->pending_cap = cap;
+        e->pending_head = 0;
+    }
+    e->pending[(e->pending_head + e->pending_count) % e->pending_cap] = *ev;
+    e->pending_count++;
+    return QW_OK;
+}
+
+/* Copy up to cap pending events into the caller's array of event_size
+ * elements; bytes past our qw_event (a newer caller's fields) are zeroed. */
+static size_t events_deliver(qw_engine *e, void *events, size_t cap, size_t event_size) {
+    size_t n = 0;
+    while (n < cap && e->pending_count > 0) {
+        unsigned char *dst = (unsigned char *)events + n * event_size;
+        memcpy(dst, &e->pending[e->pending_head], sizeof(qw_event));
+        if (event_size > sizeof(qw_event)) memset(dst + sizeof(qw_event), 0, event_size - sizeof(qw_event));
+        e->pending_head = (e->pending_head + 1) % e->pending_cap;
+        e->pending_count--;
+        n++;
+    }
+    return n;
+}
+
+/* ---- create / destroy -------------------------------------------------------- */
+
+static qw_status create_backend(qw_engine *e, const qw_engine_options *o, int32_t num_blocks) {
+    qwi_backend_config bc = {
+        .num_threads = (int32_t)o->num_threads,
+        .num_blocks = num_blocks,
+        .block_size = e->block_size,
+        .max_num_batched_tokens = e->max_num_batched_tokens,
+        .max_num_seqs = e->max_num_seqs,
+    };
+    const char *dev = o->device ? o->device : "cpu";
+    if (strcmp(dev, "cpu") == 0) return qwi_cpu_backend_create(e->model, &bc, &e->backend);
+    if (strncmp(dev, "cuda", 4) == 0 && (dev[4] == '\0' || dev[4] == ':'))
+        return qwi_fail(QW_ERR_NO_DEVICE, "device \"%s\": this build of qwinfer has no CUDA backend", dev);
+    return qwi_fail(QW_ERR_INVALID_ARGUMENT, "device \"%s\": expected \"cpu\" or \"cuda:N\"", dev);
+}
+
+/* Number of KV blocks: explicit count, else bytes / bytes-per-block, capped
+ * at what max_num_seqs full-length sequences could ever use. */
+static qw_status size_kv_pool(qw_engine *e, const qw_engine_options *o, int32_t *num_blocks) {
+    size_t per_block = qwi_cpu_kv_bytes_per_block(&e->model->cfg, e->block_size);
+    int64_t max_useful = (int64_t)e->max_num_seqs * QWI_DIV_UP(e->max_model_len, e->block_size);
+    int64_t n;
+    if (o->num_kv_blocks > 0) {
+        n = o->num_kv_blocks;
+    } else {
+        int64_t bytes = o->kv_cache_bytes > 0 ? o->kv_cache_bytes : QWI_DEFAULT_KV_BYTES;
+        n = bytes / (int64_t)per_block;
+        if (n > max_useful) n = max_useful;
+        if (n < 1)
+            return qwi_fail(QW_ERR_KV_CAPACITY, "KV cache of %lld bytes holds no block of %zu bytes",
+                            (long long)bytes, per_block);
+    }
+    if (n > INT32_MAX) n = INT32_MAX;
+    *num_blocks = (int32_t)n;
+    return QW_OK;
+}
+
+QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
+    if (!out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_create: out is NULL");
+    *out = NULL;
+    if (!o) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_create: options is NULL");
+    if (!o->model_path) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_create: QW_OPT_MODEL_PATH is not set");
+
+    qw_engine *e = calloc(1, sizeof *e);
+    if (!e) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_create: out of memory");
+    if (pthread_mutex_init(&e->inbox_mu, NULL) != 0) {
+        free(e);
+        return qwi_fail(QW_ERR_INTERNAL, "qw_engine_create: pthread_mutex_init failed");
+    }
+
+    qw_status st = qwi_model_load(o->model_path, &e->model);
+    if (st != QW_OK) goto fail;
+    const qwi_config *cfg = &e->model->cfg;
+    e->vocab_size = cfg->vocab_size;
+    e->max_model_len = o->max_model_len > 0 ? (int32_t)o->max_model_len : cfg->max_position_embeddings;
+    if (e->max_model_len > cfg->max_position_embeddings) {
+        st = qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_OPT_MAX_MODEL_LEN %d exceeds the model's max_position_embeddings %d",
+                      e->max_model_len, cfg->max_position_embeddings);
+        goto fail;
+    }
+    e->block_size = (int32_t)o->block_size;
+    e->max_num_seqs = (int32_t)o->max_num_seqs;
+    e->max_num_batched_tokens = (int32_t)o->max_num_batched_tokens;
+    e->chunked_prefill = o->enable_chunked_prefill != 0;
+    e->seed = (uint64_t)o->seed;
+
+    int32_t num_blocks = 0;
+    if ((st = size_kv_pool(e, o, &num_blocks)) != QW_OK) goto fail;
+    if ((st = qwi_kv_pool_init(&e->kv, num_blocks, e->block_size)) != QW_OK) goto fail;
+    if ((st = qwi_sched_init(&e->sched, &e->kv, e->max_num_seqs, e->max_num_batched_tokens,
+                             e->chunked_prefill)) != QW_OK)
+        goto fail;
+    if ((st = qwi_plan_buffers_init(&e->plan, e->max_num_batched_tokens, e->max_num_seqs,
+                                    QWI_DIV_UP(e->max_model_len, e->block_size), e->block_size,
+                                    e->vocab_size)) != QW_OK)
+        goto fail;
+    e->pending_cap = (size_t)e->max_num_seqs * 2 + 16;
+    e->pending = malloc(e->pending_cap * sizeof *e->pending);
+    if (!e->pending) {
+        st = qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_create: event queue");
+        goto fail;
+    }
+    if ((st = create_backend(e, o, num_blocks)) != QW_OK) goto fail;
+    *out = e;
+    return QW_OK;
+
+fail:
+    qw_engine_destroy(e);
+    return st;
+}
+
+/* Finish a request that the engine holds: take it out of the scheduler
+ * (freeing its blocks), publish the state, and queue the engine's reference
+ * to be dropped at the next step, after its events were delivered. */
+static void finish_request(qw_engine *e, qw_request *r, qw_finish_reason why) {
+    qwi_sched_remove(&e->sched, &r->seq);
+    atomic_store(&r->finish_reason, why);
+    atomic_store(&r->state, QW_STATE_FINISHED);
+    if (list_push(&e->finished, r) != QW_OK) {
+        /* Cannot defer: drop the reference now. Safe unless the host
+         * released its own reference and still reads this step's events. */
+        qwi_request_unref(r);
+    }
+}
+
+QW_API void qw_engine_destroy(qw_engine *e) {
+    if (!e) return;
+    /* Every request the engine still holds ends as cancelled. */
+    for (size_t i = 0; i < e->inbox.count; i++) {
+        qw_request *r = e->inbox.items[i];
+        atomic_store(&r->finish_reason, QW_FINISH_CANCELLED);
+        atomic_store(&r->state, QW_STATE_FINISHED);
+        qwi_request_unref(r);
+    }
+    for (size_t i = 0; i < e->cancels.count; i++) qwi_request_unref(e->cancels.items[i]);
+    while (e->sched.num_running > 0) {
+        qw_request *r = e->sched.running[0]->owner;
+        finish_request(e, r, QW_FINISH_CANCELLED);
+    }
+    while (e->sched.num_waiting > 0) {
+        qw_request *r = e->sched.waiting[e->sched.waiting_head]->owner;
+        finish_request(e, r, QW_FINISH_CANCELLED);
+    }
+    for (size_t i = 0; i < e->finished.count; i++) qwi_request_unref(e->finished.items[i]);
+    list_free(&e->inbox);
+    list_free(&e->cancels);
+    list_free(&e->finished);
+    if (e->backend) e->backend->ops->destroy(e->backend);
+    qwi_plan_buffers_destroy(&e->plan);
+    qwi_sched_destroy(&e->sched);
+    qwi_kv_pool_destroy(&e->kv);
+    qwi_model_free(e->model);
+    free(e->pending);
+    pthread_mutex_destroy(&e->inbox_mu);
+    free(e);
+}
+
+QW_API int32_t qw_engine_vocab_size(const qw_engine *e) { return e ? e->vocab_size : 0; }
+QW_API int32_t qw_engine_max_model_len(const qw_engine *e) { return e ? e->max_model_len : 0; }
+QW_API int32_t qw_engine_num_kv_blocks(const qw_engine *e) { return e ? e->kv.num_blocks : 0; }
+QW_API int32_t qw_engine_num_free_kv_blocks(const qw_engine *e) { return e ? e->kv.num_free : 0; }
+
+/* ---- submit / cancel ------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Validate a request against the engine's limits and build its engine-side
+ * state (token array, block table, banned list). On failure the request is
+ * as it was. Runs on the submitting thread; reads only immutable engine
+ * fields. */
+static qw_status prepare_request(qw_engine *e, qw_request *r) {
+    if (r->num_prompt <= 0)
+        return qwi_fail(QW_ERR_EMPTY_PROMPT, "qw_engine_submit: request %llu has no prompt tokens",
+                        (unsigned long long)r->id);
+    for (int32_t i = 0; i < r->num_prompt; i++) {
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->vocab_size)
+            return qwi_fail(QW_ERR_TOKEN_OUT_OF_RANGE,
+                            "qw_engine_submit: prompt token %d (at index %d) is outside the vocabulary [0, %d)",
+                            r->prompt[i], i, e->vocab_size);
+    }
+    for (int32_t i = 0; i < r->num_stop; i++) {
+        if (r->stop_tokens[i] < 0 || r->stop_tokens[i] >= e->vocab_size)
+            return qwi_fail(QW_ERR_TOKEN_OUT_OF_RANGE, "qw_engine_submit: stop token %d is outside the vocabulary [0, %d)",
+                            r->stop_tokens[i], e->vocab_size);
+    }
+    if (r->num_prompt >= e->max_model_len)
+        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %d tokens leaves no room to generate within the max model length %d",
+                        r->num_prompt, e->max_model_len);
+    int64_t max_gen = r->max_tokens > 0 ? r->max_tokens : (int64_t)e->max_model_len - r->num_prompt;
+    if ((int64_t)r->num_prompt + max_gen > e->max_model_len)
+        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt (%d) + max tokens (%lld) exceeds the max model length %d",
+                        r->num_prompt, (long long)max_gen, e->max_model_len);
+    if (!e->chunked_prefill && r->num_prompt > e->max_num_batched_tokens)
+        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %d tokens exceeds the step budget %d and chunked prefill is off",
+                        r->num_prompt, e->max_num_batched_tokens);
+    /* The last generated token is never written to the cache. */
+    int64_t kv_tokens = (int64_t)r->num_prompt + max_gen - 1;
+    int32_t need = qwi_kv_blocks_for(&e->kv, kv_tokens);
+    if (need > e->kv.num_blocks)
+        return qwi_fail(QW_ERR_KV_CAPACITY, "qw_engine_submit: request needs %d KV blocks (%lld tokens) but the pool has %d",
+                        need, (long long)kv_tokens, e->kv.num_blocks);
+
+    int32_t cap = r->num_prompt + (int32_t)max_gen;
+    int32_t *tokens = malloc((size_t)cap * sizeof *tokens);
+    int32_t nb = r->num_stop + (r->ignore_eos ? 0 : e->model->cfg.num_eos);
+    int32_t *banned = nb ? malloc((size_t)nb * sizeof *banned) : NULL;
+    qwi_block_table table;
+    qw_status st = qwi_block_table_init(&table, &e->kv, kv_tokens);
+    if (!tokens || (nb && !banned) || st != QW_OK) {
+        free(tokens);
+        free(banned);
+        if (st == QW_OK) qwi_block_table_destroy(&table);
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_submit: out of memory for a request of %d tokens", cap);
+    }
+    memcpy(tokens, r->prompt, (size_t)r->num_prompt * sizeof *tokens);
+    nb = 0;
+    for (int32_t i = 0; i < r->num_stop; i++) banned[nb++] = r->stop_tokens[i];
+    if (!r->ignore_eos)
+        for (int32_t i = 0; i < e->model->cfg.num_eos; i++) banned[nb++] = e->model->cfg.eos_token_ids[i];
+
+    free(r->seq.tokens);
+    qwi_block_table_destroy(&r->seq.table);
+    free(r->banned);
+    memset(&r->seq, 0, sizeof r->seq);
+    r->seq.tokens = tokens;
+    r->seq.num_tokens = r->num_prompt;
+    r->seq.num_prompt_tokens = r->num_prompt;
+    r->seq.capacity = cap;
+    r->seq.table = table;
+    r->seq.owner = r;
+    r->banned = banned;
+    r->num_banned = nb;
+    r->max_generated = (int32_t)max_gen;
+    r->sampling.temperature = (float)r->temperature;
+    r->sampling.top_k = r->top_k;
+    r->sampling.top_p = (float)r->top_p;
+    r->sampling.min_p = (float)r->min_p;
+    return QW_OK;
+}
+
+QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
+    if (!e || !r) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_submit: engine or request is NULL");
+    /* Claim the request first, so two threads submitting it at once cannot
+     * both build its state; a failed submit gives the claim back. */
+    bool expected = false;
+    if (!atomic_compare_exchange_strong(&r->submit_claimed, &expected, true))
+        return qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_submit: request %llu was already submitted",
+                        (unsigned long long)r->id);
+    qw_status st = prepare_request(e, r);
+    if (st != QW_OK) {
+        atomic_store(&r->submit_claimed, false);
+        return st;
+    }
+
+    pthread_mutex_lock(&e->inbox_mu);
+    st = list_push(&e->inbox, r);
+    if (st != QW_OK) {
+        pthread_mutex_unlock(&e->inbox_mu);
+        atomic_store(&r->submit_claimed, false);
+        return st;
+    }
+    atomic_store(&r->state, QW_STATE_QUEUED);
+    uint64_t n = e->num_submitted++;
+    r->seq.arrival = n;
+    r->sampling.seed = r->has_seed ? r->seed : mix64(e->seed ^ mix64(n));
+    r->engine = e;
+    qwi_request_ref(r);
+    pthread_mutex_unlock(&e->inbox_mu);
+    return QW_OK;
+}
+
+QW_API qw_status qw_engine_cancel(qw_engine *e, qw_request *r) {
+    if (!e || !r) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_cancel: engine or request is NULL");
+    pthread_mutex_lock(&e->inbox_mu);
+    qw_status st = QW_OK;
+    int state = atomic_load(&r->state);
+    if (state == QW_STATE_CREATED || r->engine != e) {
+        st = qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_cancel: request %llu was not submitted to this engine",
+                      (unsigned long long)r->id);
+    } else if (state == QW_STATE_FINISHED) {
+        st = qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_cancel: request %llu has already finished",
+                      (unsigned long long)r->id);
+    } else if ((st = list_push(&e->cancels, r)) == QW_OK) {
+        qwi_request_ref(r);  /* keeps r alive until the step applies it */
+    }
+    pthread_mutex_unlock(&e->inbox_mu);
+    return st;
+}
+
+/* ---- step --------------------------------------------------------------- */
+
+static void emit(qw_engine *e, qw_request *r, qw_event_kind kind, int32_t token, qw_finish_reason why) {
+    qw_event ev = {
+        .kind = (uint32_t)kind,
+        .finish_reason = (uint32_t)why,
+        .token = token,
+        .index = (uint32_t)(r->seq.num_tokens - r->seq.num_prompt_tokens - (token >= 0 ? 1 : 0)),
+        .request_id = r->id,
+        .request = r,
+        .user_data = r->user_data,
+    };
+    if (token < 0) ev.index = (uint32_t)(r->seq.num_tokens - r->seq.num_prompt_tokens);
+    /* An event that cannot be queued (out of memory) is lost; the request's
+     * state and tokens remain readable through the request handle. */
+    (void)event_push(e, &ev);
+}
+
+/* Move submissions into the scheduler and apply cancellations. */
+static void drain_inbox(qw_engine *e) {
+    pthread_mutex_lock(&e->inbox_mu);
+    qwi_req_list inbox = e->inbox, cancels = e->cancels;
+    memset(&e->inbox, 0, sizeof e->inbox);
+    memset(&e->cancels, 0, sizeof e->cancels);
+    pthread_mutex_unlock(&e->inbox_mu);
+
+    for (size_t i = 0; i < inbox.count; i++) {
+        qw_request *r = inbox.items[i];
+        if (qwi_sched_add(&e->sched, &r->seq) != QW_OK) {
+            r->seq.state = QWI_SEQ_NEW;
+            finish_request(e, r, QW_FINISH_ERROR);
+            emit(e, r, QW_EVENT_FINISHED, -1, QW_FINISH_ERROR);
+        }
+    }
+    for (size_t i = 0; i < cancels.count; i++) {
+        qw_request *r = cancels.items[i];
+        if (atomic_load(&r->state) != QW_STATE_FINISHED) {
+            finish_request(e, r, QW_FINISH_CANCELLED);
+            emit(e, r, QW_EVENT_FINISHED, -1, QW_FINISH_CANCELLED);
+        }
+        qwi_request_unref(r);
+    }
+    list_free(&inbox);
+    list_free(&cancels);
+}
+
+static bool is_in(int32_t tok, const int32_t *ids, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] == tok) return true;
+    return false;
+}
+
+/* Append a sampled token, emit its event and apply the stop conditions. */
+static void accept_token(qw_engine *e, qw_request *r, int32_t tok) {
+    qwi_seq *seq = &r->seq;
+    seq->tokens[seq->num_tokens++] = tok;
+    int32_t generated = seq->num_tokens - seq->num_prompt_tokens;
+    const qwi_config *cfg = &e->model->cfg;
+    qw_finish_reason why = QW_FINISH_NONE;
+    if ((!r->ignore_eos && is_in(tok, cfg->eos_token_ids, cfg->num_eos)) ||
+        is_in(tok, r->stop_tokens, r->num_stop))
+        why = QW_FINISH_STOP;
+    else if (generated >= r->max_generated || seq->num_tokens >= e->max_model_len)
+        why = QW_FINISH_LENGTH;
+    if (why != QW_FINISH_NONE) finish_request(e, r, why);
+    emit(e, r, QW_EVENT_TOKEN, tok, why);
+}
+
+QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t event_size, size_t *n_out) {
+    if (n_out) *n_out = 0;
+    if (!e || !n_out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_step: engine or n_out is NULL");
+    if (cap > 0 && !events) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_step: events is NULL with cap %zu", cap);
+    if (event_size < sizeof(qw_event))
+        return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_engine_step: event_size %zu is smaller than qw_event (%zu)",
+                        event_size, sizeof(qw_event));
+
+    /* Undelivered events first, and no new work until they are out: the
+     * requests they point to must stay alive, and the host sees events in
+     * order. */
+    if (e->pending_count > 0) {
+        *n_out = events_deliver(e, events, cap, event_size);
+        return QW_OK;
+    }
+    /* Every event of the finished requests was delivered by an earlier call:
+     * the engine's references can go. */
+    for (size_t i = 0; i < e->finished.count; i++) qwi_request_unref(e->finished.items[i]);
+    e->finished.count = 0;
+
+    drain_inbox(e);
+
+    qwi_sched_output so;
+    qwi_sched_schedule(&e->sched, &so);
+    qw_status st = QW_OK;
+    if (so.num_entries > 0) {
+        qwi_plan *plan = qwi_plan_build(&e->plan, &so);
+        for (int32_t i = 0; i < so.num_entries; i++) {
+            qw_request *r = so.entries[i].seq->owner;
+            qwi_sampling *sp = &e->plan.sampling[i];
+            *sp = r->sampling;
+            int32_t generated = r->seq.num_tokens - r->seq.num_prompt_tokens;
+            if (generated < r->min_tokens) {
+                sp->banned = r->banned;
+                sp->num_banned = r->num_banned;
+            } else {
+                sp->banned = NULL;
+                sp->num_banned = 0;
+            }
+            if (plan->do_sample[i] && r->logits_fn && qwi_plan_buffers_need_logits(&e->plan) == QW_OK) {
+                e->plan.want_logits[i] = 1;
+                plan->logits_out = e->plan.logits;
+            }
+        }
+        st = e->backend->ops->forward(e->backend, plan);
+        if (st != QW_OK) {
+            for (int32_t i = 0; i < so.num_entries; i++) {
+                qw_request *r = so.entries[i].seq->owner;
+                finish_request(e, r, QW_FINISH_ERROR);
+                emit(e, r, QW_EVENT_FINISHED, -1, QW_FINISH_ERROR);
+            }
+        } else {
+            qwi_sched_commit(&e->sched, &so);
+            for (int32_t i = 0; i < so.num_entries; i++) {
+                if (!plan->do_sample[i]) continue;
+                qw_request *r = so.entries[i].seq->owner;
+                if (e->plan.want_logits[i])
+                    r->logits_fn(r->logits_user, r, r->seq.num_tokens,
+                                 e->plan.logits + (size_t)i * (size_t)e->vocab_size, e->vocab_size);
+                if (atomic_load(&r->state) == QW_STATE_QUEUED) atomic_store(&r->state, QW_STATE_RUNNING);
+                accept_token(e, r, plan->sampled[i]);
+            }
+        }
+        for (int32_t i = 0; i < so.num_entries; i++) {
+            qw_request *r = so.entries[i].seq->owner;
+            if (atomic_load(&r->state) == QW_STATE_QUEUED) atomic_store(&r->state, QW_STATE_RUNNING);
+        }
+    }
+    /* Preempted requests are queued again. */
+    for (int32_t i = 0; i < e->sched.num_waiting; i++) {
+        qw_request *r = e->sched.waiting[(e->sched.waiting_head + i) % e->sched.waiting_cap]->owner;
+        if (atomic_load(&r->state) == QW_STATE_RUNNING) atomic_store(&r->state, QW_STATE_QUEUED);
+    }
+    *n_out = events_deliver(e, events, cap, event_size);
+    return st;
+}
+
+QW_API int qw_engine_has_work(qw_engine *e) {
+    if (!e) return 0;
+    if (e->pending_count > 0 || qwi_sched_has_work(&e->sched)) return 1;
+    pthread_mutex_lock(&e->inbox_mu);
+    int pending = e->inbox.count > 0 || e->cancels.count > 0;
+    pthread_mutex_unlock(&e->inbox_mu);
+    return pending;
+}

@@ -1,0 +1,55 @@
+/*
+ * engine.h - the internal layout of qw_engine.
+ *
+ * The engine owns the model, the backend, the KV pool bookkeeping, the
+ * scheduler, the plan buffers of one step and the event queue. Requests
+ * reach it through the inbox (the only state shared with other threads,
+ * under inbox_mu); everything else is touched by the step thread only.
+ */
+#ifndef QWI_ENGINE_H
+#define QWI_ENGINE_H
+
+#include <pthread.h>
+
+#include "backend.h"
+#include "kv.h"
+#include "model.h"
+#include "plan.h"
+#include "request.h"
+#include "scheduler.h"
+
+/* A growable array of request pointers. */
+typedef struct qwi_req_list {
+    qw_request **items;
+    size_t count, capacity;
+} qwi_req_list;
+
+struct qw_engine {
+    qwi_model *model;
+    qwi_backend *backend;
+    qwi_kv_pool kv;
+    qwi_sched sched;
+
+    /* resolved limits (immutable after create; read by submit threads) */
+    int32_t vocab_size;
+    int32_t max_model_len;
+    int32_t block_size;
+    int32_t max_num_seqs;
+    int32_t max_num_batched_tokens;
+    bool chunked_prefill;
+    uint64_t seed;
+
+    /* shared with submitting threads */
+    pthread_mutex_t inbox_mu;
+    qwi_req_list inbox;          /* submitted, not yet seen by a step     */
+    qwi_req_list cancels;        /* each holds a reference                */
+    uint64_t num_submitted;      /* under inbox_mu: seeds and arrival      */
+
+    /* step thread only */
+    qwi_plan_buffers plan;
+    qwi_req_list finished;       /* engine refs to drop at the next step  */
+    qw_event *pending;           /* ring of undelivered events            */
+    size_t pending_head, pending_count, pending_cap;
+};
+
+#endif

@@ -1,0 +1,362 @@
+/*
+ * model.c - Qwen3/Qwen2 config parsing and the weight layout it implies
+ * (see model.h). Names and shapes follow the Hugging Face checkpoints.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "model.h"
+
+/* Load a JSON object from <dir>/<name>. Missing file -> QW_ERR_IO (or, when
+ * optional, QW_OK with *out NULL); bad JSON or not an object -> FORMAT. */
+static qw_status qwi_json_load_obj(const char *dir, const char *name, bool optional,
+                                   char *path, size_t path_cap, json_t **out) {
+    *out = NULL;
+    snprintf(path, path_cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (optional && errno == ENOENT) return QW_OK;
+        return qwi_fail(QW_ERR_IO, "open %s: %s", path, strerror(errno));
+    }
+    json_error_t jerr;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!root)
+        return qwi_fail(QW_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", path, jerr.text,
+                        jerr.line);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return qwi_fail(QW_ERR_FORMAT, "%s: top level is not a JSON object", path);
+    }
+    *out = root;
+    return QW_OK;
+}
+
+/* HF writes optional keys as null as often as it omits them. */
+static json_t *qwi_json_opt(json_t *obj, const char *key) {
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* An integer in [lo, hi]: required (missing -> FORMAT) unless def is given. */
+static qw_status qwi_cfg_int(json_t *obj, const char *path, const char *key, bool required,
+                             int32_t def, int64_t lo, int64_t hi, int32_t *out) {
+    json_t *v = required ? json_object_get(obj, key) : qwi_json_opt(obj, key);
+    if (!v) {
+        if (required) return qwi_fail(QW_ERR_FORMAT, "%s: required key \"%s\" missing", path, key);
+        *out = def;
+        return QW_OK;
+    }
+    if (!json_is_integer(v))
+        return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" must be an integer", path, key);
+    json_int_t n = json_integer_value(v);
+    if (n < lo || n > hi)
+        return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" = %lld out of range [%lld, %lld]", path, key,
+                        (long long)n, (long long)lo, (long long)hi);
+    *out = (int32_t)n;
+    return QW_OK;
+}
+
+/* A finite number > 0 (integer or real). */
+static qw_status qwi_cfg_pos_real(json_t *obj, const char *path, const char *key, bool required,
+                                  double def, double *out) {
+    json_t *v = required ? json_object_get(obj, key) : qwi_json_opt(obj, key);
+    if (!v) {
+        if (required) return qwi_fail(QW_ERR_FORMAT, "%s: required key \"%s\" missing", path, key);
+        *out = def;
+        return QW_OK;
+    }
+    if (!json_is_number(v))
+        return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" must be a number", path, key);
+    double d = json_number_value(v);
+    if (!isfinite(d) || d <= 0)
+        return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" = %g must be a positive finite number", path,
+                        key, d);
+    *out = d;
+    return QW_OK;
+}
+
+static qw_status qwi_cfg_bool(json_t *obj, const char *path, const char *key, bool def,
+                              bool *out) {
+    json_t *v = qwi_json_opt(obj, key);
+    if (!v) {
+        *out = def;
+        return QW_OK;
+    }
+    if (!json_is_boolean(v))
+        return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" must be true or false", path, key);
+    *out = json_is_true(v);
+    return QW_OK;
+}
+
+/* Merge an eos_token_id value (int, array of ints, or absent) into cfg,
+ * dropping duplicates: config.json and generation_config.json usually
+ * overlap. */
+static qw_status qwi_cfg_add_eos(qwi_config *cfg, json_t *obj, const char *path) {
+    json_t *v = qwi_json_opt(obj, "eos_token_id");
+    if (!v) return QW_OK;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_array(v) && !json_is_integer(v))
+        return qwi_fail(QW_ERR_FORMAT, "%s: \"eos_token_id\" must be an integer or an array of "
+                        "integers", path);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(e))
+            return qwi_fail(QW_ERR_FORMAT, "%s: \"eos_token_id\" must be an integer or an array "
+                            "of integers", path);
+        json_int_t id = json_integer_value(e);
+        if (id < 0 || id >= cfg->vocab_size)
+            return qwi_fail(QW_ERR_FORMAT, "%s: eos_token_id %lld outside the vocabulary (%d)",
+                            path, (long long)id, cfg->vocab_size);
+        bool dup = false;
+        for (int32_t k = 0; k < cfg->num_eos; k++) dup = dup || cfg->eos_token_ids[k] == id;
+        if (dup) continue;
+        if (cfg->num_eos == QWI_MAX_EOS)
+            return qwi_fail(QW_ERR_UNSUPPORTED, "%s: more than %d distinct eos_token_id values",
+                            path, QWI_MAX_EOS);
+        cfg->eos_token_ids[cfg->num_eos++] = (int32_t)id;
+    }
+    return QW_OK;
+}
+
+static qw_status qwi_cfg_bos(qwi_config *cfg, json_t *obj, const char *path) {
+    int32_t bos;
+    qw_status st = qwi_cfg_int(obj, path, "bos_token_id", false, -1, 0, cfg->vocab_size - 1, &bos);
+    if (st == QW_OK && bos >= 0) cfg->bos_token_id = bos;
+    return st;
+}
+
+/* Which model class: architectures[0], else model_type for hand-made
+ * configs that only carry that. */
+static qw_status qwi_cfg_arch(json_t *root, const char *path, bool *is_qwen3) {
+    json_t *arch = qwi_json_opt(root, "architectures");
+    const char *name = NULL;
+    if (arch) {
+        if (!json_is_array(arch) || json_array_size(arch) == 0 ||
+            !json_is_string(json_array_get(arch, 0)))
+            return qwi_fail(QW_ERR_FORMAT, "%s: \"architectures\" must be a non-empty array of "
+                            "strings", path);
+        name = json_string_value(json_array_get(arch, 0));
+        if (strcmp(name, "Qwen3ForCausalLM") == 0) { *is_qwen3 = true; return QW_OK; }
+        if (strcmp(name, "Qwen2ForCausalLM") == 0) { *is_qwen3 = false; return QW_OK; }
+        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: architecture %s is not supported (Qwen3ForCausalLM "
+                        "and Qwen2ForCausalLM are)", path, name);
+    }
+    json_t *mt = qwi_json_opt(root, "model_type");
+    if (!mt)
+        return qwi_fail(QW_ERR_FORMAT, "%s: required key \"architectures\" missing", path);
+    if (!json_is_string(mt))
+        return qwi_fail(QW_ERR_FORMAT, "%s: \"model_type\" must be a string", path);
+    name = json_string_value(mt);
+    if (strcmp(name, "qwen3") == 0) { *is_qwen3 = true; return QW_OK; }
+    if (strcmp(name, "qwen2") == 0) { *is_qwen3 = false; return QW_OK; }
+    return qwi_fail(QW_ERR_UNSUPPORTED, "%s: model_type %s is not supported", path, name);
+}
+
+/* Refuse features we would otherwise silently compute wrong. */
+static qw_status qwi_cfg_unsupported(json_t *root, const char *path) {
+    json_t *rs = qwi_json_opt(root, "rope_scaling");
+    if (rs) {
+        if (!json_is_object(rs))
+            return qwi_fail(QW_ERR_FORMAT, "%s: \"rope_scaling\" must be an object or null", path);
+        json_t *t = json_object_get(rs, "rope_type");
+        if (!t) t = json_object_get(rs, "type");
+        const char *ts = json_is_string(t) ? json_string_value(t) : NULL;
+        if (!ts || strcmp(ts, "default") != 0)
+            return qwi_fail(QW_ERR_UNSUPPORTED, "%s: rope_scaling type %s is not supported (no "
+                            "YaRN/linear/dynamic RoPE scaling yet)", path, ts ? ts : "(none)");
+    }
+    bool sw = false;
+    qw_status st = qwi_cfg_bool(root, path, "use_sliding_window", false, &sw);
+    if (st != QW_OK) return st;
+    if (sw)
+        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: use_sliding_window=true is not supported", path);
+    return QW_OK;
+}
+
+static qw_status qwi_cfg_parse(json_t *root, const char *path, qwi_config *c) {
+    bool q3 = false;
+    qw_status st = qwi_cfg_arch(root, path, &q3);
+    if (st != QW_OK) return st;
+    c->qk_norm = q3;
+    c->bos_token_id = -1;
+    if ((st = qwi_cfg_unsupported(root, path)) != QW_OK) return st;
+
+    const int64_t big = INT32_MAX;
+    if ((st = qwi_cfg_int(root, path, "vocab_size", true, 0, 1, big, &c->vocab_size)) ||
+        (st = qwi_cfg_int(root, path, "hidden_size", true, 0, 1, big, &c->hidden_size)) ||
+        (st = qwi_cfg_int(root, path, "intermediate_size", true, 0, 1, big,
+                          &c->intermediate_size)) ||
+        (st = qwi_cfg_int(root, path, "num_hidden_layers", true, 0, 1, big, &c->num_layers)) ||
+        (st = qwi_cfg_int(root, path, "num_attention_heads", true, 0, 1, big, &c->num_heads)) ||
+        (st = qwi_cfg_pos_real(root, path, "rms_norm_eps", true, 0, &c->rms_norm_eps)))
+        return st;
+    if ((st = qwi_cfg_int(root, path, "num_key_value_heads", false, c->num_heads, 1, big,
+                          &c->num_kv_heads)))
+        return st;
+    if (!qwi_json_opt(root, "head_dim") && c->hidden_size % c->num_heads != 0)
+        return qwi_fail(QW_ERR_FORMAT, "%s: hidden_size %d is not a multiple of "
+                        "num_attention_heads %d and head_dim is not given", path,
+                        c->hidden_size, c->num_heads);
+    if ((st = qwi_cfg_int(root, path, "head_dim", false, c->hidden_size / c->num_heads, 1, big,
+                          &c->head_dim)) ||
+        (st = qwi_cfg_int(root, path, "max_position_embeddings", false, 32768, 1, big,
+                          &c->max_position_embeddings)) ||
+        (st = qwi_cfg_pos_real(root, path, "rope_theta", false, q3 ? 1000000.0 : 10000.0,
+                               &c->rope_theta)) ||
+        (st = qwi_cfg_bool(root, path, "tie_word_embeddings", false, &c->tie_word_embeddings)))
+        return st;
+    if (q3) {
+        if ((st = qwi_cfg_bool(root, path, "attention_bias", false, &c->qkv_bias))) return st;
+    } else {
+        c->qkv_bias = true; /* Qwen2/2.5 always have q/k/v biases */
+    }
+    if (c->num_heads % c->num_kv_heads != 0)
+        return qwi_fail(QW_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of "
+                        "num_key_value_heads %d", path, c->num_heads, c->num_kv_heads);
+    if (c->head_dim % 2 != 0)
+        return qwi_fail(QW_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", path, c->head_dim);
+    if ((int64_t)c->num_heads * c->head_dim > INT32_MAX)
+        return qwi_fail(QW_ERR_FORMAT, "%s: num_attention_heads * head_dim overflows", path);
+    if ((st = qwi_cfg_bos(c, root, path)) || (st = qwi_cfg_add_eos(c, root, path))) return st;
+    return QW_OK;
+}
+
+/* Parse <dir>/config.json (+ optional generation_config.json). On success
+ * fills *cfg; on failure *cfg is unchanged and the message names file and key. */
+qw_status qwi_config_load(const char *dir, qwi_config *cfg) {
+    size_t cap = strlen(dir) + 32;
+    char *path = malloc(cap);
+    if (!path) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "config: out of memory");
+    qwi_config c;
+    memset(&c, 0, sizeof c);
+    json_t *root = NULL;
+    qw_status st = qwi_json_load_obj(dir, "config.json", false, path, cap, &root);
+    if (st == QW_OK) st = qwi_cfg_parse(root, path, &c);
+    json_decref(root);
+    root = NULL;
+    if (st == QW_OK) st = qwi_json_load_obj(dir, "generation_config.json", true, path, cap, &root);
+    if (st == QW_OK && root) {
+        st = qwi_cfg_add_eos(&c, root, path);
+        if (st == QW_OK && c.bos_token_id < 0) st = qwi_cfg_bos(&c, root, path);
+    }
+    json_decref(root);
+    free(path);
+    if (st == QW_OK) *cfg = c;
+    return st;
+}
+
+static void qwi_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* Copy tensor `name` into *dst after checking its shape is exactly
+ * [d0] (d1 < 0) or [d0, d1]. */
+static qw_status qwi_get(const qwi_model *m, const char *dir, const char *name, int64_t d0,
+                         int64_t d1, qwi_tensor *dst) {
+    const qwi_tensor *t = qwi_st_find(m->weights, name);
+    if (!t) return qwi_fail(QW_ERR_FORMAT, "model %s: tensor %s missing", dir, name);
+    int64_t want[2] = {d0, d1};
+    int wnd = d1 < 0 ? 1 : 2;
+    bool ok = t->ndim == wnd && t->shape[0] == d0 && (wnd == 1 || t->shape[1] == d1);
+    if (!ok) {
+        char a[96], e[64];
+        qwi_shape_str(a, sizeof a, t->ndim, t->shape);
+        qwi_shape_str(e, sizeof e, wnd, want);
+        return qwi_fail(QW_ERR_FORMAT, "%s: tensor %s has shape %s, expected %s", t->file, name,
+                        a, e);
+    }
+    *dst = *t;
+    return QW_OK;
+}
+
+static qw_status qwi_load_layer(qwi_model *m, const char *dir, int i) {
+    const qwi_config *c = &m->cfg;
+    qwi_layer *L = &m->layers[i];
+    int64_t h = c->hidden_size, q = (int64_t)c->num_heads * c->head_dim;
+    int64_t kv = (int64_t)c->num_kv_heads * c->head_dim, im = c->intermediate_size;
+    char n[128];
+    qw_status st;
+#define QWI_GET(field, suffix, d0, d1)                                             \
+    do {                                                                           \
+        snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix);                    \
+        if ((st = qwi_get(m, dir, n, d0, d1, &L->field)) != QW_OK) return st;      \
+    } while (0)
+    QWI_GET(input_norm, "input_layernorm.weight", h, -1);
+    QWI_GET(q_proj, "self_attn.q_proj.weight", q, h);
+    QWI_GET(k_proj, "self_attn.k_proj.weight", kv, h);
+    QWI_GET(v_proj, "self_attn.v_proj.weight", kv, h);
+    QWI_GET(o_proj, "self_attn.o_proj.weight", h, q);
+    if (c->qkv_bias) {
+        QWI_GET(q_bias, "self_attn.q_proj.bias", q, -1);
+        QWI_GET(k_bias, "self_attn.k_proj.bias", kv, -1);
+        QWI_GET(v_bias, "self_attn.v_proj.bias", kv, -1);
+    }
+    if (c->qk_norm) {
+        QWI_GET(q_norm, "self_attn.q_norm.weight", c->head_dim, -1);
+        QWI_GET(k_norm, "self_attn.k_norm.weight", c->head_dim, -1);
+    }
+    QWI_GET(post_norm, "post_attention_layernorm.weight", h, -1);
+    QWI_GET(gate_proj, "mlp.gate_proj.weight", im, h);
+    QWI_GET(up_proj, "mlp.up_proj.weight", im, h);
+    QWI_GET(down_proj, "mlp.down_proj.weight", h, im);
+#undef QWI_GET
+    return QW_OK;
+}
+
+/* Load config and weights of <dir>. On success *out is the caller's (free
+ * with qwi_model_free); on failure *out is NULL and nothing stays mapped. */
+qw_status qwi_model_load(const char *dir, qwi_model **out) {
+    *out = NULL;
+    qwi_model *m = calloc(1, sizeof *m);
+    if (!m) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "model: out of memory");
+    qw_status st = qwi_config_load(dir, &m->cfg);
+    if (st != QW_OK) goto fail;
+    st = qwi_st_open_dir(dir, &m->weights);
+    if (st != QW_OK) goto fail;
+    m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
+    if (!m->layers) {
+        st = qwi_fail(QW_ERR_OUT_OF_MEMORY, "model %s: out of memory for %d layers", dir,
+                      m->cfg.num_layers);
+        goto fail;
+    }
+    int64_t v = m->cfg.vocab_size, h = m->cfg.hidden_size;
+    if ((st = qwi_get(m, dir, "model.embed_tokens.weight", v, h, &m->embed)) ||
+        (st = qwi_get(m, dir, "model.norm.weight", h, -1, &m->final_norm)))
+        goto fail;
+    /* Some tied checkpoints still ship lm_head.weight; prefer what is shipped. */
+    if (qwi_st_find(m->weights, "lm_head.weight") || !m->cfg.tie_word_embeddings) {
+        st = qwi_get(m, dir, "lm_head.weight", v, h, &m->lm_head);
+        if (st != QW_OK) {
+            if (!qwi_st_find(m->weights, "lm_head.weight"))
+                qwi_fail(st, "model %s: tensor lm_head.weight missing (tie_word_embeddings is "
+                         "false)", dir);
+            goto fail;
+        }
+    } else {
+        m->lm_head = m->embed;
+    }
+    for (int i = 0; i < m->cfg.num_layers; i++)
+        if ((st = qwi_load_layer(m, dir, i)) != QW_OK) goto fail;
+    *out = m;
+    return QW_OK;
+fail:
+    qwi_model_free(m);
+    return st;
+}
+
+/* Free the layer table and unmap the weights; NULL is a no-op. */
+void qwi_model_free(qwi_model *model) {
+    if (!model) return;
+    qwi_st_close(model->weights);
+    free(model->layers);
+    free(model);
+}

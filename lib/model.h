@@ -1,0 +1,76 @@
+/*
+ * model.h - Qwen3 (and Qwen2/2.5) model description: the config read from
+ * config.json/generation_config.json and the weight layout it implies.
+ *
+ * Owns: the safetensors set the weights point into.
+ */
+#ifndef QWI_MODEL_H
+#define QWI_MODEL_H
+
+#include "common.h"
+#include "safetensors.h"
+
+#define QWI_MAX_EOS 8
+
+typedef struct qwi_config {
+    int32_t vocab_size;
+    int32_t hidden_size;
+    int32_t intermediate_size;
+    int32_t num_layers;
+    int32_t num_heads;
+    int32_t num_kv_heads;
+    int32_t head_dim;
+    int32_t max_position_embeddings;
+    double rope_theta;
+    double rms_norm_eps;
+    bool tie_word_embeddings;
+    bool qk_norm;          /* Qwen3: per-head RMSNorm of q and k before RoPE */
+    bool qkv_bias;         /* Qwen2/2.5: bias on q, k, v projections          */
+    int32_t num_eos;       /* from config.json and generation_config.json      */
+    int32_t eos_token_ids[QWI_MAX_EOS];
+    int32_t bos_token_id;  /* -1 when absent                                   */
+} qwi_config;
+
+/* Weights of one decoder layer. Linear weights are [out, in] row-major as in
+ * Hugging Face. Bias tensors have data == NULL when the model has none. */
+typedef struct qwi_layer {
+    qwi_tensor input_norm;   /* [hidden]                         */
+    qwi_tensor q_proj;       /* [heads*head_dim, hidden]         */
+    qwi_tensor k_proj;       /* [kv_heads*head_dim, hidden]      */
+    qwi_tensor v_proj;       /* [kv_heads*head_dim, hidden]      */
+    qwi_tensor q_bias, k_bias, v_bias; /* [out] or empty         */
+    qwi_tensor q_norm;       /* [head_dim] or empty              */
+    qwi_tensor k_norm;       /* [head_dim] or empty              */
+    qwi_tensor o_proj;       /* [hidden, heads*head_dim]         */
+    qwi_tensor post_norm;    /* [hidden]                         */
+    qwi_tensor gate_proj;    /* [intermediate, hidden]           */
+    qwi_tensor up_proj;      /* [intermediate, hidden]           */
+    qwi_tensor down_proj;    /* [hidden, intermediate]           */
+} qwi_layer;
+
+typedef struct qwi_model {
+    qwi_config cfg;
+    qwi_tensor embed;        /* [vocab, hidden]                  */
+    qwi_tensor final_norm;   /* [hidden]                         */
+    qwi_tensor lm_head;      /* [vocab, hidden]; == embed if tied */
+    qwi_layer *layers;       /* cfg.num_layers entries           */
+    qwi_st_set *weights;
+} qwi_model;
+
+/* Parse <dir>/config.json (and generation_config.json if present) into cfg.
+ * Required keys missing or of the wrong type -> QW_ERR_FORMAT naming the key;
+ * architectures other than Qwen3ForCausalLM/Qwen2ForCausalLM ->
+ * QW_ERR_UNSUPPORTED. */
+qw_status qwi_config_load(const char *dir, qwi_config *cfg);
+
+/* Load config and map weights, checking that every expected tensor is present
+ * with the shape the config implies (messages name file and tensor). A tied
+ * model that also ships lm_head.weight loads (the shipped tensor is used).
+ * On success *out is owned by the caller; on failure *out is NULL and
+ * nothing leaks. */
+qw_status qwi_model_load(const char *dir, qwi_model **out);
+
+/* Free a model and unmap its weights. NULL is a no-op. */
+void qwi_model_free(qwi_model *model);
+
+#endif

@@ -1,0 +1,102 @@
+/*
+ * options.c - qw_engine_options: defaults, typed setters, range checks.
+ * Ranges are checked here so qw_engine_create only has to check what
+ * depends on the model (e.g. max model length against the config).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+
+QW_API qw_status qw_engine_options_create(qw_engine_options **out) {
+    if (!out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_create: out is NULL");
+    *out = NULL;
+    qw_engine_options *o = calloc(1, sizeof *o);
+    if (!o) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_options_create: out of memory");
+    o->device = strdup("cpu");
+    if (!o->device) {
+        free(o);
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_options_create: out of memory");
+    }
+    o->max_num_seqs = QWI_DEFAULT_MAX_NUM_SEQS;
+    o->max_num_batched_tokens = QWI_DEFAULT_MAX_BATCHED_TOKENS;
+    o->block_size = QWI_DEFAULT_BLOCK_SIZE;
+    o->enable_chunked_prefill = 1;
+    *out = o;
+    return QW_OK;
+}
+
+QW_API void qw_engine_options_destroy(qw_engine_options *opts) {
+    if (!opts) return;
+    free(opts->model_path);
+    free(opts->device);
+    free(opts);
+}
+
+/* Check v against [lo, hi] for the option called name. */
+static qw_status in_range(const char *name, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s must be in [%lld, %lld], got %lld", name,
+                        (long long)lo, (long long)hi, (long long)v);
+    return QW_OK;
+}
+
+QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_option key, int64_t v) {
+    if (!o) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_int: options is NULL");
+    qw_status st;
+    switch (key) {
+    case QW_OPT_NUM_THREADS:
+        if ((st = in_range("QW_OPT_NUM_THREADS", v, 0, 1024)) == QW_OK) o->num_threads = v;
+        return st;
+    case QW_OPT_MAX_NUM_SEQS:
+        if ((st = in_range("QW_OPT_MAX_NUM_SEQS", v, 1, 65536)) == QW_OK) o->max_num_seqs = v;
+        return st;
+    case QW_OPT_MAX_NUM_BATCHED_TOKENS:
+        if ((st = in_range("QW_OPT_MAX_NUM_BATCHED_TOKENS", v, 1, 1 << 24)) == QW_OK)
+            o->max_num_batched_tokens = v;
+        return st;
+    case QW_OPT_BLOCK_SIZE:
+        if ((st = in_range("QW_OPT_BLOCK_SIZE", v, 1, 1024)) == QW_OK) o->block_size = v;
+        return st;
+    case QW_OPT_KV_CACHE_BYTES:
+        if ((st = in_range("QW_OPT_KV_CACHE_BYTES", v, 0, INT64_MAX)) == QW_OK) o->kv_cache_bytes = v;
+        return st;
+    case QW_OPT_NUM_KV_BLOCKS:
+        if ((st = in_range("QW_OPT_NUM_KV_BLOCKS", v, 0, INT32_MAX)) == QW_OK) o->num_kv_blocks = v;
+        return st;
+    case QW_OPT_MAX_MODEL_LEN:
+        if ((st = in_range("QW_OPT_MAX_MODEL_LEN", v, 0, 1 << 24)) == QW_OK) o->max_model_len = v;
+        return st;
+    case QW_OPT_SEED:
+        o->seed = v;
+        return QW_OK;
+    case QW_OPT_ENABLE_CHUNKED_PREFILL:
+        if ((st = in_range("QW_OPT_ENABLE_CHUNKED_PREFILL", v, 0, 1)) == QW_OK)
+            o->enable_chunked_prefill = v;
+        return st;
+    case QW_OPT_MODEL_PATH:
+    case QW_OPT_DEVICE:
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT,
+                        "engine option %d is a string: use qw_engine_options_set_string", (int)key);
+    }
+    return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_int: unknown option %d", (int)key);
+}
+
+QW_API qw_status qw_engine_options_set_string(qw_engine_options *o, qw_engine_option key,
+                                              const char *v) {
+    if (!o || !v)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_string: options or value is NULL");
+    char **slot;
+    switch (key) {
+    case QW_OPT_MODEL_PATH: slot = &o->model_path; break;
+    case QW_OPT_DEVICE: slot = &o->device; break;
+    default:
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT,
+                        "engine option %d is not a string option (use qw_engine_options_set_int)", (int)key);
+    }
+    char *copy = strdup(v);
+    if (!copy) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_options_set_string: out of memory");
+    free(*slot);
+    *slot = copy;
+    return QW_OK;
+}

@@ -1,0 +1,28 @@
+/*
+ * options.h - the internal layout of qw_engine_options.
+ */
+#ifndef QWI_OPTIONS_H
+#define QWI_OPTIONS_H
+
+#include "common.h"
+
+struct qw_engine_options {
+    char *model_path;
+    char *device;
+    int64_t num_threads;
+    int64_t max_num_seqs;
+    int64_t max_num_batched_tokens;
+    int64_t block_size;
+    int64_t kv_cache_bytes;
+    int64_t num_kv_blocks;
+    int64_t max_model_len;
+    int64_t seed;
+    int64_t enable_chunked_prefill;
+};
+
+#define QWI_DEFAULT_MAX_NUM_SEQS 256
+#define QWI_DEFAULT_MAX_BATCHED_TOKENS 2048
+#define QWI_DEFAULT_BLOCK_SIZE 16
+#define QWI_DEFAULT_KV_BYTES ((int64_t)1 << 30)
+
+#endif

@@ -1,0 +1,192 @@
+/*
+ * request.c - qw_request: creation, options, reading results, references.
+ * What happens to a request inside the engine is in engine.c.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "request.h"
+
+static atomic_uint_fast64_t next_request_id = 1;
+
+QW_API qw_status qw_request_create(qw_request **out) {
+    if (!out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_create: out is NULL");
+    *out = NULL;
+    qw_request *r = calloc(1, sizeof *r);
+    if (!r) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_request_create: out of memory");
+    atomic_init(&r->refcount, 1);
+    atomic_init(&r->state, QW_STATE_CREATED);
+    atomic_init(&r->finish_reason, QW_FINISH_NONE);
+    atomic_init(&r->caller_released, false);
+    atomic_init(&r->submit_claimed, false);
+    r->id = atomic_fetch_add(&next_request_id, 1);
+    r->max_tokens = -1;
+    r->temperature = 1.0;
+    r->top_p = 1.0;
+    r->min_p = 0.0;
+    *out = r;
+    return QW_OK;
+}
+
+void qwi_request_ref(qw_request *req) { atomic_fetch_add(&req->refcount, 1); }
+
+void qwi_request_unref(qw_request *req) {
+    if (atomic_fetch_sub(&req->refcount, 1) != 1) return;
+    free(req->prompt);
+    free(req->stop_tokens);
+    free(req->banned);
+    free(req->seq.tokens);
+    qwi_block_table_destroy(&req->seq.table);
+    free(req);
+}
+
+QW_API qw_status qw_request_release(qw_request *req) {
+    if (!req) return QW_OK;
+    bool expected = false;
+    if (!atomic_compare_exchange_strong(&req->caller_released, &expected, true))
+        return qwi_fail(QW_ERR_INVALID_STATE, "qw_request_release: request %llu released twice",
+                        (unsigned long long)req->id);
+    qwi_request_unref(req);
+    return QW_OK;
+}
+
+/* Options may change only before submission: after it, the engine reads
+ * them from the step thread without locks. */
+static qw_status check_mutable(const qw_request *req, const char *fn) {
+    if (!req) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s: request is NULL", fn);
+    if (atomic_load(&((qw_request *)req)->submit_claimed))
+        return qwi_fail(QW_ERR_INVALID_STATE, "%s: request %llu is already submitted", fn,
+                        (unsigned long long)req->id);
+    return QW_OK;
+}
+
+/* Copy n ids into a fresh array (NULL when n == 0). */
+static qw_status copy_ids(const int32_t *ids, size_t n, int32_t **dst, int32_t *dst_n,
+                          const char *fn) {
+    if (n > 0 && !ids) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s: ids is NULL with n = %zu", fn, n);
+    if (n > INT32_MAX / 2) return qwi_fail(QW_ERR_TOO_LONG, "%s: %zu ids is too many", fn, n);
+    int32_t *copy = NULL;
+    if (n > 0) {
+        copy = malloc(n * sizeof *copy);
+        if (!copy) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "%s: cannot copy %zu ids", fn, n);
+        memcpy(copy, ids, n * sizeof *copy);
+    }
+    free(*dst);
+    *dst = copy;
+    *dst_n = (int32_t)n;
+    return QW_OK;
+}
+
+QW_API qw_status qw_request_set_prompt(qw_request *req, const int32_t *ids, size_t n) {
+    qw_status st = check_mutable(req, "qw_request_set_prompt");
+    if (st != QW_OK) return st;
+    return copy_ids(ids, n, &req->prompt, &req->num_prompt, "qw_request_set_prompt");
+}
+
+QW_API qw_status qw_request_set_stop_tokens(qw_request *req, const int32_t *ids, size_t n) {
+    qw_status st = check_mutable(req, "qw_request_set_stop_tokens");
+    if (st != QW_OK) return st;
+    return copy_ids(ids, n, &req->stop_tokens, &req->num_stop, "qw_request_set_stop_tokens");
+}
+
+QW_API qw_status qw_request_set_int(qw_request *req, qw_request_option key, int64_t v) {
+    qw_status st = check_mutable(req, "qw_request_set_int");
+    if (st != QW_OK) return st;
+    switch (key) {
+    case QW_REQ_MAX_TOKENS:
+        if (v < 1 || v > INT32_MAX / 2)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_MAX_TOKENS must be >= 1, got %lld", (long long)v);
+        req->max_tokens = v;
+        return QW_OK;
+    case QW_REQ_MIN_TOKENS:
+        if (v < 0 || v > INT32_MAX / 2)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_MIN_TOKENS must be >= 0, got %lld", (long long)v);
+        req->min_tokens = v;
+        return QW_OK;
+    case QW_REQ_TOP_K:
+        if (v < -1 || v > INT32_MAX)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_TOP_K must be -1, 0 or positive, got %lld", (long long)v);
+        req->top_k = v < 0 ? 0 : (int32_t)v;
+        return QW_OK;
+    case QW_REQ_SEED:
+        req->has_seed = true;
+        req->seed = (uint64_t)v;
+        return QW_OK;
+    case QW_REQ_IGNORE_EOS:
+        if (v != 0 && v != 1)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_IGNORE_EOS must be 0 or 1, got %lld", (long long)v);
+        req->ignore_eos = v == 1;
+        return QW_OK;
+    case QW_REQ_TEMPERATURE:
+    case QW_REQ_TOP_P:
+    case QW_REQ_MIN_P:
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "request option %d is a double: use qw_request_set_double", (int)key);
+    }
+    return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_int: unknown option %d", (int)key);
+}
+
+QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, double v) {
+    qw_status st = check_mutable(req, "qw_request_set_double");
+    if (st != QW_OK) return st;
+    if (isnan(v)) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "request option %d: NaN", (int)key);
+    switch (key) {
+    case QW_REQ_TEMPERATURE:
+        if (v < 0 || isinf(v))
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_TEMPERATURE must be finite and >= 0, got %g", v);
+        req->temperature = v;
+        return QW_OK;
+    case QW_REQ_TOP_P:
+        if (!(v > 0 && v <= 1))
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_TOP_P must be in (0, 1], got %g", v);
+        req->top_p = v;
+        return QW_OK;
+    case QW_REQ_MIN_P:
+        if (!(v >= 0 && v <= 1))
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_MIN_P must be in [0, 1], got %g", v);
+        req->min_p = v;
+        return QW_OK;
+    default:
+        break;
+    }
+    return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_double: option %d is not a double option", (int)key);
+}
+
+QW_API qw_status qw_request_set_user_data(qw_request *req, void *user_data) {
+    if (!req) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_user_data: request is NULL");
+    req->user_data = user_data;
+    return QW_OK;
+}
+
+QW_API void *qw_request_get_user_data(const qw_request *req) { return req ? req->user_data : NULL; }
+
+QW_API qw_status qw_request_set_logits_callback(qw_request *req, qw_logits_fn fn, void *user_data) {
+    qw_status st = check_mutable(req, "qw_request_set_logits_callback");
+    if (st != QW_OK) return st;
+    req->logits_fn = fn;
+    req->logits_user = user_data;
+    return QW_OK;
+}
+
+QW_API uint64_t qw_request_get_id(const qw_request *req) { return req ? req->id : 0; }
+
+QW_API qw_request_state qw_request_get_state(const qw_request *req) {
+    return req ? (qw_request_state)atomic_load(&((qw_request *)req)->state) : QW_STATE_CREATED;
+}
+
+QW_API qw_finish_reason qw_request_get_finish_reason(const qw_request *req) {
+    return req ? (qw_finish_reason)atomic_load(&((qw_request *)req)->finish_reason) : QW_FINISH_NONE;
+}
+
+QW_API qw_status qw_request_get_tokens(const qw_request *req, int32_t *buf, size_t cap, size_t *n_out) {
+    if (!req || !n_out)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_tokens: request or n_out is NULL");
+    if (cap > 0 && !buf)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_tokens: buf is NULL with cap %zu", cap);
+    size_t n = 0;
+    if (req->seq.tokens) n = (size_t)(req->seq.num_tokens - req->seq.num_prompt_tokens);
+    size_t copy = n < cap ? n : cap;
+    if (copy) memcpy(buf, req->seq.tokens + req->seq.num_prompt_tokens, copy * sizeof *buf);
+    *n_out = n;
+    return QW_OK;
+}

@@ -1,0 +1,61 @@
+/*
+ * request.h - the internal layout of qw_request: options set by the host,
+ * scheduling state, output, and the reference counting that decides when
+ * it is freed.
+ *
+ * Ownership: a request has up to two references, the caller's (from
+ * qw_request_create, dropped by qw_request_release) and the engine's (taken
+ * at submit, dropped at the first step after it finished and its events
+ * were delivered). Cancellations in flight hold a temporary third.
+ */
+#ifndef QWI_REQUEST_H
+#define QWI_REQUEST_H
+
+#include <stdatomic.h>
+
+#include "common.h"
+#include "sample.h"
+#include "scheduler.h"
+
+struct qw_engine;
+
+struct qw_request {
+    atomic_int refcount;
+    atomic_int state;            /* qw_request_state                     */
+    atomic_int finish_reason;    /* qw_finish_reason                     */
+    atomic_bool caller_released;
+    atomic_bool submit_claimed;  /* first qw_engine_submit wins the request */
+    uint64_t id;
+
+    /* host-set options (frozen at submit) */
+    int32_t *prompt;
+    int32_t num_prompt;
+    int64_t max_tokens;          /* -1: up to max model length           */
+    int64_t min_tokens;
+    double temperature, top_p, min_p;
+    int32_t top_k;
+    bool has_seed;
+    uint64_t seed;
+    bool ignore_eos;
+    int32_t *stop_tokens;
+    int32_t num_stop;
+    void *user_data;
+    qw_logits_fn logits_fn;
+    void *logits_user;
+
+    /* engine-side state, valid after submit */
+    struct qw_engine *engine;
+    qwi_seq seq;
+    qwi_sampling sampling;
+    int32_t max_generated;       /* resolved max tokens                  */
+    int32_t *banned;             /* EOS + stop ids, banned before min    */
+    int32_t num_banned;
+    bool cancel_pending;         /* step thread only                     */
+};
+
+/* Take one more reference. */
+void qwi_request_ref(struct qw_request *req);
+/* Drop a reference; frees the request when none is left. */
+void qwi_request_unref(struct qw_request *req);
+
+#endif

@@ -1,0 +1,501 @@
+/*
+ * sample.c - the reference sampler (see sample.h).
+ *
+ * Exact definition, which every backend reproduces:
+ *
+ *   x_i   logit i as float; NaN, -inf and banned ids are "absent" (never
+ *         candidates). Banned ids outside [0, vocab) are ignored.
+ *   greedy (temperature <= 0 or NaN): the largest x_i, lowest id on ties.
+ *   m     the largest x_i over present ids (may be +inf).
+ *   s_i   0 if x_i == m, else ((double)x_i - (double)m) / (double)T: the
+ *         max is subtracted first, so a tiny T gives -huge, never +overflow.
+ *   e_i   exp(s_i) in double, in (0, 1]; ids whose e_i underflows to 0 (or
+ *         is NaN) are dropped. e_i is "the probability" up to one common
+ *         normaliser, so ordering by e_i is ordering by probability.
+ *   order O   descending e_i, lower id first on equal e_i.
+ *   top-k     keeps the k largest x_i (lower id first on equal x_i); the
+ *             temperature is monotone so this equals top-k after scaling.
+ *   top-p     Z = sum of e_i over the candidates in ascending id order; keep
+ *             the shortest prefix of O whose running sum (added in O order)
+ *             is >= top_p * Z (all candidates if rounding never gets there).
+ *   min-p     keep e_i >= min(min_p, 1) * e_max (e_max: largest kept e_i).
+ *   sampling  Z' = sum of kept e_i in ascending id order; u = rng(seed, pos);
+ *             walk O accumulating e_i and pick the first id whose running
+ *             sum is > u * Z'; if rounding never gets there, the last
+ *             candidate of O.
+ *   nothing present: the lowest id that is not banned (0 if all are).
+ *
+ * All arithmetic after the float logits is double, so the probabilities
+ * carry ~1e-16 relative error: a backend that sums in another order can only
+ * disagree on draws that fall within that distance of a CDF boundary.
+ *
+ * Speed: no full sort of the vocabulary is needed. Greedy is one pass.
+ * top-k is one pass with a size-k min-heap (most ids cost one compare).
+ * top-p and plain sampling need a prefix of O: a histogram of e_i by its
+ * bit pattern (8 buckets per octave) picks a threshold whose bucket mass
+ * reaches the target, only the ids at or above it are sorted, and the
+ * running sum is then taken exactly as the definition says. Because the
+ * sorted ids are exactly the first ones of O, the result is the full-sort
+ * result; if rounding leaves the target unreached, the threshold is
+ * lowered and the prefix sorted again.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sample.h"
+
+#define NBUCKETS 512
+/* bit pattern of 1.0 >> 49: the bucket of the largest possible e */
+#define TOP_BUCKET_KEY 8184
+
+typedef struct cand {
+    double e;
+    int32_t id;
+} cand;
+
+struct qwi_sample_scratch {
+    int32_t cap;
+    uint8_t *banned;     /* cap flags, all 0 between calls               */
+    cand *list;          /* candidates in ascending id order             */
+    cand *sorted;        /* a prefix of order O                          */
+    cand *tmp;           /* merge-sort buffer; top-k heap                */
+    double hist[NBUCKETS];
+};
+
+qwi_sample_scratch *qwi_sample_scratch_create(int32_t vocab_size) {
+    if (vocab_size <= 0) {
+        qwi_fail(QW_ERR_INVALID_ARGUMENT, "sample scratch: vocab size %d", (int)vocab_size);
+        return NULL;
+    }
+    qwi_sample_scratch *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->cap = vocab_size;
+    s->banned = calloc((size_t)vocab_size, 1);
+    s->list = malloc((size_t)vocab_size * sizeof(cand));
+    s->sorted = malloc((size_t)vocab_size * sizeof(cand));
+    s->tmp = malloc((size_t)vocab_size * sizeof(cand));
+    if (!s->banned || !s->list || !s->sorted || !s->tmp) goto oom;
+    return s;
+oom:
+    qwi_sample_scratch_free(s);
+    qwi_fail(QW_ERR_OUT_OF_MEMORY, "sample scratch for vocab %d", (int)vocab_size);
+    return NULL;
+}
+
+void qwi_sample_scratch_free(qwi_sample_scratch *s) {
+    if (!s) return;
+    free(s->banned);
+    free(s->list);
+    free(s->sorted);
+    free(s->tmp);
+    free(s);
+}
+
+/* ---- random numbers: Philox-4x32-10 (Salmon et al., SC'11) ---------------
+ * Chosen because it is the counter-based generator cuRAND also ships, needs
+ * only 32x32->64 multiplies, and has published known-answer vectors. */
+
+static void philox_round(uint32_t c[4], const uint32_t k[2]) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c[0];
+    uint64_t p1 = (uint64_t)0xCD9E8D57u * c[2];
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k[0];
+    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k[1];
+    c[1] = (uint32_t)p1;
+    c[3] = (uint32_t)p0;
+    c[0] = n0;
+    c[2] = n2;
+}
+
+/* Philox-4x32-10 block function, in place on ctr. Exposed (not in the
+ * header) so the tests can check it against the Random123 vectors. */
+void qwi_philox4x32_10(uint32_t ctr[4], const uint32_t key[2]);
+void qwi_philox4x32_10(uint32_t ctr[4], const uint32_t key[2]) {
+    uint32_t k[2] = {key[0], key[1]};
+    for (int r = 0; r < 10; r++) {
+        philox_round(ctr, k);
+        k[0] += 0x9E3779B9u;
+        k[1] += 0xBB67AE85u;
+    }
+}
+
+/* key = seed, counter = (position lo, position hi, 0, 0); the top 53 bits of
+ * the first two output words make the double, so every value is k * 2^-53. */
+double qwi_rng_uniform(uint64_t seed, int64_t position) {
+    uint64_t pos = (uint64_t)position;
+    uint32_t ctr[4] = {(uint32_t)pos, (uint32_t)(pos >> 32), 0, 0};
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    qwi_philox4x32_10(ctr, key);
+    uint64_t bits = ((uint64_t)ctr[0] << 21) | (ctr[1] >> 11);
+    return (double)bits * 0x1.0p-53;
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static inline float logit_at(const float *logits, const uint8_t *banned, int32_t i) {
+    float x = logits[i];
+    if (isnan(x) || (banned && banned[i])) return -INFINITY;
+    return x;
+}
+
+/* "a comes before b" in order O */
+static inline int before(const cand *a, const cand *b) {
+    return a->e > b->e || (a->e == b->e && a->id < b->id);
+}
+
+/* Bottom-up merge sort of a[0..n) into order O; tmp holds n. The order is
+ * total, so stability is irrelevant and the result is unique. */
+static void sort_o(cand *a, cand *tmp, int32_t n) {
+    /* insertion-sort runs of 16 first: cheaper than merging tiny runs */
+    const int32_t run = 16;
+    for (int32_t lo = 0; lo < n; lo += run) {
+        int32_t hi = QWI_MIN(lo + run, n);
+        for (int32_t i = lo + 1; i < hi; i++) {
+            cand v = a[i];
+            int32_t j = i;
+            while (j > lo && before(&v, &a[j - 1])) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = v;
+        }
+    }
+    cand *src = a, *dst = tmp;
+    for (int32_t w = run; w < n; w *= 2) {
+        for (int32_t lo = 0; lo < n; lo += 2 * w) {
+            int32_t mid = QWI_MIN(lo + w, n), hi = QWI_MIN(lo + 2 * w, n);
+            int32_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) dst[k++] = before(&src[j], &src[i]) ? src[j++] : src[i++];
+            while (i < mid) dst[k++] = src[i++];
+            while (j < hi) dst[k++] = src[j++];
+        }
+        cand *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a) memcpy(a, src, (size_t)n * sizeof(cand));
+}
+
+static int cmp_id(const void *pa, const void *pb) {
+    int32_t a = ((const cand *)pa)->id, b = ((const cand *)pb)->id;
+    return (a > b) - (a < b);
+}
+
+static inline int bucket_of(double e) {
+    uint64_t bits;
+    memcpy(&bits, &e, sizeof bits);
+    int b = (int)(bits >> 49) - (TOP_BUCKET_KEY - (NBUCKETS - 1));
+    if (b < 0) return 0;
+    return b > NBUCKETS - 1 ? NBUCKETS - 1 : b;
+}
+
+static inline int reached(double cum, double t, int strict) {
+    return strict ? cum > t : cum >= t;
+}
+
+/* Sort into s->sorted the shortest prefix of order O over list[0..n) whose
+ * running sum (in O order) reaches t (cum > t if strict, else cum >= t).
+ * Returns its length; *found is 0 when the whole list was sorted and the
+ * sum never reached t. n > 0. */
+static int32_t prefix_o(qwi_sample_scratch *s, int32_t n, double t, int strict, int *found) {
+    const cand *list = s->list;
+    memset(s->hist, 0, sizeof s->hist);
+    for (int32_t i = 0; i < n; i++) s->hist[bucket_of(list[i].e)] += list[i].e;
+    /* The bucket sums are rounded differently from the exact walk, so aim
+     * a little past t; a miss only costs one more collection below. */
+    double aim = t > 0 ? t * (1.0 + 1e-9) : t;
+    int lowest = NBUCKETS - 1;
+    double run = 0;
+    for (; lowest > 0; lowest--) {
+        run += s->hist[lowest];
+        if (run > aim) break;
+    }
+    for (;;) {
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (bucket_of(list[i].e) >= lowest) s->sorted[m++] = list[i];
+        sort_o(s->sorted, s->tmp, m);
+        double cum = 0;
+        for (int32_t j = 0; j < m; j++) {
+            cum += s->sorted[j].e;
+            if (reached(cum, t, strict)) {
+                *found = 1;
+                return j + 1;
+            }
+        }
+        if (lowest == 0) {
+            *found = 0;
+            return m;
+        }
+        do lowest--; while (lowest > 0 && s->hist[lowest] == 0);
+    }
+}
+
+static int32_t lowest_unbanned(int32_t vocab, const uint8_t *banned) {
+    for (int32_t i = 0; i < vocab; i++)
+        if (!banned || !banned[i]) return i;
+    return 0;
+}
+
+static int32_t argmax(const float *logits, int32_t vocab, const uint8_t *banned) {
+    int32_t best = -1;
+    float bx = -INFINITY;
+    /* NaN and -inf never compare greater, so they need no test of their own;
+     * strict > keeps the lowest id of a tie */
+    if (!banned) {
+        for (int32_t i = 0; i < vocab; i++)
+            if (logits[i] > bx) bx = logits[best = i];
+    } else {
+        for (int32_t i = 0; i < vocab; i++)
+            if (logits[i] > bx && !banned[i]) bx = logits[best = i];
+    }
+    return best >= 0 ? best : lowest_unbanned(vocab, banned);
+}
+
+/* Min-heap of the k best (x, id) seen, worst at the root; "worse" means
+ * smaller x, or equal x and larger id. x is kept in the e field. */
+static inline int worse(const cand *a, const cand *b) {
+    return a->e < b->e || (a->e == b->e && a->id > b->id);
+}
+
+static void heap_down(cand *h, int32_t n, int32_t i) {
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && worse(&h[l], &h[w])) w = l;
+        if (r < n && worse(&h[r], &h[w])) w = r;
+        if (w == i) return;
+        cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+/* The k largest present logits (lower id first on ties) into s->list in
+ * ascending id order, with their logit in .e. Returns how many (<= k). */
+static int32_t top_k_select(const float *logits, int32_t vocab, const uint8_t *banned,
+                            int32_t k, qwi_sample_scratch *s) {
+    cand *h = s->tmp;
+    int32_t n = 0;
+    for (int32_t i = 0; i < vocab; i++) {
+        float x = logit_at(logits, banned, i);
+        if (x == -INFINITY) continue;
+        if (n < k) {
+            /* sift up */
+            int32_t j = n++;
+            h[j] = (cand){x, i};
+            while (j > 0 && worse(&h[j], &h[(j - 1) / 2])) {
+                cand t = h[j];
+                h[j] = h[(j - 1) / 2];
+                h[(j - 1) / 2] = t;
+                j = (j - 1) / 2;
+            }
+        } else if (x > h[0].e) {
+            /* ids arrive ascending, so an equal x is never better */
+            h[0] = (cand){x, i};
+            heap_down(h, n, 0);
+        }
+    }
+    memcpy(s->list, h, (size_t)n * sizeof(cand));
+    qsort(s->list, (size_t)n, sizeof(cand), cmp_id);
+    return n;
+}
+
+/* The result of the transforms: either the final candidates sorted in O
+ * (sorted = 1, in s->sorted[0..n)) or, for plain sampling, all candidates
+ * unsorted in s->list[0..n) (sorted = 0). z is Z'. n == 0: nothing present. */
+typedef struct outcome {
+    int32_t n;
+    int sorted;
+    double z;
+    int32_t fallback;   /* the id to return when n == 0 */
+} outcome;
+
+static inline double weight(float x, double m, double temp) {
+    if (x == m) return 1.0;
+    double d = (double)x - m;
+    if (d == -INFINITY) return 0;
+    double e = exp(d / temp);
+    return e == e ? e : 0;   /* NaN (inf/inf) counts as underflow */
+}
+
+static outcome transform(const float *logits, int32_t vocab, const qwi_sampling *p,
+                         qwi_sample_scratch *s) {
+    outcome o = {0, 1, 0, 0};
+    const uint8_t *banned = p->num_banned > 0 && p->banned ? s->banned : NULL;
+    double temp = (double)p->temperature;
+    int32_t n = 0;
+    int use_k = p->top_k > 0 && p->top_k < vocab;   /* k >= vocab keeps all */
+    if (use_k) {
+        n = top_k_select(logits, vocab, banned, p->top_k, s);
+        double m = -INFINITY;
+        for (int32_t i = 0; i < n; i++) m = s->list[i].e > m ? s->list[i].e : m;
+        int32_t w = 0;
+        for (int32_t i = 0; i < n; i++) {
+            double e = weight((float)s->list[i].e, m, temp);
+            if (e > 0) s->list[w++] = (cand){e, s->list[i].id};
+        }
+        n = w;
+    } else {
+        float m = -INFINITY;
+        for (int32_t i = 0; i < vocab; i++) {
+            float x = logit_at(logits, banned, i);
+            m = x > m ? x : m;
+        }
+        /* min-p alone keeps only e >= min_p (e_max is exp(0) = 1), so ids
+         * a full nat below that in the exponent cannot survive: skip their
+         * exp(), the dominant cost. top-p and plain sampling need every e. */
+        double cut = -INFINITY;
+        if (!(p->top_p < 1.0f) && p->min_p > 0.0f)
+            cut = (p->min_p < 1.0f ? log((double)p->min_p) : 0.0) - 1.0;
+        if (m != -INFINITY) {
+            for (int32_t i = 0; i < vocab; i++) {
+                float x = logit_at(logits, banned, i);
+                if (x == -INFINITY) continue;
+                if (x != m && ((double)x - m) / temp < cut) continue;
+                double e = weight(x, m, temp);
+                if (e > 0) s->list[n++] = (cand){e, i};
+            }
+        }
+    }
+    if (n == 0) {
+        o.fallback = lowest_unbanned(vocab, banned);
+        return o;
+    }
+    int top_p = p->top_p < 1.0f;   /* NaN: off */
+    int min_p = p->min_p > 0.0f;
+    int32_t kept;
+    if (top_p) {
+        double z = 0;
+        for (int32_t i = 0; i < n; i++) z += s->list[i].e;
+        int found;
+        kept = prefix_o(s, n, (double)p->top_p * z, 0, &found);
+    } else if (min_p || use_k) {
+        /* small sets (top-k, or min-p's few survivors): sort them whole */
+        memcpy(s->sorted, s->list, (size_t)n * sizeof(cand));
+        kept = n;
+        if (min_p) {
+            double emax = 0;
+            for (int32_t i = 0; i < n; i++) emax = s->list[i].e > emax ? s->list[i].e : emax;
+            double th = (p->min_p < 1.0f ? (double)p->min_p : 1.0) * emax;
+            kept = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (s->list[i].e >= th) s->sorted[kept++] = s->list[i];
+            min_p = 0;
+        }
+        sort_o(s->sorted, s->tmp, kept);
+    } else {
+        double z = 0;
+        for (int32_t i = 0; i < n; i++) z += s->list[i].e;
+        o.n = n;
+        o.sorted = 0;
+        o.z = z;
+        return o;
+    }
+    if (min_p) {
+        double th = (p->min_p < 1.0f ? (double)p->min_p : 1.0) * s->sorted[0].e;
+        int32_t j = 1;
+        while (j < kept && s->sorted[j].e >= th) j++;
+        kept = j;
+    }
+    /* Z' in ascending id order: list is in id order and the kept set is the
+     * O-prefix ending at `last`, so membership is one comparison. */
+    const cand *last = &s->sorted[kept - 1];
+    double z = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (!before(last, &s->list[i])) z += s->list[i].e;
+    o.n = kept;
+    o.z = z;
+    return o;
+}
+
+static void mark_banned(qwi_sample_scratch *s, const qwi_sampling *p, int32_t vocab, uint8_t v) {
+    if (!p->banned) return;
+    for (int32_t i = 0; i < p->num_banned; i++) {
+        int32_t id = p->banned[i];
+        if (id >= 0 && id < vocab) s->banned[id] = v;
+    }
+}
+
+/* Greedy without scratch (misuse fallback): bans by linear search. */
+static int32_t argmax_noscratch(const float *logits, int32_t vocab, const qwi_sampling *p) {
+    int32_t best = -1;
+    float bx = -INFINITY;
+    for (int32_t i = 0; i < vocab; i++) {
+        float x = logits[i];
+        if (isnan(x) || !(x > bx)) continue;
+        int ban = 0;
+        for (int32_t j = 0; p->banned && j < p->num_banned && !ban; j++) ban = p->banned[j] == i;
+        if (!ban) {
+            bx = x;
+            best = i;
+        }
+    }
+    return best >= 0 ? best : 0;
+}
+
+int32_t qwi_sample(const float *logits, int32_t vocab, const qwi_sampling *p,
+                   int64_t position, qwi_sample_scratch *scratch) {
+    if (vocab <= 0 || !logits || !p) return 0;
+    if (!scratch || scratch->cap < vocab) return argmax_noscratch(logits, vocab, p);
+    mark_banned(scratch, p, vocab, 1);
+    const uint8_t *banned = p->num_banned > 0 && p->banned ? scratch->banned : NULL;
+    int32_t tok;
+    if (!(p->temperature > 0.0f)) {
+        tok = argmax(logits, vocab, banned);
+    } else {
+        outcome o = transform(logits, vocab, p, scratch);
+        if (o.n == 0) {
+            tok = o.fallback;
+        } else {
+            double target = qwi_rng_uniform(p->seed, position) * o.z;
+            const cand *c = scratch->sorted;
+            int32_t len = o.n;
+            if (!o.sorted) {
+                int found;
+                len = prefix_o(scratch, o.n, target, 1, &found);
+            }
+            double cum = 0;
+            tok = c[len - 1].id;
+            for (int32_t j = 0; j < len; j++) {
+                cum += c[j].e;
+                if (cum > target) {
+                    tok = c[j].id;
+                    break;
+                }
+            }
+        }
+    }
+    mark_banned(scratch, p, vocab, 0);
+    return tok;
+}
+
+int32_t qwi_sample_probs(const float *logits, int32_t vocab, const qwi_sampling *p,
+                         float *probs, qwi_sample_scratch *scratch) {
+    if (vocab <= 0 || !logits || !p || !probs) return 0;
+    memset(probs, 0, (size_t)vocab * sizeof *probs);
+    if (!scratch || scratch->cap < vocab) {
+        probs[argmax_noscratch(logits, vocab, p)] = 1.0f;
+        return 1;
+    }
+    mark_banned(scratch, p, vocab, 1);
+    const uint8_t *banned = p->num_banned > 0 && p->banned ? scratch->banned : NULL;
+    int32_t count = 1;
+    if (!(p->temperature > 0.0f)) {
+        probs[argmax(logits, vocab, banned)] = 1.0f;
+    } else {
+        outcome o = transform(logits, vocab, p, scratch);
+        if (o.n == 0) {
+            probs[o.fallback] = 1.0f;
+        } else {
+            const cand *c = o.sorted ? scratch->sorted : scratch->list;
+            count = 0;
+            for (int32_t j = 0; j < o.n; j++) {
+                probs[c[j].id] = (float)(c[j].e / o.z);
+                count += probs[c[j].id] > 0;
+            }
+        }
+    }
+    mark_banned(scratch, p, vocab, 0);
+    return count;
+}

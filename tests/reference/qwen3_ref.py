@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Independent float64 forward pass of Qwen3 (and Qwen2) - the correctness oracle.
+
+Written from the Hugging Face definitions (transformers modeling_qwen3.py and
+modeling_qwen2.py), not from qwinfer's C code, so that the two can disagree.
+Depends only on numpy and the standard library.
+
+    python3 tests/reference/qwen3_ref.py --model DIR --tokens 1,2,3 --out FILE [--last-only]
+    python3 tests/reference/qwen3_ref.py --model DIR --tokens 1,2,3 --print-greedy N
+
+--out writes raw little-endian float64 logits, shape [n_tokens, vocab] (row i
+is the logits after token i), or [1, vocab] with --last-only; no header.
+--print-greedy prints N greedy continuation tokens, comma-separated, on one line.
+"""
+
+import argparse
+import json
+import mmap
+import os
+import struct
+import sys
+
+import numpy as np
+
+
+# ---- safetensors ------------------------------------------------------------------
+
+def _decode(raw, dtype, shape):
+    """Bytes of one tensor -> float64 array of the given shape."""
+    if dtype == "F32":
+        a = np.frombuffer(raw, dtype="<f4")
+    elif dtype == "F64":
+        a = np.frombuffer(raw, dtype="<f8")
+    elif dtype == "F16":
+        a = np.frombuffer(raw, dtype="<f2")
+    elif dtype == "BF16":
+        # bf16 is the top half of an f32: widen the bit pattern and reinterpret.
+        a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        raise ValueError("unsupported dtype %s" % dtype)
+    return a.astype(np.float64).reshape(shape)
+
+
+class SafetensorsFile:
+    """One .safetensors file: the header parsed, the data mapped read-only."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as f:
+            self.map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        (hlen,) = struct.unpack("<Q", self.map[:8])
+        if 8 + hlen > len(self.map):
+            raise ValueError("%s: header length %d past end of file" % (path, hlen))
+        header = json.loads(bytes(self.map[8:8 + hlen]).decode("utf-8"))
+        header.pop("__metadata__", None)
+        self.header = header
+        self.data_start = 8 + hlen
+
+    def get(self, name):
+        info = self.header[name]
+        begin, end = info["data_offsets"]
+        size = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2}[info["dtype"]]
+        if end - begin != size * int(np.prod(info["shape"], dtype=np.int64)):
+            raise ValueError("%s: %s: data size does not match shape" % (self.path, name))
+        if self.data_start + end > len(self.map):
+            raise ValueError("%s: %s: data past end of file" % (self.path, name))
+        raw = self.map[self.data_start + begin:self.data_start + end]
+        return _decode(raw, info["dtype"], info["shape"])
+
+
+class Weights:
+    """All tensors of a model directory: model.safetensors or a sharded index."""
+
+    def __init__(self, model_dir):
+        index_path = os.path.join(model_dir, "model.safetensors.index.json")
+        self.where = {}
+        if os.path.exists(index_path):
+            with open(index_path) as f:
+                weight_map = json.load(f)["weight_map"]
+            files = {}
+            for name, fname in weight_map.items():
+                if fname not in files:
+                    files[fname] = SafetensorsFile(os.path.join(model_dir, fname))
+                self.where[name] = files[fname]
+        else:
+            st = SafetensorsFile(os.path.join(model_dir, "model.safetensors"))
+            for name in st.header:
+                self.where[name] = st
+
+    def has(self, name):
+        return name in self.where
+
+    def get(self, name, shape):
+        if name not in self.where:
+            raise KeyError("missing tensor %s" % name)
+        t = self.where[name].get(name)
+        if tuple(t.shape) != tuple(shape):
+            raise ValueError("%s: shape %s, expected %s" % (name, t.shape, tuple(shape)))
+        return t
+
+
+# ---- model --------------------------------------------------------------------------
+
+class Config:
+    def __init__(self, model_dir):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            c = json.load(f)
+        self.model_type = c.get("model_type", "qwen3")
+        if self.model_type not in ("qwen3", "qwen2"):
+            raise ValueError("unsupported model_type %s" % self.model_type)
+        self.vocab = c["vocab_size"]
+        self.hidden = c["hidden_size"]
+        self.intermediate = c["intermediate_size"]
+        self.layers = c["num_hidden_layers"]
+        self.heads = c["num_attention_heads"]
+        self.kv_heads = c.get("num_key_value_heads", self.heads)
+        # Both HF models take head_dim from the config when given, else hidden/heads.
+        self.head_dim = c.get("head_dim") or self.hidden // self.heads
+        self.rope_theta = float(c.get("rope_theta", 10000.0))
+        self.eps = float(c.get("rms_norm_eps", 1e-6))
+        self.tied = bool(c.get("tie_word_embeddings", False))
+        # Qwen3: per-head q/k RMSNorm, bias only if attention_bias. Qwen2: q/k/v
+        # biases always, no q/k norm.
+        self.qk_norm = self.model_type == "qwen3"
+        self.qkv_bias = self.model_type == "qwen2" or bool(c.get("attention_bias", False))
+        if c.get("hidden_act", "silu") != "silu":
+            raise ValueError("unsupported hidden_act %s" % c.get("hidden_act"))
+
+
+def rms_norm(x, weight, eps):
+    """Qwen3RMSNorm: weight * x / sqrt(mean(x^2) + eps) over the last axis."""
+    return weight * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def rope_tables(n, head_dim, theta):
+    """cos/sin [n, head_dim] of HF's default rotary embedding (NeoX layout)."""
+    inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    freqs = np.arange(n, dtype=np.float64)[:, None] * inv_freq[None, :]
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb), np.sin(emb)
+
+
+class Model:
+    def __init__(self, model_dir):
+        self.cfg = Config(model_dir)
+        self.w = Weights(model_dir)
+
+    def forward(self, tokens):
+        """Logits [len(tokens), vocab] for the whole sequence, causal, from position 0."""
+        cfg, w = self.cfg, self.w
+        n = len(tokens)
+        H, D, KV = cfg.heads, cfg.head_dim, cfg.kv_heads
+        group = H // KV
+        embed = w.get("model.embed_tokens.weight", (cfg.vocab, cfg.hidden))
+        for t in tokens:
+            if not 0 <= t < cfg.vocab:
+                raise ValueError("token %d outside vocab %d" % (t, cfg.vocab))
+        x = embed[np.asarray(tokens, dtype=np.int64)]           # [n, hidden]
+        cos, sin = rope_tables(n, D, cfg.rope_theta)             # [n, D]
+        causal = np.triu(np.ones((n, n), dtype=bool), k=1)       # True above the diagonal
+
+        for i in range(cfg.layers):
+            p = "model.layers.%d." % i
+            # --- attention block
+            h = rms_norm(x, w.get(p + "input_layernorm.weight", (cfg.hidden,)), cfg.eps)
+            q = h @ w.get(p + "self_attn.q_proj.weight", (H * D, cfg.hidden)).T
+            k = h @ w.get(p + "self_attn.k_proj.weight", (KV * D, cfg.hidden)).T
+            v = h @ w.get(p + "self_attn.v_proj.weight", (KV * D, cfg.hidden)).T
+            if cfg.qkv_bias:
+                q = q + w.get(p + "self_attn.q_proj.bias", (H * D,))
+                k = k + w.get(p + "self_attn.k_proj.bias", (KV * D,))
+                v = v + w.get(p + "self_attn.v_proj.bias", (KV * D,))
+            q = q.reshape(n, H, D).transpose(1, 0, 2)            # [H, n, D]
+            k = k.reshape(n, KV, D).transpose(1, 0, 2)           # [KV, n, D]
+            v = v.reshape(n, KV, D).transpose(1, 0, 2)
+            if cfg.qk_norm:
+                # per head, over head_dim, before rotary
+                q = rms_norm(q, w.get(p + "self_attn.q_norm.weight", (D,)), cfg.eps)
+                k = rms_norm(k, w.get(p + "self_attn.k_norm.weight", (D,)), cfg.eps)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            # repeat_kv: query head j reads KV head j // group
+            k = np.repeat(k, group, axis=0)                      # [H, n, D]
+            v = np.repeat(v, group, axis=0)
+            scores = (q @ k.transpose(0, 2, 1)) / np.sqrt(D)     # [H, n, n]
+            scores = np.where(causal[None], -np.inf, scores)
+            scores = scores - scores.max(axis=-1, keepdims=True)
+            probs = np.exp(scores)
+            probs = probs / probs.sum(axis=-1, keepdims=True)
+            attn = (probs @ v).transpose(1, 0, 2).reshape(n, H * D)
+            x = x + attn @ w.get(p + "self_attn.o_proj.weight", (cfg.hidden, H * D)).T
+            # --- MLP block
+            h = rms_norm(x, w.get(p + "post_attention_layernorm.weight", (cfg.hidden,)), cfg.eps)
+            gate = h @ w.get(p + "mlp.gate_proj.weight", (cfg.intermediate, cfg.hidden)).T
+            up = h @ w.get(p + "mlp.up_proj.weight", (cfg.intermediate, cfg.hidden)).T
+            x = x + (silu(gate) * up) @ w.get(p + "mlp.down_proj.weight",
+                                              (cfg.hidden, cfg.intermediate)).T
+
+        x = rms_norm(x, w.get("model.norm.weight", (cfg.hidden,)), cfg.eps)
+        if w.has("lm_head.weight"):
+            # A tied model may still ship lm_head (a copy); use what is shipped.
+            head = w.get("lm_head.weight", (cfg.vocab, cfg.hidden))
+        elif cfg.tied:
+            head = embed
+        else:
+            raise KeyError("missing tensor lm_head.weight (model is not tied)")
+        return x @ head.T
+
+
+# ---- command line -------------------------------------------------------------------
+
+def parse_tokens(s):
+    try:
+        toks = [int(t) for t in s.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError("tokens must be comma-separated integers")
+    if not toks:
+        raise argparse.ArgumentTypeError("at least one token is needed")
+    return toks
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="Hugging Face model directory")
+    ap.add_argument("--tokens", required=True, type=parse_tokens, help="e.g. 1,2,3")
+    ap.add_argument("--out", help="file for raw little-endian float64 logits")
+    ap.add_argument("--last-only", action="store_true", help="write only the last row")
+    ap.add_argument("--print-greedy", type=int, default=0, metavar="N",
+                    help="print N greedy continuation tokens")
+    args = ap.parse_args(argv)
+    if not args.out and args.print_greedy <= 0:
+        ap.error("nothing to do: give --out and/or --print-greedy N")
+
+    try:
+        model = Model(args.model)
+        if args.out:
+            logits = model.forward(args.tokens)
+            if args.last_only:
+                logits = logits[-1:]
+            if not np.all(np.isfinite(logits)):
+                print("qwen3_ref: warning: non-finite logits", file=sys.stderr)
+            np.ascontiguousarray(logits, dtype="<f8").tofile(args.out)
+        if args.print_greedy > 0:
+            seq = list(args.tokens)
+            out = []
+            for _ in range(args.print_greedy):
+                nxt = int(np.argmax(model.forward(seq)[-1]))
+                out.append(nxt)
+                seq.append(nxt)
+            print(",".join(str(t) for t in out))
+    except (OSError, ValueError, KeyError) as e:
+        print("qwen3_ref: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

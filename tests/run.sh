@@ -1,0 +1,51 @@
+#!/bin/sh
+# Run every Criterion test binary of one or more build trees, then the
+# shell-level checks (exports, pkg-config consumer), and print one closing
+# line "tests: N passed, M failed" (the counts are Criterion's, per test).
+#   tests/run.sh BUILD [BUILD-asan]
+# QW_ASAN_ONLY=1: the given tree is a sanitizer build; skip shell checks.
+set -u
+passed=0
+failed=0
+log=$(mktemp)
+for build in "$@"; do
+    for t in "$build"/tests/test_*; do
+        [ -x "$t" ] || continue
+        echo "== $t"
+        # -j2: this suite is sized for 2 cores; Criterion forks per test.
+        "$t" -j2 --short-filename >"$log" 2>&1
+        rc=$?
+        tail -n 40 "$log" | grep -v '^\[----\]' | grep -E 'FAIL|CRASH|Assertion|Synthesis|error|Error|SUMMARY|runtime error' | head -n 40
+        line=$(grep 'Synthesis' "$log" | tail -n 1)
+        p=$(echo "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+        f=$(echo "$line" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
+        c=$(echo "$line" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
+        [ -n "$p" ] || p=0
+        [ -n "$f" ] || f=0
+        [ -n "$c" ] || c=0
+        if [ -z "$line" ] || { [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && [ "$c" -eq 0 ]; }; then
+            echo "   (exit $rc with no Criterion synthesis: counted as one failure)"
+            cat "$log" | tail -n 30
+            f=$((f + 1))
+        fi
+        if [ "$f" -ne 0 ] || [ "$c" -ne 0 ]; then cat "$log" | grep -v '^\[----\] *$' | tail -n 80; fi
+        passed=$((passed + p))
+        failed=$((failed + f + c))
+    done
+done
+if [ "${QW_ASAN_ONLY:-0}" != 1 ]; then
+    for s in tests/check_*.sh; do
+        [ -f "$s" ] || continue
+        echo "== $s"
+        if sh "$s" "$1" >"$log" 2>&1; then
+            passed=$((passed + 1))
+            tail -n 3 "$log"
+        else
+            failed=$((failed + 1))
+            cat "$log"
+        fi
+    done
+fi
+rm -f "$log"
+echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,119 @@
+/*
+ * testutil.c - see testutil.h.
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util/testutil.h"
+
+static char build_dir[4096];
+
+const char *qwt_build_dir(void) {
+    if (build_dir[0]) return build_dir;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        strcpy(build_dir, "build");
+        return build_dir;
+    }
+    exe[n] = '\0';
+    /* <build>/tests/<name> -> <build> */
+    char *d = dirname(exe);   /* <build>/tests */
+    d = dirname(d);           /* <build>       */
+    snprintf(build_dir, sizeof build_dir, "%s", d);
+    return build_dir;
+}
+
+const char *qwt_tool(const char *name) {
+    static char path[4096 + 64];
+    snprintf(path, sizeof path, "%s/bin/%s", qwt_build_dir(), name);
+    return path;
+}
+
+int qwt_system(const char *fmt, ...) {
+    char cmd[16384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    if (rc == -1) return -1;
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+void *qwt_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        if (len) *len = (size_t)n;
+    }
+    return buf;
+}
+
+int qwt_write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, len, f);
+    int rc = fclose(f);
+    return (w == len && rc == 0) ? 0 : -1;
+}
+
+char *qwt_model(const char *name, const char *args) {
+    char dir[8192], stamp[8300];
+    snprintf(dir, sizeof dir, "%s/testmodels/%s", qwt_build_dir(), name);
+    snprintf(stamp, sizeof stamp, "%s/.qwt-args", dir);
+    size_t n = 0;
+    char *old = qwt_read_file(stamp, &n);
+    if (old && strcmp(old, args) == 0) {
+        free(old);
+        return strdup(dir);
+    }
+    free(old);
+    /* Generate into a private temporary directory and rename it into place,
+     * so concurrently running test processes never see a half-written model. */
+    char tmp[8400];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
+    if (qwt_system("mkdir -p '%s/testmodels' && rm -rf '%s' && '%s' %s --out '%s' >/dev/null",
+                   qwt_build_dir(), tmp, qwt_tool("qw-makemodel"), args, tmp) != 0) {
+        fprintf(stderr, "qwt_model: qw-makemodel %s failed\n", args);
+        return NULL;
+    }
+    char stamp_tmp[8500];
+    snprintf(stamp_tmp, sizeof stamp_tmp, "%s/.qwt-args", tmp);
+    if (qwt_write_file(stamp_tmp, args, strlen(args)) != 0) return NULL;
+    qwt_system("rm -rf '%s'", dir);
+    if (rename(tmp, dir) != 0) {
+        /* Another process won the race: use theirs if complete. */
+        qwt_system("rm -rf '%s'", tmp);
+        old = qwt_read_file(stamp, &n);
+        int ok = old && strcmp(old, args) == 0;
+        free(old);
+        if (!ok) return NULL;
+    }
+    return strdup(dir);
+}
+
+char *qwt_tmpdir(const char *tag) {
+    static int counter;
+    char dir[8192];
+    snprintf(dir, sizeof dir, "%s/testtmp/%s.%d.%d", qwt_build_dir(), tag, (int)getpid(), counter++);
+    if (qwt_system("rm -rf '%s' && mkdir -p '%s'", dir, dir) != 0) return NULL;
+    return strdup(dir);
+}
