@@ -187,7 +187,7 @@ typedef enum qw_request_state {
     QW_STATE_CREATED = 0,   /* not yet submitted                           */
     QW_STATE_QUEUED = 1,    /* submitted, waiting for KV/budget            */
     QW_STATE_RUNNING = 2,   /* in the running batch (prefill or decode)    */
-    QW_STATE_FINISHED = 3   /* done; see qw_request_finish_reason()        */
+    QW_STATE_FINISHED = 3   /* done; see qw_request_get_finish_reason()        */
 } qw_request_state;
 
 typedef enum qw_finish_reason {

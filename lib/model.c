@@ -75,7 +75,7 @@ static qw_status qwi_cfg_pos_real(json_t *obj, const char *path, const char *key
         return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" must be a number", path, key);
     double d = json_number_value(v);
     if (!isfinite(d) || d <= 0)
-        return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" = %g must be a positive finite number", path,
+        return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" = %g out of range (positive and finite)", path,
                         key, d);
     *out = d;
     return QW_OK;

@@ -23,6 +23,11 @@ typedef struct qwi_tensor {
     size_t nbytes;
 } qwi_tensor;
 
+/* Alignment: data is only as aligned as the file makes it (files written by
+ * the reference library pad the header to 8 bytes, but a tensor that follows
+ * an odd-sized 2-byte tensor can be 2-aligned). Readers of F32 data that need
+ * 4-byte alignment should check ((uintptr_t)data % 4) or memcpy. */
+
 typedef struct qwi_st_set qwi_st_set;
 
 /* Open every safetensors file of a model directory: model.safetensors.index.json

@@ -6,7 +6,7 @@ build=${1:-build}
 top=$(pwd)
 stage="$top/$build/pkgconfig-check"
 rm -rf "$stage"
-make --no-print-directory -s BUILD="$build" PREFIX="$stage/usr" install >/dev/null
+MAKEFLAGS= make --no-print-directory -s BUILD="$build" PREFIX="$stage/usr" install >/dev/null
 export PKG_CONFIG_PATH="$stage/usr/lib/pkgconfig"
 flags=$(pkg-config --cflags --libs qwinfer)
 cc -std=c11 -o "$stage/minimal" examples/minimal.c $flags

@@ -44,7 +44,9 @@ static void assert_same(const qwt_result *a, const qwt_result *b, int n, const c
         cr_assert_arr_eq(a[i].tokens, b[i].tokens, sizeof(int32_t) * (size_t)a[i].num_tokens,
                          "%s: job %d tokens differ", what, i);
         cr_assert_eq(a[i].finish_reason, b[i].finish_reason, "%s: job %d finish reason", what, i);
-        if (a[i].logits && b[i].logits) {
+        cr_assert_eq(!a[i].logits, !b[i].logits, "%s: job %d logits kept on one side only", what, i);
+        if (a[i].logits) {
+            cr_assert_eq(a[i].num_logits, a[i].num_tokens, "%s: one logits row per sampled token", what);
             cr_assert_eq(a[i].num_logits, b[i].num_logits);
             cr_assert(memcmp(a[i].logits, b[i].logits,
                              sizeof(float) * (size_t)a[i].vocab * (size_t)a[i].num_logits) == 0,

@@ -410,7 +410,7 @@ Test(st_bad, four_dims_ok) {
 
 Test(st_bad, negative_or_fractional_dim) {
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
-               QW_ERR_FORMAT, "tensor a");
+               QW_ERR_FORMAT, "tensor a: shape[0] is not a non-negative integer");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4,
                QW_ERR_FORMAT, "shape");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, QW_ERR_FORMAT, "shape");
@@ -452,6 +452,18 @@ Test(st_dir, single_file) {
     cr_assert_float_eq(elem(qwi_st_find(s, "x"), 2), 1.0f + 2.0f / 64, 0);
     qwi_st_close(s);
     free_specs(t, 1);
+    free(p);
+    free(dir);
+}
+
+Test(st_dir, not_a_regular_file) {
+    char *dir = qwt_tmpdir("st_dirfile");
+    char *p = path_in(dir, "model.safetensors");
+    cr_assert_eq(qwt_system("mkdir '%s'", p), 0);
+    qwi_st_set *s = (qwi_st_set *)1;
+    ASSERT_ERR(qwi_st_open_dir(dir, &s), QW_ERR_IO, p);
+    cr_assert(strstr(qw_last_error(), "not a regular file"), "%s", qw_last_error());
+    cr_assert_null(s);
     free(p);
     free(dir);
 }
@@ -560,6 +572,8 @@ Test(st_dir, bad_index) {
     ASSERT_ERR(qwi_st_open_dir(dir, &s), QW_ERR_FORMAT, "model.safetensors.index.json");
     write_text(dir, "model.safetensors.index.json", "{\"metadata\":{}}");
     ASSERT_ERR(qwi_st_open_dir(dir, &s), QW_ERR_FORMAT, "weight_map");
+    write_text(dir, "model.safetensors.index.json", "{\"weight_map\":{}}");
+    ASSERT_ERR(qwi_st_open_dir(dir, &s), QW_ERR_FORMAT, "names no tensors");
     write_text(dir, "model.safetensors.index.json", "{\"weight_map\":{\"a.weight\":7}}");
     ASSERT_ERR(qwi_st_open_dir(dir, &s), QW_ERR_FORMAT, "a.weight");
     free(dir);
@@ -705,6 +719,8 @@ Test(config, wrong_types) {
         json_object_set_new(c, cases[i].key, cases[i].val);
         qwi_config cfg;
         ASSERT_ERR(load_cfg_obj(c, &cfg, NULL), QW_ERR_FORMAT, cases[i].key);
+        cr_assert(strstr(qw_last_error(), "must be"), "a type error, not a range error: %s",
+                  qw_last_error());
         json_decref(c);
     }
 }
@@ -828,6 +844,7 @@ typedef struct mopts {
     bool attention_bias;   /* qwen3 with q/k/v biases */
     const char *skip;      /* tensor to leave out      */
     const char *bad;       /* tensor to give shape+1   */
+    int bad_dim;           /* which dim of it          */
     bool sharded;
     bool extra;            /* add an unrelated tensor  */
     const char *embed_dtype;
@@ -884,7 +901,7 @@ static char *write_model(const mopts *o) {
     tspec keep[MAX_T];
     for (size_t i = 0; i < n; i++) {
         if (o->skip && strcmp(t[i].name, o->skip) == 0) continue;
-        if (o->bad && strcmp(t[i].name, o->bad) == 0) t[i].shape[0] += 1;
+        if (o->bad && strcmp(t[i].name, o->bad) == 0) t[i].shape[o->bad_dim] += 1;
         keep[m] = t[i];
         fill(&keep[m], (float)m);
         m++;
@@ -994,6 +1011,12 @@ Test(model, wrong_shape_names_tensor) {
     qwi_model *m = NULL;
     ASSERT_ERR(qwi_model_load(dir, &m), QW_ERR_FORMAT, "[5, 8]");
     cr_assert(strstr(qw_last_error(), "[4, 8]"), "%s", qw_last_error());
+    free(dir);
+    /* The second dimension is checked too. */
+    mopts o2 = {.ship_lm_head = true, .bad = "model.layers.0.mlp.up_proj.weight", .bad_dim = 1};
+    dir = write_model(&o2);
+    ASSERT_ERR(qwi_model_load(dir, &m), QW_ERR_FORMAT, "[16, 9]");
+    cr_assert(strstr(qw_last_error(), "model.layers.0.mlp.up_proj.weight"), "%s", qw_last_error());
     free(dir);
 }
 

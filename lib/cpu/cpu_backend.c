@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "cpu/attention.h"
@@ -298,6 +299,13 @@ static qw_status setup_kv(cpu_backend *b) {
     if (per_block == 0 || !mul_ok(per_block, (size_t)b->bc.num_blocks, &total))
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: KV pool of %d blocks overflows size_t",
                         b->bc.num_blocks);
+    /* A pool beyond physical memory would "succeed" under overcommit and get
+     * the process killed later, when the pages are touched: refuse it now. */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && total / (size_t)page > (size_t)pages)
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY,
+                        "cpu: KV pool of %zu bytes (%d blocks x %zu) exceeds physical memory (%zu bytes)",
+                        total, b->bc.num_blocks, per_block, (size_t)pages * (size_t)page);
     b->layer_floats = (size_t)b->bc.num_blocks * (size_t)b->bc.block_size *
                       (size_t)c->num_kv_heads * (size_t)c->head_dim;
     /* calloc: the kernel hands out zero pages lazily, so an unused pool costs

@@ -1,0 +1,317 @@
+/*
+ * qw-generate.c - run N concurrent generations through one engine and
+ * report throughput. Written against the public header only.
+ *
+ *   qw-generate --model DIR [--device cpu] [--threads N] [--prompt-ids 1,2,3]
+ *               [--num-requests N] [--max-tokens N] [--temperature T]
+ *               [--top-k K] [--top-p P] [--min-p P] [--seed S]
+ *               [--max-num-seqs N] [--max-batched-tokens N] [--kv-blocks N]
+ *               [--quiet]
+ *
+ * Without --prompt-ids, request i gets a deterministic pseudo-random prompt
+ * of 8 + 3*i tokens, so the requests differ in length and content.
+ */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime under plain -std=c11 */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qwinfer.h"
+
+typedef struct args {
+    const char *model, *device, *prompt_ids;
+    long threads, num_requests, max_tokens, top_k, max_num_seqs, max_batched, kv_blocks;
+    long long seed;
+    double temperature, top_p, min_p;
+    int quiet;
+} args;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: qw-generate --model DIR [--device cpu] [--threads N] [--prompt-ids 1,2,3]\n"
+            "                   [--num-requests N] [--max-tokens N] [--temperature T]\n"
+            "                   [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
+            "                   [--max-num-seqs N] [--max-batched-tokens N] [--kv-blocks N]\n"
+            "                   [--quiet]\n");
+}
+
+static int parse_long(const char *flag, const char *s, long long lo, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo) {
+        fprintf(stderr, "qw-generate: %s: bad value '%s'\n", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *flag, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "qw-generate: %s: bad value '%s'\n", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* 0 on success, -1 on a bad command line (message printed). */
+static int parse_args(int argc, char **argv, args *a) {
+    *a = (args){.device = "cpu", .threads = -1, .num_requests = 1, .max_tokens = 32,
+                .temperature = 1.0, .top_p = 1.0, .seed = -1, .max_num_seqs = -1,
+                .max_batched = -1, .kv_blocks = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--quiet")) {
+            a->quiet = 1;
+            continue;
+        }
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "qw-generate: %s needs a value\n", f);
+            return -1;
+        }
+        const char *v = argv[++i];
+        long long n;
+        long *dst = NULL;
+        long long lo = 0;
+        if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--device")) a->device = v;
+        else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
+        else if (!strcmp(f, "--threads")) dst = &a->threads;
+        else if (!strcmp(f, "--num-requests")) dst = &a->num_requests, lo = 1;
+        else if (!strcmp(f, "--max-tokens")) dst = &a->max_tokens, lo = 1;
+        else if (!strcmp(f, "--top-k")) dst = &a->top_k, lo = -1;
+        else if (!strcmp(f, "--max-num-seqs")) dst = &a->max_num_seqs, lo = 1;
+        else if (!strcmp(f, "--max-batched-tokens")) dst = &a->max_batched, lo = 1;
+        else if (!strcmp(f, "--kv-blocks")) dst = &a->kv_blocks, lo = 1;
+        else if (!strcmp(f, "--seed")) {
+            if (parse_long(f, v, 0, &a->seed)) return -1;
+        } else if (!strcmp(f, "--temperature")) {
+            if (parse_double(f, v, &a->temperature)) return -1;
+        } else if (!strcmp(f, "--top-p")) {
+            if (parse_double(f, v, &a->top_p)) return -1;
+        } else if (!strcmp(f, "--min-p")) {
+            if (parse_double(f, v, &a->min_p)) return -1;
+        } else {
+            fprintf(stderr, "qw-generate: unknown option %s\n", f);
+            usage(stderr);
+            return -1;
+        }
+        if (dst) {
+            if (parse_long(f, v, lo, &n)) return -1;
+            *dst = (long)n;
+        }
+    }
+    if (!a->model) {
+        fprintf(stderr, "qw-generate: --model is required\n");
+        usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parse "1,2,3" into a malloc'd array; NULL (message printed) if malformed. */
+static int32_t *parse_ids(const char *s, size_t *n_out) {
+    size_t cap = 1;
+    for (const char *c = s; *c; c++) cap += *c == ',';
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return NULL;
+    size_t n = 0;
+    const char *c = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(c, &end, 10);
+        if (errno || end == c || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "qw-generate: --prompt-ids: bad list '%s'\n", s);
+            free(ids);
+            return NULL;
+        }
+        ids[n++] = (int32_t)v;
+        if (!*end) break;
+        c = end + 1;
+    }
+    *n_out = n;
+    return ids;
+}
+
+/* splitmix64: a fixed prompt generator, so runs are repeatable */
+static uint64_t next_rand(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static const char *finish_name(qw_finish_reason r) {
+    switch (r) {
+    case QW_FINISH_NONE: return "none";
+    case QW_FINISH_STOP: return "stop";
+    case QW_FINISH_LENGTH: return "length";
+    case QW_FINISH_CANCELLED: return "cancelled";
+    case QW_FINISH_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Print an API failure; the caller then cleans up and exits 1. */
+static int api_fail(const char *what, qw_status st) {
+    fprintf(stderr, "qw-generate: %s: %s: %s\n", what, qw_status_string(st), qw_last_error());
+    return 1;
+}
+
+static qw_status make_engine(const args *a, qw_engine **out) {
+    qw_engine_options *o;
+    qw_status st = qw_engine_options_create(&o);
+    if (st != QW_OK) return st;
+    st = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, a->model);
+    if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_DEVICE, a->device);
+    if (st == QW_OK && a->threads >= 0) st = qw_engine_options_set_int(o, QW_OPT_NUM_THREADS, a->threads);
+    if (st == QW_OK && a->max_num_seqs > 0)
+        st = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_SEQS, a->max_num_seqs);
+    if (st == QW_OK && a->max_batched > 0)
+        st = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_BATCHED_TOKENS, a->max_batched);
+    if (st == QW_OK && a->kv_blocks > 0)
+        st = qw_engine_options_set_int(o, QW_OPT_NUM_KV_BLOCKS, a->kv_blocks);
+    if (st == QW_OK && a->seed >= 0) st = qw_engine_options_set_int(o, QW_OPT_SEED, a->seed);
+    if (st == QW_OK) st = qw_engine_create(o, out);
+    qw_engine_options_destroy(o);
+    return st;
+}
+
+/* Create request i with its prompt and sampling options; index i is its
+ * user data, so events map back to it without a lookup. */
+static qw_status make_request(const args *a, long i, const int32_t *ids, size_t n_ids,
+                              int32_t vocab, qw_request **out, size_t *prompt_len) {
+    qw_request *r;
+    qw_status st = qw_request_create(&r);
+    if (st != QW_OK) return st;
+    *out = r;
+    int32_t *own = NULL;
+    if (!ids) {
+        n_ids = 8 + 3 * (size_t)i;
+        own = malloc(n_ids * sizeof *own);
+        if (!own) return QW_ERR_OUT_OF_MEMORY;
+        uint64_t s = 0x51D5EEDull + (uint64_t)i;
+        for (size_t k = 0; k < n_ids; k++) own[k] = (int32_t)(next_rand(&s) % (uint64_t)vocab);
+        ids = own;
+    }
+    *prompt_len = n_ids;
+    st = qw_request_set_prompt(r, ids, n_ids);
+    free(own);
+    if (st == QW_OK) st = qw_request_set_int(r, QW_REQ_MAX_TOKENS, a->max_tokens);
+    if (st == QW_OK) st = qw_request_set_double(r, QW_REQ_TEMPERATURE, a->temperature);
+    if (st == QW_OK && a->top_k) st = qw_request_set_int(r, QW_REQ_TOP_K, a->top_k);
+    if (st == QW_OK && a->top_p != 1.0) st = qw_request_set_double(r, QW_REQ_TOP_P, a->top_p);
+    if (st == QW_OK && a->min_p != 0.0) st = qw_request_set_double(r, QW_REQ_MIN_P, a->min_p);
+    /* distinct seeds per request, derived from --seed so runs repeat */
+    if (st == QW_OK && a->seed >= 0) st = qw_request_set_int(r, QW_REQ_SEED, a->seed + i);
+    if (st == QW_OK) st = qw_request_set_user_data(r, (void *)(intptr_t)i);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    args a;
+    if (parse_args(argc, argv, &a)) return 1;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (a.prompt_ids && !(ids = parse_ids(a.prompt_ids, &n_ids))) return 1;
+
+    int rc = 0;
+    qw_engine *engine = NULL;
+    qw_request **reqs = calloc((size_t)a.num_requests, sizeof *reqs);
+    enum { EVENT_CAP = 256 };
+    qw_event *ev = malloc(EVENT_CAP * sizeof *ev);
+    if (!reqs || !ev) {
+        fprintf(stderr, "qw-generate: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    qw_status st = make_engine(&a, &engine);
+    if (st != QW_OK) {
+        rc = api_fail("create engine", st);
+        goto done;
+    }
+    int32_t vocab = qw_engine_vocab_size(engine);
+
+    size_t prompt_tokens = 0;
+    double t0 = now_s();
+    for (long i = 0; i < a.num_requests; i++) {
+        size_t len = 0;
+        st = make_request(&a, i, ids, n_ids, vocab, &reqs[i], &len);
+        if (st == QW_OK) st = qw_engine_submit(engine, reqs[i]);
+        if (st != QW_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "request %ld", i);
+            rc = api_fail(what, st);
+            goto done;
+        }
+        prompt_tokens += len;
+    }
+
+    size_t generated = 0, steps = 0;
+    while (qw_engine_has_work(engine)) {
+        size_t n = 0;
+        st = qw_engine_step(engine, ev, EVENT_CAP, sizeof ev[0], &n);
+        if (st != QW_OK) {
+            rc = api_fail("step", st);
+            goto done;
+        }
+        steps++;
+        for (size_t k = 0; k < n; k++) {
+            long i = (long)(intptr_t)ev[k].user_data;
+            if (ev[k].kind == QW_EVENT_TOKEN) generated++;
+            if (a.quiet) continue;
+            if (ev[k].kind == QW_EVENT_TOKEN)
+                printf("[req %ld] %d%s%s\n", i, (int)ev[k].token, ev[k].finish_reason ? " " : "",
+                       ev[k].finish_reason ? finish_name((qw_finish_reason)ev[k].finish_reason) : "");
+            else
+                printf("[req %ld] finished: %s\n", i,
+                       finish_name((qw_finish_reason)ev[k].finish_reason));
+        }
+    }
+    double wall = now_s() - t0;
+
+    printf("requests:          %ld\n", a.num_requests);
+    printf("prompt tokens:     %zu\n", prompt_tokens);
+    printf("generated tokens:  %zu\n", generated);
+    printf("steps:             %zu\n", steps);
+    printf("wall seconds:      %.3f\n", wall);
+    printf("generated tok/s:   %.1f\n", wall > 0 ? (double)generated / wall : 0.0);
+    for (long i = 0; i < a.num_requests; i++) {
+        size_t n = 0;
+        st = qw_request_get_tokens(reqs[i], NULL, 0, &n);
+        if (st != QW_OK) {
+            rc = api_fail("get tokens", st);
+            goto done;
+        }
+        printf("  req %ld: %zu tokens, finish %s\n", i, n,
+               finish_name(qw_request_get_finish_reason(reqs[i])));
+    }
+
+done:
+    /* the engine first: it may still hold references to the requests */
+    qw_engine_destroy(engine);
+    if (reqs)
+        for (long i = 0; i < a.num_requests; i++) qw_request_release(reqs[i]);
+    free(reqs);
+    free(ev);
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,306 @@
+/*
+ * qwinfer.h - the public, stable C API of libqwinfer.
+ *
+ * qwinfer serves Qwen3-family language models from inside the host process.
+ * The host owns the loop: it creates an engine, submits requests (from any
+ * thread), and calls qw_engine_step() to advance one continuous batch at a
+ * time, reading the tokens each step produced from an array of events.
+ *
+ *   qw_engine_options *o; qw_engine_options_create(&o);
+ *   qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, "/models/qwen3-0.6b");
+ *   qw_engine *e; qw_engine_create(o, &e); qw_engine_options_destroy(o);
+ *
+ *   qw_request *r; qw_request_create(&r);
+ *   qw_request_set_prompt(r, ids, n_ids);
+ *   qw_request_set_int(r, QW_REQ_MAX_TOKENS, 64);
+ *   qw_engine_submit(e, r);
+ *
+ *   qw_event ev[64]; size_t n;
+ *   while (qw_engine_has_work(e)) {
+ *       qw_engine_step(e, ev, 64, sizeof ev[0], &n);
+ *       for (size_t i = 0; i < n; i++) ... ev[i].token ...
+ *   }
+ *   qw_request_release(r); qw_engine_destroy(e);
+ *
+ * ABI rules (see docs/api.md):
+ *   - Every object is an opaque handle with one create and one destroy/release.
+ *   - No struct is passed by value. The only structs are ones the library
+ *     writes into caller memory (qw_event); the caller passes their element
+ *     size, so fields can be appended in later versions without breaking
+ *     old callers.
+ *   - Enums have fixed values that never change meaning; new ones are appended.
+ *   - Every fallible function returns qw_status; qw_last_error() then holds a
+ *     message with the detail, in the calling thread.
+ *   - The library never prints, exits or aborts.
+ *
+ * Threading: qw_engine_submit(), qw_engine_cancel(), qw_request_get_state()
+ * and the qw_request_set_* functions of a request that is not yet submitted
+ * are safe from any thread at any time. Everything else that takes an engine,
+ * and the read functions of a submitted request, must be called from one
+ * thread per engine at a time (the "step thread"), typically the thread that
+ * calls qw_engine_step(). Options objects are not shared-thread-safe.
+ */
+#ifndef QWINFER_H
+#define QWINFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* QW_API marks exported functions. Define it empty (e.g. for cffi's cdef)
+ * before including this header if the attribute gets in the way. */
+#ifndef QW_API
+#  if defined(_WIN32)
+#    define QW_API __declspec(dllimport)
+#  elif defined(__GNUC__)
+#    define QW_API __attribute__((visibility("default")))
+#  else
+#    define QW_API
+#  endif
+#endif
+
+/* ---------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------- */
+#define QW_VERSION_MAJOR 0
+#define QW_VERSION_MINOR 1
+#define QW_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH, as compiled against. */
+#define QW_VERSION_NUMBER 100
+
+/* The version of the library actually loaded, as MAJOR*10000+MINOR*100+PATCH.
+ * Thread-safe. Compare with QW_VERSION_NUMBER to detect a mismatch. */
+QW_API uint32_t qw_version_number(void);
+/* The same as a static string "MAJOR.MINOR.PATCH". Never NULL, never freed. */
+QW_API const char *qw_version_string(void);
+
+/* ---------------------------------------------------------------------------
+ * Status and errors
+ * ------------------------------------------------------------------------- */
+typedef enum qw_status {
+    QW_OK = 0,
+    QW_ERR_INVALID_ARGUMENT = 1,  /* NULL handle, bad option key or value  */
+    QW_ERR_OUT_OF_MEMORY = 2,     /* host allocation failed                */
+    QW_ERR_IO = 3,                /* file missing, unreadable, mmap failed */
+    QW_ERR_FORMAT = 4,            /* malformed model/config/weights file   */
+    QW_ERR_UNSUPPORTED = 5,       /* valid but not supported (dtype, arch) */
+    QW_ERR_INVALID_STATE = 6,     /* call not allowed in object's state    */
+    QW_ERR_NO_DEVICE = 7,         /* requested device not present          */
+    QW_ERR_TOKEN_OUT_OF_RANGE = 8,/* token id < 0 or >= vocabulary size    */
+    QW_ERR_TOO_LONG = 9,          /* prompt (+max tokens) > max model len  */
+    QW_ERR_KV_CAPACITY = 10,      /* request can never fit the KV pool     */
+    QW_ERR_BUFFER_TOO_SMALL = 11, /* caller buffer/element size too small  */
+    QW_ERR_INTERNAL = 12,         /* a bug in qwinfer; please report       */
+    QW_ERR_EMPTY_PROMPT = 13      /* request has no prompt tokens          */
+} qw_status;
+
+/* A static English name for a status ("QW_ERR_IO: input/output error").
+ * Never NULL; unknown values give "unknown status". Thread-safe. */
+QW_API const char *qw_status_string(qw_status status);
+
+/* The detail message of the most recent failing call made by this thread
+ * (thread-local). "" when none failed yet. The pointer stays valid until the
+ * next qwinfer call on this thread; copy it if you need it longer. Successful
+ * calls do not clear it. */
+QW_API const char *qw_last_error(void);
+
+/* ---------------------------------------------------------------------------
+ * Engine options
+ * ------------------------------------------------------------------------- */
+typedef struct qw_engine_options qw_engine_options;
+
+/* Keys of engine options. Each key has one type: the setter of another type
+ * returns QW_ERR_INVALID_ARGUMENT. Values never change meaning. */
+typedef enum qw_engine_option {
+    QW_OPT_MODEL_PATH = 1,         /* string: Hugging Face model directory (required) */
+    QW_OPT_DEVICE = 2,             /* string: "cpu" (default) or "cuda:N"             */
+    QW_OPT_NUM_THREADS = 3,        /* int: CPU worker threads; 0 = cores available    */
+    QW_OPT_MAX_NUM_SEQS = 4,       /* int: most sequences in one step (default 256)   */
+    QW_OPT_MAX_NUM_BATCHED_TOKENS = 5, /* int: token budget of one step (default 2048)*/
+    QW_OPT_BLOCK_SIZE = 6,         /* int: tokens per KV block (default 16; 1..1024)  */
+    QW_OPT_KV_CACHE_BYTES = 7,     /* int: KV pool size in bytes (0 = default)        */
+    QW_OPT_NUM_KV_BLOCKS = 8,      /* int: KV pool size in blocks; overrides bytes    */
+    QW_OPT_MAX_MODEL_LEN = 9,      /* int: max tokens of a sequence (0 = from config) */
+    QW_OPT_SEED = 10,              /* int: engine seed for requests without a seed    */
+    QW_OPT_ENABLE_CHUNKED_PREFILL = 11 /* int 0/1 (default 1): if 0, a prompt must fit
+                                        the token budget in one step                  */
+} qw_engine_option;
+
+/* Create an options object with every default. *out owned by the caller, freed
+ * with qw_engine_options_destroy(). On failure *out is NULL. */
+QW_API qw_status qw_engine_options_create(qw_engine_options **out);
+/* Free an options object. NULL is a no-op. */
+QW_API void qw_engine_options_destroy(qw_engine_options *opts);
+/* Set an integer option. Range is checked here (QW_ERR_INVALID_ARGUMENT);
+ * on failure the object is unchanged. */
+QW_API qw_status qw_engine_options_set_int(qw_engine_options *opts,
+                                           qw_engine_option key, int64_t value);
+/* Set a string option; the string is copied. On failure nothing changes. */
+QW_API qw_status qw_engine_options_set_string(qw_engine_options *opts,
+                                              qw_engine_option key,
+                                              const char *value);
+
+/* ---------------------------------------------------------------------------
+ * Engine
+ * ------------------------------------------------------------------------- */
+typedef struct qw_engine qw_engine;
+
+/* Load the model and create an engine. opts is only read (the caller may
+ * destroy it right after). On success *out is owned by the caller and freed
+ * with qw_engine_destroy(). On failure *out is NULL, nothing is leaked and
+ * qw_last_error() names the file/tensor/option at fault. */
+QW_API qw_status qw_engine_create(const qw_engine_options *opts, qw_engine **out);
+
+/* Destroy an engine. Requests still in it are finished with
+ * QW_FINISH_CANCELLED without events; the caller's own request handles stay
+ * valid until released. NULL is a no-op. No other thread may be using the
+ * engine (including submit/cancel) during or after this call. */
+QW_API void qw_engine_destroy(qw_engine *engine);
+
+/* Model facts, for hosts that build prompts. Return 0 for a NULL engine. */
+QW_API int32_t qw_engine_vocab_size(const qw_engine *engine);
+QW_API int32_t qw_engine_max_model_len(const qw_engine *engine);
+/* Number of KV blocks in the pool, and how many are free right now. */
+QW_API int32_t qw_engine_num_kv_blocks(const qw_engine *engine);
+QW_API int32_t qw_engine_num_free_kv_blocks(const qw_engine *engine);
+
+/* ---------------------------------------------------------------------------
+ * Requests
+ * ------------------------------------------------------------------------- */
+typedef struct qw_request qw_request;
+
+typedef enum qw_request_option {
+    QW_REQ_MAX_TOKENS = 1,     /* int: tokens to generate (default: up to max model len) */
+    QW_REQ_TEMPERATURE = 2,    /* double >= 0; 0 = greedy (default 1.0)            */
+    QW_REQ_TOP_K = 3,          /* int: 0 or -1 = off (default 0)                   */
+    QW_REQ_TOP_P = 4,          /* double in (0,1]; 1 = off (default 1.0)           */
+    QW_REQ_MIN_P = 5,          /* double in [0,1]; 0 = off (default 0.0)           */
+    QW_REQ_SEED = 6,           /* int: sampling seed (default: from engine seed)   */
+    QW_REQ_IGNORE_EOS = 7,     /* int 0/1: keep generating past EOS (default 0)    */
+    QW_REQ_MIN_TOKENS = 8      /* int: suppress EOS/stop tokens before this many   */
+} qw_request_option;
+
+typedef enum qw_request_state {
+    QW_STATE_CREATED = 0,   /* not yet submitted                           */
+    QW_STATE_QUEUED = 1,    /* submitted, waiting for KV/budget            */
+    QW_STATE_RUNNING = 2,   /* in the running batch (prefill or decode)    */
+    QW_STATE_FINISHED = 3   /* done; see qw_request_get_finish_reason()        */
+} qw_request_state;
+
+typedef enum qw_finish_reason {
+    QW_FINISH_NONE = 0,       /* not finished                                  */
+    QW_FINISH_STOP = 1,       /* EOS or a stop token was generated             */
+    QW_FINISH_LENGTH = 2,     /* max tokens or max model length reached        */
+    QW_FINISH_CANCELLED = 3,  /* qw_engine_cancel() or engine destroyed        */
+    QW_FINISH_ERROR = 4       /* the backend failed; see the step's status     */
+} qw_finish_reason;
+
+/* Create a request with default options and no prompt. *out is owned by the
+ * caller (one reference) and freed by qw_request_release(). */
+QW_API qw_status qw_request_create(qw_request **out);
+
+/* Drop the caller's reference. The request is freed once the engine is done
+ * with it too. After this call the caller must not use the handle. Returns
+ * QW_ERR_INVALID_STATE if the caller's reference was already released while
+ * the engine still holds the request (a detectable double release); releasing
+ * again after the object is freed is undefined, as with free(). NULL: no-op. */
+QW_API qw_status qw_request_release(qw_request *req);
+
+/* Set the prompt token ids (copied). Only before submission
+ * (QW_ERR_INVALID_STATE after). Ids are range-checked at submit, when the
+ * vocabulary is known. */
+QW_API qw_status qw_request_set_prompt(qw_request *req, const int32_t *ids, size_t n);
+/* Set an integer or double option; type and range checked as documented in
+ * qw_request_option. Only before submission. On failure nothing changes. */
+QW_API qw_status qw_request_set_int(qw_request *req, qw_request_option key, int64_t value);
+QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, double value);
+/* Extra token ids that end generation (copied; replaces an earlier list).
+ * The stop token is included in the output. Only before submission. */
+QW_API qw_status qw_request_set_stop_tokens(qw_request *req, const int32_t *ids, size_t n);
+/* Opaque host pointer, returned in every event of this request. */
+QW_API qw_status qw_request_set_user_data(qw_request *req, void *user_data);
+QW_API void *qw_request_get_user_data(const qw_request *req);
+
+/* A unique id of the request within the process (assigned at create). */
+QW_API uint64_t qw_request_get_id(const qw_request *req);
+/* Current state and finish reason. Safe from any thread. */
+QW_API qw_request_state qw_request_get_state(const qw_request *req);
+QW_API qw_finish_reason qw_request_get_finish_reason(const qw_request *req);
+
+/* Copy the generated tokens (not the prompt) into buf[0..cap). *n_out gets
+ * the total number generated so far even if cap is smaller; buf may be NULL
+ * with cap 0 to ask for the count. Step thread only. */
+QW_API qw_status qw_request_get_tokens(const qw_request *req, int32_t *buf,
+                                       size_t cap, size_t *n_out);
+
+/* Submit a request to an engine. Safe from any thread. The engine takes its
+ * own reference; the request joins the batch at the next step. Validated here:
+ * a prompt (QW_ERR_EMPTY_PROMPT), token ids within the vocabulary
+ * (QW_ERR_TOKEN_OUT_OF_RANGE), prompt + max tokens within the max model length
+ * (QW_ERR_TOO_LONG), and a KV need within the whole pool (QW_ERR_KV_CAPACITY).
+ * A request can be submitted once (QW_ERR_INVALID_STATE after). On failure
+ * the request is untouched and may be fixed and submitted again. */
+QW_API qw_status qw_engine_submit(qw_engine *engine, qw_request *req);
+
+/* Ask for a submitted request to stop. Safe from any thread. It finishes with
+ * QW_FINISH_CANCELLED at the next step (one event with token -1), unless it
+ * finished for another reason first. A request that is already finished, or
+ * was never submitted to this engine, gives QW_ERR_INVALID_STATE. */
+QW_API qw_status qw_engine_cancel(qw_engine *engine, qw_request *req);
+
+/* ---------------------------------------------------------------------------
+ * Stepping
+ * ------------------------------------------------------------------------- */
+typedef enum qw_event_kind {
+    QW_EVENT_TOKEN = 1,     /* a token was generated (finish may also be set)   */
+    QW_EVENT_FINISHED = 2   /* finished without a new token (cancel, error)    */
+} qw_event_kind;
+
+/* One event, written by qw_engine_step(). Fields are only ever appended. */
+typedef struct qw_event {
+    uint32_t kind;          /* qw_event_kind                                  */
+    uint32_t finish_reason; /* qw_finish_reason; NONE while generation goes on */
+    int32_t token;          /* the new token id, or -1                        */
+    uint32_t index;         /* 0-based index of this token in the output      */
+    uint64_t request_id;    /* qw_request_get_id()                            */
+    qw_request *request;    /* valid at least until the next qw_engine_step   */
+    void *user_data;        /* qw_request_set_user_data()                     */
+} qw_event;
+
+/* Run one scheduling step: apply submissions and cancellations, schedule
+ * decode tokens then prefill chunks under the token budget, run the model,
+ * sample, and write at most cap events of event_size bytes each into events.
+ * Pass sizeof(qw_event) as event_size: a larger size (a newer header) is
+ * accepted and the extra bytes are zeroed; a size smaller than this library's
+ * first qw_event gives QW_ERR_BUFFER_TOO_SMALL. *n_out gets the number written.
+ * Events that do not fit are kept and delivered first by the next call, which
+ * then does no model work; so a loop of steps never loses an event.
+ * Step thread only. On a backend failure the requests of that step finish
+ * with QW_FINISH_ERROR, their events are delivered and the engine stays usable. */
+QW_API qw_status qw_engine_step(qw_engine *engine, void *events, size_t cap,
+                                size_t event_size, size_t *n_out);
+
+/* 1 if any request is queued, running, or has undelivered events (another
+ * qw_engine_step would do something); 0 otherwise or for NULL. Step thread. */
+QW_API int qw_engine_has_work(qw_engine *engine);
+
+/* ---------------------------------------------------------------------------
+ * Experimental: may change between minor versions.
+ * ------------------------------------------------------------------------- */
+
+/* Called with the logits (vocab_size floats, before any sampling transform)
+ * each time a token is sampled for the request: position is the index of the
+ * token about to be sampled in the full sequence (prompt + output). Runs on
+ * the step thread inside qw_engine_step. On GPU backends this costs a copy. */
+typedef void (*qw_logits_fn)(void *user_data, qw_request *req, int32_t position,
+                             const float *logits, int32_t vocab_size);
+QW_API qw_status qw_request_set_logits_callback(qw_request *req, qw_logits_fn fn,
+                                                void *user_data);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QWINFER_H */
