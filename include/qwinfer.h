@@ -94,7 +94,8 @@ typedef enum qw_status {
     QW_ERR_KV_CAPACITY = 10,      /* request can never fit the KV pool     */
     QW_ERR_BUFFER_TOO_SMALL = 11, /* caller buffer/element size too small  */
     QW_ERR_INTERNAL = 12,         /* a bug in qwinfer; please report       */
-    QW_ERR_EMPTY_PROMPT = 13      /* request has no prompt tokens          */
+    QW_ERR_EMPTY_PROMPT = 13,     /* request has no prompt tokens          */
+    QW_ERR_SESSION_BUSY = 14      /* the session already runs a request    */
 } qw_status;
 
 /* A static English name for a status ("QW_ERR_IO: input/output error").
@@ -125,8 +126,20 @@ typedef enum qw_engine_option {
     QW_OPT_NUM_KV_BLOCKS = 8,      /* int: KV pool size in blocks; overrides bytes    */
     QW_OPT_MAX_MODEL_LEN = 9,      /* int: max tokens of a sequence (0 = from config) */
     QW_OPT_SEED = 10,              /* int: engine seed for requests without a seed    */
-    QW_OPT_ENABLE_CHUNKED_PREFILL = 11 /* int 0/1 (default 1): if 0, a prompt must fit
+    QW_OPT_ENABLE_CHUNKED_PREFILL = 11, /* int 0/1 (default 1): if 0, a prompt must fit
                                         the token budget in one step                  */
+    QW_OPT_ENABLE_PREFIX_CACHING = 12, /* int 0/1 (default 1): share KV of full blocks
+                                        with equal prefixes between requests          */
+    QW_OPT_MAX_NUM_PARTIAL_PREFILLS = 13, /* int: most sequences prefilling in one
+                                        step (default 4)                              */
+    QW_OPT_LONG_PREFILL_TOKEN_THRESHOLD = 14, /* int: when others wait, a prefill
+                                        chunk is capped at this many tokens
+                                        (0 = budget / max partial prefills)           */
+    QW_OPT_PRIORITY_AGING_STEPS = 15,  /* int: a request's effective priority improves
+                                        by 1 every this many steps since it arrived,
+                                        so nothing starves (default 256; 0 = off)     */
+    QW_OPT_GPU_MEMORY_UTILIZATION = 16 /* double in (0,1]: GPU memory fraction for
+                                        weights + KV (default 0.9); cuda only         */
 } qw_engine_option;
 
 /* Create an options object with every default. *out owned by the caller, freed
@@ -138,6 +151,9 @@ QW_API void qw_engine_options_destroy(qw_engine_options *opts);
  * on failure the object is unchanged. */
 QW_API qw_status qw_engine_options_set_int(qw_engine_options *opts,
                                            qw_engine_option key, int64_t value);
+/* Set a double option (QW_OPT_GPU_MEMORY_UTILIZATION). */
+QW_API qw_status qw_engine_options_set_double(qw_engine_options *opts,
+                                              qw_engine_option key, double value);
 /* Set a string option; the string is copied. On failure nothing changes. */
 QW_API qw_status qw_engine_options_set_string(qw_engine_options *opts,
                                               qw_engine_option key,
@@ -163,7 +179,8 @@ QW_API void qw_engine_destroy(qw_engine *engine);
 /* Model facts, for hosts that build prompts. Return 0 for a NULL engine. */
 QW_API int32_t qw_engine_vocab_size(const qw_engine *engine);
 QW_API int32_t qw_engine_max_model_len(const qw_engine *engine);
-/* Number of KV blocks in the pool, and how many are free right now. */
+/* Number of KV blocks in the pool, and how many no request or session holds
+ * right now (free, or kept only for the prefix cache). */
 QW_API int32_t qw_engine_num_kv_blocks(const qw_engine *engine);
 QW_API int32_t qw_engine_num_free_kv_blocks(const qw_engine *engine);
 
@@ -180,7 +197,14 @@ typedef enum qw_request_option {
     QW_REQ_MIN_P = 5,          /* double in [0,1]; 0 = off (default 0.0)           */
     QW_REQ_SEED = 6,           /* int: sampling seed (default: from engine seed)   */
     QW_REQ_IGNORE_EOS = 7,     /* int 0/1: keep generating past EOS (default 0)    */
-    QW_REQ_MIN_TOKENS = 8      /* int: suppress EOS/stop tokens before this many   */
+    QW_REQ_MIN_TOKENS = 8,     /* int: suppress EOS/stop tokens before this many   */
+    QW_REQ_PRIORITY = 9,       /* int: lower runs first (default 0), FCFS within   */
+    QW_REQ_MAX_QUEUE_MS = 10,  /* int: finish with QW_FINISH_TIMEOUT if no token
+                                  was produced this long after submit (0 = off)     */
+    QW_REQ_DEADLINE_MS = 11,   /* int: finish with QW_FINISH_TIMEOUT this long
+                                  after submit, wherever it is (0 = off)            */
+    QW_REQ_CACHE_SALT = 12     /* int: requests with different salts never share
+                                  cached KV blocks (default 0)                      */
 } qw_request_option;
 
 typedef enum qw_request_state {
@@ -195,7 +219,8 @@ typedef enum qw_finish_reason {
     QW_FINISH_STOP = 1,       /* EOS or a stop token was generated             */
     QW_FINISH_LENGTH = 2,     /* max tokens or max model length reached        */
     QW_FINISH_CANCELLED = 3,  /* qw_engine_cancel() or engine destroyed        */
-    QW_FINISH_ERROR = 4       /* the backend failed; see the step's status     */
+    QW_FINISH_ERROR = 4,      /* the backend failed; see the step's status     */
+    QW_FINISH_TIMEOUT = 5     /* QW_REQ_MAX_QUEUE_MS or QW_REQ_DEADLINE_MS     */
 } qw_finish_reason;
 
 /* Create a request with default options and no prompt. *out is owned by the
@@ -236,6 +261,28 @@ QW_API qw_finish_reason qw_request_get_finish_reason(const qw_request *req);
 QW_API qw_status qw_request_get_tokens(const qw_request *req, int32_t *buf,
                                        size_t cap, size_t *n_out);
 
+/* Timing and cache facts of one request, written by qw_request_get_stats.
+ * Times are seconds; -1 where the event has not happened yet. Fields are
+ * only ever appended; pass sizeof(qw_request_stats). */
+typedef struct qw_request_stats {
+    uint64_t size;               /* set by the library: bytes it wrote        */
+    double arrival_time;         /* submit, on CLOCK_MONOTONIC, seconds       */
+    double queue_time;           /* submit -> first scheduled                 */
+    double time_to_first_token;  /* submit -> first token                     */
+    double decode_time;          /* first token -> finish (or now)            */
+    uint64_t prompt_tokens;      /* tokens prefilled for this request (the
+                                    session history counts, cached or not)    */
+    uint64_t cached_prompt_tokens; /* of those, served from the prefix cache
+                                    or the session's kept KV                  */
+    uint64_t num_preemptions;
+    uint64_t generated_tokens;
+} qw_request_stats;
+
+/* Fill *out (of out_size bytes, at least 8) with the request's stats; bytes
+ * past what this version knows are zeroed. Step thread. */
+QW_API qw_status qw_request_get_stats(const qw_request *req, qw_request_stats *out,
+                                      size_t out_size);
+
 /* Submit a request to an engine. Safe from any thread. The engine takes its
  * own reference; the request joins the batch at the next step. Validated here:
  * a prompt (QW_ERR_EMPTY_PROMPT), token ids within the vocabulary
@@ -250,6 +297,72 @@ QW_API qw_status qw_engine_submit(qw_engine *engine, qw_request *req);
  * finished for another reason first. A request that is already finished, or
  * was never submitted to this engine, gives QW_ERR_INVALID_STATE. */
 QW_API qw_status qw_engine_cancel(qw_engine *engine, qw_request *req);
+
+/* ---------------------------------------------------------------------------
+ * Sessions: conversations whose KV survives between requests
+ * ------------------------------------------------------------------------- */
+typedef struct qw_session qw_session;
+
+/* Create an empty session on an engine. It holds the token history
+ * (prompts and generated tokens of its requests, in order) and the KV blocks
+ * of that history, so a follow-up request prefills only its new tokens.
+ * Under KV pressure an idle session's blocks may go back to the pool (they
+ * stay findable in the prefix cache); the next request then recomputes what
+ * was lost - slower, never an error. *out is owned by the caller and freed
+ * with qw_session_destroy before the engine is destroyed. Step thread. */
+QW_API qw_status qw_session_create(qw_engine *engine, qw_session **out);
+
+/* Free a session and its KV blocks. QW_ERR_SESSION_BUSY (nothing freed)
+ * while one of its requests is queued or running: cancel it and step until
+ * it finished first. NULL is a no-op. Step thread. */
+QW_API qw_status qw_session_destroy(qw_session *session);
+
+/* A new session with the same history, sharing its full KV blocks (copy on
+ * write is never needed: full blocks are immutable) and a copy of the
+ * partial last block, for branching and parallel sampling. The source must
+ * be idle (QW_ERR_SESSION_BUSY). Step thread. */
+QW_API qw_status qw_session_fork(qw_session *session, qw_session **out);
+
+/* Copy the history into buf[0..cap); *n_out gets its full length. */
+QW_API qw_status qw_session_get_tokens(const qw_session *session, int32_t *buf,
+                                       size_t cap, size_t *n_out);
+
+/* Run the request on a session (before submit): its prompt is the new
+ * tokens only, appended to the session's history; what it generates joins
+ * the history when it finishes. Max tokens and the max model length count
+ * the whole history. One request at a time per session: submitting a second
+ * while one is queued or running gives QW_ERR_SESSION_BUSY. The session must
+ * belong to the engine the request is submitted to. */
+QW_API qw_status qw_request_set_session(qw_request *req, qw_session *session);
+
+/* ---------------------------------------------------------------------------
+ * Engine statistics
+ * ------------------------------------------------------------------------- */
+typedef struct qw_engine_stats {
+    uint64_t size;                  /* set by the library: bytes it wrote      */
+    uint64_t num_running;
+    uint64_t num_waiting;           /* queued, including preempted ones        */
+    uint64_t num_preempted_waiting; /* queued after a preemption               */
+    uint64_t kv_blocks_total;
+    uint64_t kv_blocks_used;        /* referenced by a request or session      */
+    uint64_t kv_blocks_cached_free; /* unreferenced, kept for the prefix cache */
+    uint64_t prefix_cache_queries;  /* prompt tokens looked up in the cache    */
+    uint64_t prefix_cache_hits;     /* of those, found                         */
+    uint64_t prompt_tokens;         /* tokens prefilled (computed) so far      */
+    uint64_t generation_tokens;     /* tokens sampled so far                   */
+    uint64_t num_steps;             /* steps that ran the model                */
+    uint64_t last_batch_size;       /* sequences in the last such step         */
+    double mean_batch_size;
+    uint64_t num_preemptions;       /* total since create                      */
+    double forward_seconds;         /* time in the backend's forward pass      */
+    double host_seconds;            /* time in qw_engine_step outside it       */
+    uint64_t num_finished;          /* requests finished since create          */
+} qw_engine_stats;
+
+/* Fill *out (of out_size bytes, at least 8) with the engine's counters;
+ * bytes past what this version knows are zeroed. Step thread. */
+QW_API qw_status qw_engine_get_stats(const qw_engine *engine, qw_engine_stats *out,
+                                     size_t out_size);
 
 /* ---------------------------------------------------------------------------
  * Stepping

@@ -52,17 +52,26 @@ typedef struct qwi_backend_ops {
     /* Run the plan. On failure returns a status with a message; the KV
      * contents of the step's slots are then unspecified, nothing else is. */
     qw_status (*forward)(qwi_backend *b, const qwi_plan *plan);
+    /* Copy the KV contents (every layer, K and V) of block src[i] to block
+     * dst[i] for i in [0, n): a forked session's partial last block. */
+    qw_status (*copy_blocks)(qwi_backend *b, const int32_t *src, const int32_t *dst, int32_t n);
     /* Free everything the backend owns. */
     void (*destroy)(qwi_backend *b);
 } qwi_backend_ops;
 
 struct qwi_backend {
     const qwi_backend_ops *ops;
+    int32_t num_blocks;            /* KV pool size the backend allocated       */
 };
 
 typedef struct qwi_backend_config {
     int32_t num_threads;           /* 0 = cores available to the process        */
-    int32_t num_blocks;            /* KV pool size                              */
+    int32_t num_blocks;            /* KV pool size; 0 = the backend sizes it
+                                      from kv_cache_bytes / memory_fraction    */
+    int64_t kv_cache_bytes;        /* 0 = backend default                       */
+    double memory_fraction;        /* GPU: fraction of device memory to use     */
+    int32_t device_index;          /* GPU ordinal for "cuda:N"                  */
+    int32_t max_model_len;
     int32_t block_size;            /* tokens per block                          */
     int32_t max_num_batched_tokens;/* most rows a plan can have                 */
     int32_t max_num_seqs;          /* most sequences a plan can have            */
@@ -77,5 +86,14 @@ size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size);
  * does no allocation. On failure *out is NULL and nothing leaks. */
 qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_config *cfg,
                                  qwi_backend **out);
+
+/* Create the CUDA backend on device bc->device_index: weights uploaded as
+ * BF16, KV pool sized from bc (num_blocks, else kv_cache_bytes, else
+ * memory_fraction of device memory after weights and workspace) and
+ * reported in (*out)->num_blocks. Without a usable device returns
+ * QW_ERR_NO_DEVICE with a message and leaks nothing. Only built when the
+ * library is compiled with CUDA (QW_HAVE_CUDA). */
+qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_backend_config *bc,
+                                  qwi_backend **out);
 
 #endif

@@ -65,18 +65,42 @@ static size_t events_deliver(qw_engine *e, void *events, size_t cap, size_t even
 
 /* ---- create / destroy -------------------------------------------------------- */
 
+/* Parse "cuda" / "cuda:N" into N; false for anything else. */
+static bool parse_cuda_device(const char *dev, int32_t *index) {
+    if (strncmp(dev, "cuda", 4) != 0) return false;
+    if (dev[4] == '\0') {
+        *index = 0;
+        return true;
+    }
+    if (dev[4] != ':' || dev[5] < '0' || dev[5] > '9') return false;
+    char *end;
+    long v = strtol(dev + 5, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1024) return false;
+    *index = (int32_t)v;
+    return true;
+}
+
 static qw_status create_backend(qw_engine *e, const qw_engine_options *o, int32_t num_blocks) {
     qwi_backend_config bc = {
         .num_threads = (int32_t)o->num_threads,
         .num_blocks = num_blocks,
+        .kv_cache_bytes = o->kv_cache_bytes,
+        .memory_fraction = o->gpu_memory_utilization,
+        .max_model_len = e->max_model_len,
         .block_size = e->block_size,
         .max_num_batched_tokens = e->max_num_batched_tokens,
         .max_num_seqs = e->max_num_seqs,
     };
     const char *dev = o->device ? o->device : "cpu";
     if (strcmp(dev, "cpu") == 0) return qwi_cpu_backend_create(e->model, &bc, &e->backend);
-    if (strncmp(dev, "cuda", 4) == 0 && (dev[4] == '\0' || dev[4] == ':'))
-        return qwi_fail(QW_ERR_NO_DEVICE, "device \"%s\": this build of qwinfer has no CUDA backend", dev);
+    if (parse_cuda_device(dev, &bc.device_index)) {
+#ifdef QW_HAVE_CUDA
+        bc.num_blocks = (int32_t)o->num_kv_blocks;
+        return qwi_cuda_backend_create(e->model, &bc, &e->backend);
+#else
+        return qwi_fail(QW_ERR_NO_DEVICE, "device \"%s\": this build of qwinfer has no CUDA backend (built with CUDA=0)", dev);
+#endif
+    }
     return qwi_fail(QW_ERR_INVALID_ARGUMENT, "device \"%s\": expected \"cpu\" or \"cuda:N\"", dev);
 }
 
@@ -130,15 +154,29 @@ QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
     e->chunked_prefill = o->enable_chunked_prefill != 0;
     e->seed = (uint64_t)o->seed;
 
+    /* The backend allocates the KV memory, so it comes first; the CPU pool
+     * is sized here, a GPU backend sizes its own from device memory. */
     int32_t num_blocks = 0;
-    if ((st = size_kv_pool(e, o, &num_blocks)) != QW_OK) goto fail;
-    if ((st = qwi_kv_pool_init(&e->kv, num_blocks, e->block_size)) != QW_OK) goto fail;
-    if ((st = qwi_sched_init(&e->sched, &e->kv, e->max_num_seqs, e->max_num_batched_tokens,
-                             e->chunked_prefill)) != QW_OK)
+    if ((!o->device || strcmp(o->device, "cpu") == 0) && (st = size_kv_pool(e, o, &num_blocks)) != QW_OK)
         goto fail;
+    if ((st = create_backend(e, o, num_blocks)) != QW_OK) goto fail;
+    num_blocks = e->backend->num_blocks;
+    e->max_blocks_per_seq = QWI_DIV_UP(e->max_model_len, e->block_size);
+    if ((st = qwi_kv_pool_init(&e->kv, num_blocks, e->block_size, o->enable_prefix_caching != 0)) != QW_OK)
+        goto fail;
+    qwi_sched_config sc = {
+        .max_num_seqs = e->max_num_seqs,
+        .max_num_batched_tokens = e->max_num_batched_tokens,
+        .chunked_prefill = e->chunked_prefill,
+        .max_num_partial_prefills = (int32_t)o->max_num_partial_prefills,
+        .long_prefill_threshold = (int32_t)o->long_prefill_token_threshold,
+        .aging_steps = (int32_t)o->priority_aging_steps,
+    };
+    if ((st = qwi_sched_init(&e->sched, &e->kv, &sc, e->max_model_len)) != QW_OK) goto fail;
+    e->sched.reclaim = qwi_engine_reclaim_idle_session;
+    e->sched.reclaim_ctx = e;
     if ((st = qwi_plan_buffers_init(&e->plan, e->max_num_batched_tokens, e->max_num_seqs,
-                                    QWI_DIV_UP(e->max_model_len, e->block_size), e->block_size,
-                                    e->vocab_size)) != QW_OK)
+                                    e->max_blocks_per_seq, e->block_size, e->vocab_size)) != QW_OK)
         goto fail;
     e->pending_cap = (size_t)e->max_num_seqs * 2 + 16;
     e->pending = malloc(e->pending_cap * sizeof *e->pending);
@@ -146,7 +184,6 @@ QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
         st = qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_create: event queue");
         goto fail;
     }
-    if ((st = create_backend(e, o, num_blocks)) != QW_OK) goto fail;
     *out = e;
     return QW_OK;
 
@@ -160,6 +197,26 @@ fail:
  * to be dropped at the next step, after its events were delivered. */
 static void finish_request(qw_engine *e, qw_request *r, qw_finish_reason why) {
     qwi_sched_remove(&e->sched, &r->seq);
+    qw_session *ses = r->session;
+    if (ses && ses->engine == e) {
+        /* The history grows by what this request added; its KV goes back to
+         * the session (unless the step failed and the KV is suspect). The
+         * history array was sized at submit, so this cannot fail. */
+        pthread_mutex_lock(&ses->mu);
+        memcpy(ses->tokens, r->seq.tokens, sizeof(int32_t) * (size_t)r->seq.num_tokens);
+        ses->num_tokens = r->seq.num_tokens;
+        if (why == QW_FINISH_ERROR) qwi_kv_release(&e->kv, &r->seq.table);
+        ses->table = r->seq.table;
+        ses->num_computed = ses->table.num_blocks ? r->seq.num_computed_tokens : 0;
+        memset(&r->seq.table, 0, sizeof r->seq.table);
+        ses->last_used = e->sched.step;
+        ses->busy = false;
+        pthread_mutex_unlock(&ses->mu);
+    } else {
+        qwi_kv_release(&e->kv, &r->seq.table);
+    }
+    r->t_finished = qwi_now();
+    e->stats.finished++;
     atomic_store(&r->finish_reason, why);
     atomic_store(&r->state, QW_STATE_FINISHED);
     if (list_push(&e->finished, r) != QW_OK) {
@@ -184,8 +241,15 @@ QW_API void qw_engine_destroy(qw_engine *e) {
         finish_request(e, r, QW_FINISH_CANCELLED);
     }
     while (e->sched.num_waiting > 0) {
-        qw_request *r = e->sched.waiting[e->sched.waiting_head]->owner;
+        qw_request *r = e->sched.waiting[0]->owner;
         finish_request(e, r, QW_FINISH_CANCELLED);
+    }
+    /* Sessions the host did not destroy lose their KV and their engine;
+     * qw_session_destroy still frees them. */
+    for (qw_session *ses = e->sessions; ses; ses = ses->next) {
+        qwi_kv_release(&e->kv, &ses->table);
+        ses->num_computed = 0;
+        ses->engine = NULL;
     }
     for (size_t i = 0; i < e->finished.count; i++) qwi_request_unref(e->finished.items[i]);
     list_free(&e->inbox);
@@ -204,7 +268,7 @@ QW_API void qw_engine_destroy(qw_engine *e) {
 QW_API int32_t qw_engine_vocab_size(const qw_engine *e) { return e ? e->vocab_size : 0; }
 QW_API int32_t qw_engine_max_model_len(const qw_engine *e) { return e ? e->max_model_len : 0; }
 QW_API int32_t qw_engine_num_kv_blocks(const qw_engine *e) { return e ? e->kv.num_blocks : 0; }
-QW_API int32_t qw_engine_num_free_kv_blocks(const qw_engine *e) { return e ? e->kv.num_free : 0; }
+QW_API int32_t qw_engine_num_free_kv_blocks(const qw_engine *e) { return e ? qwi_kv_num_available(&e->kv) : 0; }
 
 /* ---- submit / cancel ------------------------------------------------------ */
 
@@ -216,10 +280,11 @@ static uint64_t mix64(uint64_t x) {
 }
 
 /* Validate a request against the engine's limits and build its engine-side
- * state (token array, block table, banned list). On failure the request is
- * as it was. Runs on the submitting thread; reads only immutable engine
- * fields. */
-static qw_status prepare_request(qw_engine *e, qw_request *r) {
+ * state (token array: session history then prompt; block table; banned
+ * list). hist/num_hist is the session's history (NULL/0 without one). On
+ * failure the request is as it was. Runs on the submitting thread; reads
+ * only immutable engine fields. */
+static qw_status prepare_request(qw_engine *e, qw_request *r, const int32_t *hist, int32_t num_hist) {
     if (r->num_prompt <= 0)
         return qwi_fail(QW_ERR_EMPTY_PROMPT, "qw_engine_submit: request %llu has no prompt tokens",
                         (unsigned long long)r->id);
@@ -234,36 +299,40 @@ static qw_status prepare_request(qw_engine *e, qw_request *r) {
             return qwi_fail(QW_ERR_TOKEN_OUT_OF_RANGE, "qw_engine_submit: stop token %d is outside the vocabulary [0, %d)",
                             r->stop_tokens[i], e->vocab_size);
     }
-    if (r->num_prompt >= e->max_model_len)
-        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %d tokens leaves no room to generate within the max model length %d",
-                        r->num_prompt, e->max_model_len);
-    int64_t max_gen = r->max_tokens > 0 ? r->max_tokens : (int64_t)e->max_model_len - r->num_prompt;
-    if ((int64_t)r->num_prompt + max_gen > e->max_model_len)
-        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt (%d) + max tokens (%lld) exceeds the max model length %d",
-                        r->num_prompt, (long long)max_gen, e->max_model_len);
-    if (!e->chunked_prefill && r->num_prompt > e->max_num_batched_tokens)
-        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %d tokens exceeds the step budget %d and chunked prefill is off",
-                        r->num_prompt, e->max_num_batched_tokens);
+    int64_t total = (int64_t)num_hist + r->num_prompt;
+    if (total >= e->max_model_len)
+        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %lld tokens%s leaves no room to generate within the max model length %d",
+                        (long long)total, num_hist ? " (with the session history)" : "", e->max_model_len);
+    int64_t max_gen = r->max_tokens > 0 ? r->max_tokens : (int64_t)e->max_model_len - total;
+    if (total + max_gen > e->max_model_len)
+        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt (%lld) + max tokens (%lld) exceeds the max model length %d",
+                        (long long)total, (long long)max_gen, e->max_model_len);
+    if (!e->chunked_prefill && total > e->max_num_batched_tokens)
+        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %lld tokens exceeds the step budget %d and chunked prefill is off",
+                        (long long)total, e->max_num_batched_tokens);
     /* The last generated token is never written to the cache. */
-    int64_t kv_tokens = (int64_t)r->num_prompt + max_gen - 1;
+    int64_t kv_tokens = total + max_gen - 1;
     int32_t need = qwi_kv_blocks_for(&e->kv, kv_tokens);
     if (need > e->kv.num_blocks)
         return qwi_fail(QW_ERR_KV_CAPACITY, "qw_engine_submit: request needs %d KV blocks (%lld tokens) but the pool has %d",
                         need, (long long)kv_tokens, e->kv.num_blocks);
 
-    int32_t cap = r->num_prompt + (int32_t)max_gen;
+    int32_t cap = (int32_t)(total + max_gen);
     int32_t *tokens = malloc((size_t)cap * sizeof *tokens);
     int32_t nb = r->num_stop + (r->ignore_eos ? 0 : e->model->cfg.num_eos);
     int32_t *banned = nb ? malloc((size_t)nb * sizeof *banned) : NULL;
     qwi_block_table table;
-    qw_status st = qwi_block_table_init(&table, &e->kv, kv_tokens);
+    memset(&table, 0, sizeof table);
+    /* A session request borrows the session's table at admission instead. */
+    qw_status st = r->session ? QW_OK : qwi_block_table_init(&table, &e->kv, kv_tokens);
     if (!tokens || (nb && !banned) || st != QW_OK) {
         free(tokens);
         free(banned);
-        if (st == QW_OK) qwi_block_table_destroy(&table);
+        qwi_block_table_destroy(&table);
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_submit: out of memory for a request of %d tokens", cap);
     }
-    memcpy(tokens, r->prompt, (size_t)r->num_prompt * sizeof *tokens);
+    if (num_hist) memcpy(tokens, hist, (size_t)num_hist * sizeof *tokens);
+    memcpy(tokens + num_hist, r->prompt, (size_t)r->num_prompt * sizeof *tokens);
     nb = 0;
     for (int32_t i = 0; i < r->num_stop; i++) banned[nb++] = r->stop_tokens[i];
     if (!r->ignore_eos)
@@ -274,11 +343,13 @@ static qw_status prepare_request(qw_engine *e, qw_request *r) {
     free(r->banned);
     memset(&r->seq, 0, sizeof r->seq);
     r->seq.tokens = tokens;
-    r->seq.num_tokens = r->num_prompt;
-    r->seq.num_prompt_tokens = r->num_prompt;
+    r->seq.num_tokens = (int32_t)total;
+    r->seq.num_prompt_tokens = (int32_t)total;
     r->seq.capacity = cap;
     r->seq.table = table;
     r->seq.owner = r;
+    r->seq.priority = r->priority;
+    r->seq.salt = r->cache_salt;
     r->banned = banned;
     r->num_banned = nb;
     r->max_generated = (int32_t)max_gen;
@@ -289,6 +360,32 @@ static qw_status prepare_request(qw_engine *e, qw_request *r) {
     return QW_OK;
 }
 
+/* Under the session's lock: refuse a busy session, size the history array
+ * for what this request can add, prepare, and mark the session busy. */
+static qw_status prepare_session_request(qw_engine *e, qw_request *r) {
+    qw_session *ses = r->session;
+    if (ses->engine != e)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_submit: the request's session belongs to another engine");
+    pthread_mutex_lock(&ses->mu);
+    qw_status st = QW_OK;
+    if (ses->busy) {
+        st = qwi_fail(QW_ERR_SESSION_BUSY, "qw_engine_submit: the session already has a request queued or running");
+    } else if ((st = prepare_request(e, r, ses->tokens, ses->num_tokens)) == QW_OK) {
+        if (ses->capacity < r->seq.capacity) {
+            int32_t *grown = realloc(ses->tokens, sizeof(int32_t) * (size_t)r->seq.capacity);
+            if (!grown) {
+                st = qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_submit: session history of %d tokens", r->seq.capacity);
+            } else {
+                ses->tokens = grown;
+                ses->capacity = r->seq.capacity;
+            }
+        }
+        if (st == QW_OK) ses->busy = true;
+    }
+    pthread_mutex_unlock(&ses->mu);
+    return st;
+}
+
 QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     if (!e || !r) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_submit: engine or request is NULL");
     /* Claim the request first, so two threads submitting it at once cannot
@@ -297,7 +394,7 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     if (!atomic_compare_exchange_strong(&r->submit_claimed, &expected, true))
         return qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_submit: request %llu was already submitted",
                         (unsigned long long)r->id);
-    qw_status st = prepare_request(e, r);
+    qw_status st = r->session ? prepare_session_request(e, r) : prepare_request(e, r, NULL, 0);
     if (st != QW_OK) {
         atomic_store(&r->submit_claimed, false);
         return st;
@@ -307,6 +404,11 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     st = list_push(&e->inbox, r);
     if (st != QW_OK) {
         pthread_mutex_unlock(&e->inbox_mu);
+        if (r->session) {
+            pthread_mutex_lock(&r->session->mu);
+            r->session->busy = false;
+            pthread_mutex_unlock(&r->session->mu);
+        }
         atomic_store(&r->submit_claimed, false);
         return st;
     }
@@ -315,6 +417,7 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     r->seq.arrival = n;
     r->sampling.seed = r->has_seed ? r->seed : mix64(e->seed ^ mix64(n));
     r->engine = e;
+    r->t_arrival = qwi_now();
     qwi_request_ref(r);
     pthread_mutex_unlock(&e->inbox_mu);
     return QW_OK;
@@ -366,6 +469,22 @@ static void drain_inbox(qw_engine *e) {
 
     for (size_t i = 0; i < inbox.count; i++) {
         qw_request *r = inbox.items[i];
+        qw_session *ses = r->session;
+        if (ses) {
+            /* Borrow the session's KV: the history it covers is not prefilled
+             * again. The session is busy, so nothing else touches it. */
+            r->seq.table = ses->table;
+            r->seq.num_computed_tokens = ses->num_computed;
+            memset(&ses->table, 0, sizeof ses->table);
+            ses->num_computed = 0;
+            if (!r->seq.table.blocks &&
+                qwi_block_table_init(&r->seq.table, &e->kv, (int64_t)e->max_model_len) != QW_OK) {
+                r->seq.state = QWI_SEQ_NEW;
+                finish_request(e, r, QW_FINISH_ERROR);
+                emit(e, r, QW_EVENT_FINISHED, -1, QW_FINISH_ERROR);
+                continue;
+            }
+        }
         if (qwi_sched_add(&e->sched, &r->seq) != QW_OK) {
             r->seq.state = QWI_SEQ_NEW;
             finish_request(e, r, QW_FINISH_ERROR);
@@ -406,6 +525,26 @@ static void accept_token(qw_engine *e, qw_request *r, int32_t tok) {
     emit(e, r, QW_EVENT_TOKEN, tok, why);
 }
 
+/* Finish requests whose max queue time or deadline has passed. */
+static void expire_requests(qw_engine *e) {
+    double now = qwi_now();
+    for (int pass = 0; pass < 2; pass++) {
+        qwi_seq **list = pass ? e->sched.running : e->sched.waiting;
+        for (int32_t i = 0; i < (pass ? e->sched.num_running : e->sched.num_waiting);) {
+            qw_request *r = list[i]->owner;
+            double age_ms = (now - r->t_arrival) * 1e3;
+            bool no_token = r->t_first_token < 0;
+            if ((r->deadline_ms > 0 && age_ms >= (double)r->deadline_ms) ||
+                (r->max_queue_ms > 0 && no_token && age_ms >= (double)r->max_queue_ms)) {
+                finish_request(e, r, QW_FINISH_TIMEOUT);
+                emit(e, r, QW_EVENT_FINISHED, -1, QW_FINISH_TIMEOUT);
+                continue;   /* the list shrank: same index again */
+            }
+            i++;
+        }
+    }
+}
+
 QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t event_size, size_t *n_out) {
     if (n_out) *n_out = 0;
     if (!e || !n_out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_step: engine or n_out is NULL");
@@ -426,7 +565,9 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
     for (size_t i = 0; i < e->finished.count; i++) qwi_request_unref(e->finished.items[i]);
     e->finished.count = 0;
 
+    double t0 = qwi_now(), forward_s = 0;
     drain_inbox(e);
+    expire_requests(e);
 
     qwi_sched_output so;
     qwi_sched_schedule(&e->sched, &so);
@@ -449,8 +590,18 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
                 e->plan.want_logits[i] = 1;
                 plan->logits_out = e->plan.logits;
             }
+            if (r->t_scheduled < 0) r->t_scheduled = t0;
+            /* A decode row is the one token sampled last step; all else is prefill. */
+            bool decode = so.entries[i].num_new_tokens == 1 && generated > 0 &&
+                          r->seq.num_computed_tokens == r->seq.num_tokens - 1;
+            e->stats.prompt_tokens += (uint64_t)(so.entries[i].num_new_tokens - (decode ? 1 : 0));
         }
+        double tf = qwi_now();
         st = e->backend->ops->forward(e->backend, plan);
+        forward_s = qwi_now() - tf;
+        e->stats.steps++;
+        e->stats.last_batch = (uint64_t)so.num_entries;
+        e->stats.batch_sum += (uint64_t)so.num_entries;
         if (st != QW_OK) {
             for (int32_t i = 0; i < so.num_entries; i++) {
                 qw_request *r = so.entries[i].seq->owner;
@@ -459,13 +610,15 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
             }
         } else {
             qwi_sched_commit(&e->sched, &so);
+            double now = qwi_now();
             for (int32_t i = 0; i < so.num_entries; i++) {
                 if (!plan->do_sample[i]) continue;
                 qw_request *r = so.entries[i].seq->owner;
                 if (e->plan.want_logits[i])
                     r->logits_fn(r->logits_user, r, r->seq.num_tokens,
                                  e->plan.logits + (size_t)i * (size_t)e->vocab_size, e->vocab_size);
-                if (atomic_load(&r->state) == QW_STATE_QUEUED) atomic_store(&r->state, QW_STATE_RUNNING);
+                if (r->t_first_token < 0) r->t_first_token = now;
+                e->stats.generation_tokens++;
                 accept_token(e, r, plan->sampled[i]);
             }
         }
@@ -476,11 +629,62 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
     }
     /* Preempted requests are queued again. */
     for (int32_t i = 0; i < e->sched.num_waiting; i++) {
-        qw_request *r = e->sched.waiting[(e->sched.waiting_head + i) % e->sched.waiting_cap]->owner;
+        qw_request *r = e->sched.waiting[i]->owner;
         if (atomic_load(&r->state) == QW_STATE_RUNNING) atomic_store(&r->state, QW_STATE_QUEUED);
     }
+    e->stats.forward_seconds += forward_s;
+    e->stats.host_seconds += qwi_now() - t0 - forward_s;
     *n_out = events_deliver(e, events, cap, event_size);
     return st;
+}
+
+/* Release the KV of the idle session used least recently. Its full blocks
+ * stay in the prefix cache, so its next request finds what survives. */
+bool qwi_engine_reclaim_idle_session(void *ctx) {
+    qw_engine *e = ctx;
+    qw_session *victim = NULL;
+    for (qw_session *ses = e->sessions; ses; ses = ses->next) {
+        if (ses->table.num_blocks == 0) continue;
+        pthread_mutex_lock(&ses->mu);
+        bool idle = !ses->busy;
+        pthread_mutex_unlock(&ses->mu);
+        if (idle && (!victim || ses->last_used < victim->last_used)) victim = ses;
+    }
+    if (!victim) return false;
+    qwi_kv_release(&e->kv, &victim->table);
+    victim->num_computed = 0;
+    return true;
+}
+
+QW_API qw_status qw_engine_get_stats(const qw_engine *e, qw_engine_stats *out, size_t out_size) {
+    if (!e || !out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_get_stats: engine or out is NULL");
+    if (out_size < sizeof(uint64_t))
+        return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_engine_get_stats: out_size %zu is too small", out_size);
+    qw_engine_stats st;
+    memset(&st, 0, sizeof st);
+    st.num_running = (uint64_t)e->sched.num_running;
+    st.num_waiting = (uint64_t)e->sched.num_waiting;
+    for (int32_t i = 0; i < e->sched.num_waiting; i++)
+        st.num_preempted_waiting += e->sched.waiting[i]->num_preemptions > 0;
+    st.kv_blocks_total = (uint64_t)e->kv.num_blocks;
+    st.kv_blocks_used = (uint64_t)qwi_kv_num_used(&e->kv);
+    st.kv_blocks_cached_free = (uint64_t)e->kv.num_evictable;
+    st.prefix_cache_queries = e->sched.prefix_queries;
+    st.prefix_cache_hits = e->sched.prefix_hits;
+    st.prompt_tokens = e->stats.prompt_tokens;
+    st.generation_tokens = e->stats.generation_tokens;
+    st.num_steps = e->stats.steps;
+    st.last_batch_size = e->stats.last_batch;
+    st.mean_batch_size = e->stats.steps ? (double)e->stats.batch_sum / (double)e->stats.steps : 0;
+    st.num_preemptions = e->sched.total_preemptions;
+    st.forward_seconds = e->stats.forward_seconds;
+    st.host_seconds = e->stats.host_seconds;
+    st.num_finished = e->stats.finished;
+    size_t n = out_size < sizeof st ? out_size : sizeof st;
+    st.size = n;
+    memcpy(out, &st, n);
+    if (out_size > sizeof st) memset((char *)out + sizeof st, 0, out_size - sizeof st);
+    return QW_OK;
 }
 
 QW_API int qw_engine_has_work(qw_engine *e) {

@@ -17,6 +17,7 @@
 #include "plan.h"
 #include "request.h"
 #include "scheduler.h"
+#include "session.h"
 
 /* A growable array of request pointers. */
 typedef struct qwi_req_list {
@@ -47,9 +48,19 @@ struct qw_engine {
 
     /* step thread only */
     qwi_plan_buffers plan;
+    struct qw_session *sessions;  /* every live session (doubly linked)     */
+    int32_t max_blocks_per_seq;
+    struct {
+        uint64_t prompt_tokens, generation_tokens, steps, last_batch, batch_sum, finished;
+        double forward_seconds, host_seconds;
+    } stats;
     qwi_req_list finished;       /* engine refs to drop at the next step  */
     qw_event *pending;           /* ring of undelivered events            */
     size_t pending_head, pending_count, pending_cap;
 };
+
+/* Release the KV of the least recently used idle session (the scheduler's
+ * reclaim callback); false when no idle session holds blocks. */
+bool qwi_engine_reclaim_idle_session(void *engine);
 
 #endif

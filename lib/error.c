@@ -59,6 +59,7 @@ QW_API const char *qw_status_string(qw_status status) {
     case QW_ERR_BUFFER_TOO_SMALL: return "QW_ERR_BUFFER_TOO_SMALL: buffer too small";
     case QW_ERR_INTERNAL: return "QW_ERR_INTERNAL: internal error";
     case QW_ERR_EMPTY_PROMPT: return "QW_ERR_EMPTY_PROMPT: request has no prompt";
+    case QW_ERR_SESSION_BUSY: return "QW_ERR_SESSION_BUSY: the session already runs a request";
     }
     return "unknown status";
 }

@@ -22,6 +22,10 @@ QW_API qw_status qw_engine_options_create(qw_engine_options **out) {
     o->max_num_batched_tokens = QWI_DEFAULT_MAX_BATCHED_TOKENS;
     o->block_size = QWI_DEFAULT_BLOCK_SIZE;
     o->enable_chunked_prefill = 1;
+    o->enable_prefix_caching = 1;
+    o->max_num_partial_prefills = QWI_DEFAULT_PARTIAL_PREFILLS;
+    o->priority_aging_steps = QWI_DEFAULT_AGING_STEPS;
+    o->gpu_memory_utilization = QWI_DEFAULT_GPU_MEMORY_UTILIZATION;
     *out = o;
     return QW_OK;
 }
@@ -74,12 +78,39 @@ QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_optio
         if ((st = in_range("QW_OPT_ENABLE_CHUNKED_PREFILL", v, 0, 1)) == QW_OK)
             o->enable_chunked_prefill = v;
         return st;
+    case QW_OPT_ENABLE_PREFIX_CACHING:
+        if ((st = in_range("QW_OPT_ENABLE_PREFIX_CACHING", v, 0, 1)) == QW_OK) o->enable_prefix_caching = v;
+        return st;
+    case QW_OPT_MAX_NUM_PARTIAL_PREFILLS:
+        if ((st = in_range("QW_OPT_MAX_NUM_PARTIAL_PREFILLS", v, 1, 65536)) == QW_OK)
+            o->max_num_partial_prefills = v;
+        return st;
+    case QW_OPT_LONG_PREFILL_TOKEN_THRESHOLD:
+        if ((st = in_range("QW_OPT_LONG_PREFILL_TOKEN_THRESHOLD", v, 0, 1 << 24)) == QW_OK)
+            o->long_prefill_token_threshold = v;
+        return st;
+    case QW_OPT_PRIORITY_AGING_STEPS:
+        if ((st = in_range("QW_OPT_PRIORITY_AGING_STEPS", v, 0, INT32_MAX)) == QW_OK) o->priority_aging_steps = v;
+        return st;
     case QW_OPT_MODEL_PATH:
     case QW_OPT_DEVICE:
         return qwi_fail(QW_ERR_INVALID_ARGUMENT,
                         "engine option %d is a string: use qw_engine_options_set_string", (int)key);
+    case QW_OPT_GPU_MEMORY_UTILIZATION:
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT,
+                        "engine option %d is a double: use qw_engine_options_set_double", (int)key);
     }
     return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_int: unknown option %d", (int)key);
+}
+
+QW_API qw_status qw_engine_options_set_double(qw_engine_options *o, qw_engine_option key, double v) {
+    if (!o) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_double: options is NULL");
+    if (key != QW_OPT_GPU_MEMORY_UTILIZATION)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "engine option %d is not a double option", (int)key);
+    if (!(v > 0 && v <= 1))
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_OPT_GPU_MEMORY_UTILIZATION must be in (0, 1], got %g", v);
+    o->gpu_memory_utilization = v;
+    return QW_OK;
 }
 
 QW_API qw_status qw_engine_options_set_string(qw_engine_options *o, qw_engine_option key,

@@ -18,11 +18,19 @@ struct qw_engine_options {
     int64_t max_model_len;
     int64_t seed;
     int64_t enable_chunked_prefill;
+    int64_t enable_prefix_caching;
+    int64_t max_num_partial_prefills;
+    int64_t long_prefill_token_threshold;
+    int64_t priority_aging_steps;
+    double gpu_memory_utilization;
 };
 
 #define QWI_DEFAULT_MAX_NUM_SEQS 256
 #define QWI_DEFAULT_MAX_BATCHED_TOKENS 2048
 #define QWI_DEFAULT_BLOCK_SIZE 16
 #define QWI_DEFAULT_KV_BYTES ((int64_t)1 << 30)
+#define QWI_DEFAULT_PARTIAL_PREFILLS 4
+#define QWI_DEFAULT_AGING_STEPS 256
+#define QWI_DEFAULT_GPU_MEMORY_UTILIZATION 0.9
 
 #endif

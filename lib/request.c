@@ -6,7 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
 #include "request.h"
+
+double qwi_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static atomic_uint_fast64_t next_request_id = 1;
 
@@ -25,6 +33,7 @@ QW_API qw_status qw_request_create(qw_request **out) {
     r->temperature = 1.0;
     r->top_p = 1.0;
     r->min_p = 0.0;
+    r->t_arrival = r->t_scheduled = r->t_first_token = r->t_finished = -1;
     *out = r;
     return QW_OK;
 }
@@ -118,6 +127,22 @@ QW_API qw_status qw_request_set_int(qw_request *req, qw_request_option key, int6
             return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_IGNORE_EOS must be 0 or 1, got %lld", (long long)v);
         req->ignore_eos = v == 1;
         return QW_OK;
+    case QW_REQ_PRIORITY:
+        if (v < -(1 << 30) || v > (1 << 30))
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_PRIORITY must be within +-2^30, got %lld", (long long)v);
+        req->priority = (int32_t)v;
+        return QW_OK;
+    case QW_REQ_MAX_QUEUE_MS:
+    case QW_REQ_DEADLINE_MS:
+        if (v < 0)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s must be >= 0, got %lld",
+                            key == QW_REQ_MAX_QUEUE_MS ? "QW_REQ_MAX_QUEUE_MS" : "QW_REQ_DEADLINE_MS", (long long)v);
+        if (key == QW_REQ_MAX_QUEUE_MS) req->max_queue_ms = v;
+        else req->deadline_ms = v;
+        return QW_OK;
+    case QW_REQ_CACHE_SALT:
+        req->cache_salt = (uint64_t)v;
+        return QW_OK;
     case QW_REQ_TEMPERATURE:
     case QW_REQ_TOP_P:
     case QW_REQ_MIN_P:
@@ -188,5 +213,28 @@ QW_API qw_status qw_request_get_tokens(const qw_request *req, int32_t *buf, size
     size_t copy = n < cap ? n : cap;
     if (copy) memcpy(buf, req->seq.tokens + req->seq.num_prompt_tokens, copy * sizeof *buf);
     *n_out = n;
+    return QW_OK;
+}
+
+QW_API qw_status qw_request_get_stats(const qw_request *req, qw_request_stats *out, size_t out_size) {
+    if (!req || !out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_stats: request or out is NULL");
+    if (out_size < sizeof(uint64_t))
+        return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_request_get_stats: out_size %zu is too small", out_size);
+    qw_request_stats st;
+    memset(&st, 0, sizeof st);
+    double now = qwi_now();
+    double end = req->t_finished >= 0 ? req->t_finished : now;
+    st.arrival_time = req->t_arrival;
+    st.queue_time = req->t_scheduled >= 0 ? req->t_scheduled - req->t_arrival : -1;
+    st.time_to_first_token = req->t_first_token >= 0 ? req->t_first_token - req->t_arrival : -1;
+    st.decode_time = req->t_first_token >= 0 ? end - req->t_first_token : -1;
+    st.prompt_tokens = req->seq.tokens ? (uint64_t)req->seq.num_prompt_tokens : 0;
+    st.cached_prompt_tokens = (uint64_t)req->seq.num_cached_tokens;
+    st.num_preemptions = (uint64_t)req->seq.num_preemptions;
+    st.generated_tokens = req->seq.tokens ? (uint64_t)(req->seq.num_tokens - req->seq.num_prompt_tokens) : 0;
+    size_t n = out_size < sizeof st ? out_size : sizeof st;
+    st.size = n;
+    memcpy(out, &st, n);
+    if (out_size > sizeof st) memset((char *)out + sizeof st, 0, out_size - sizeof st);
     return QW_OK;
 }

@@ -39,6 +39,10 @@ struct qw_request {
     bool ignore_eos;
     int32_t *stop_tokens;
     int32_t num_stop;
+    int32_t priority;
+    int64_t max_queue_ms, deadline_ms;
+    uint64_t cache_salt;
+    struct qw_session *session;
     void *user_data;
     qw_logits_fn logits_fn;
     void *logits_user;
@@ -50,8 +54,12 @@ struct qw_request {
     int32_t max_generated;       /* resolved max tokens                  */
     int32_t *banned;             /* EOS + stop ids, banned before min    */
     int32_t num_banned;
-    bool cancel_pending;         /* step thread only                     */
+    /* timing, CLOCK_MONOTONIC seconds; < 0 until it happens */
+    double t_arrival, t_scheduled, t_first_token, t_finished;
 };
+
+/* Seconds on CLOCK_MONOTONIC. */
+double qwi_now(void);
 
 /* Take one more reference. */
 void qwi_request_ref(struct qw_request *req);

@@ -6,20 +6,26 @@
 
 #include "scheduler.h"
 
-qw_status qwi_sched_init(qwi_sched *s, qwi_kv_pool *kv, int32_t max_num_seqs,
-                         int32_t max_num_batched_tokens, bool chunked_prefill) {
+qw_status qwi_sched_init(qwi_sched *s, qwi_kv_pool *kv, const qwi_sched_config *cfg,
+                         int32_t max_tokens) {
     memset(s, 0, sizeof *s);
-    if (max_num_seqs <= 0 || max_num_batched_tokens <= 0)
-        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "scheduler: max_num_seqs and token budget must be > 0");
+    if (cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0 || max_tokens <= 0)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "scheduler: max_num_seqs, token budget and max tokens must be > 0");
     s->kv = kv;
-    s->max_num_seqs = max_num_seqs;
-    s->max_num_batched_tokens = max_num_batched_tokens;
-    s->chunked_prefill = chunked_prefill;
-    s->running = calloc((size_t)max_num_seqs, sizeof *s->running);
-    s->entries = calloc((size_t)max_num_seqs, sizeof *s->entries);
+    s->cfg = *cfg;
+    if (s->cfg.max_num_partial_prefills < 1) s->cfg.max_num_partial_prefills = 1;
+    if (s->cfg.long_prefill_threshold <= 0)
+        s->cfg.long_prefill_threshold =
+            QWI_MAX(1, s->cfg.max_num_batched_tokens / s->cfg.max_num_partial_prefills);
+    s->max_blocks_per_seq = qwi_kv_blocks_for(kv, max_tokens);
+    size_t n = (size_t)cfg->max_num_seqs;
+    s->running = calloc(n, sizeof *s->running);
+    s->order = calloc(n, sizeof *s->order);
+    s->entries = calloc(n, sizeof *s->entries);
+    s->hits = calloc((size_t)s->max_blocks_per_seq, sizeof *s->hits);
     s->waiting_cap = 64;
     s->waiting = calloc((size_t)s->waiting_cap, sizeof *s->waiting);
-    if (!s->running || !s->entries || !s->waiting) {
+    if (!s->running || !s->order || !s->entries || !s->hits || !s->waiting) {
         qwi_sched_destroy(s);
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "scheduler: cannot allocate lists");
     }
@@ -28,149 +34,292 @@ qw_status qwi_sched_init(qwi_sched *s, qwi_kv_pool *kv, int32_t max_num_seqs,
 
 void qwi_sched_destroy(qwi_sched *s) {
     free(s->running);
+    free(s->order);
     free(s->entries);
+    free(s->hits);
     free(s->waiting);
     memset(s, 0, sizeof *s);
 }
 
-/* i-th waiting sequence from the head. */
-static qwi_seq **waiting_at(qwi_sched *s, int32_t i) {
-    return &s->waiting[(s->waiting_head + i) % s->waiting_cap];
+int64_t qwi_sched_effective_priority(const qwi_sched *s, const qwi_seq *seq) {
+    int64_t p = seq->priority;
+    if (s->cfg.aging_steps > 0) p -= (int64_t)((s->step - seq->arrival_step) / (uint64_t)s->cfg.aging_steps);
+    return p;
 }
 
-static qw_status waiting_grow(qwi_sched *s) {
-    int32_t cap = s->waiting_cap * 2;
-    qwi_seq **w = malloc(sizeof *w * (size_t)cap);
-    if (!w) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "scheduler: waiting queue of %d", cap);
-    for (int32_t i = 0; i < s->num_waiting; i++) w[i] = *waiting_at(s, i);
-    free(s->waiting);
-    s->waiting = w;
-    s->waiting_cap = cap;
-    s->waiting_head = 0;
+/* a ranks before b: better effective priority, then earlier arrival. */
+static bool ranks_before(const qwi_sched *s, const qwi_seq *a, const qwi_seq *b) {
+    int64_t pa = qwi_sched_effective_priority(s, a), pb = qwi_sched_effective_priority(s, b);
+    if (pa != pb) return pa < pb;
+    return a->arrival < b->arrival;
+}
+
+static qw_status waiting_push(qwi_sched *s, qwi_seq *seq) {
+    if (s->num_waiting == s->waiting_cap) {
+        int32_t cap = s->waiting_cap * 2;
+        qwi_seq **w = realloc(s->waiting, sizeof *w * (size_t)cap);
+        if (!w) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "scheduler: waiting queue of %d", cap);
+        s->waiting = w;
+        s->waiting_cap = cap;
+    }
+    s->waiting[s->num_waiting++] = seq;
+    seq->state = QWI_SEQ_WAITING;
     return QW_OK;
+}
+
+static void waiting_remove_at(qwi_sched *s, int32_t i) {
+    s->waiting[i] = s->waiting[--s->num_waiting];
+}
+
+static int32_t waiting_best(const qwi_sched *s) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < s->num_waiting; i++)
+        if (best < 0 || ranks_before(s, s->waiting[i], s->waiting[best])) best = i;
+    return best;
 }
 
 qw_status qwi_sched_add(qwi_sched *s, qwi_seq *seq) {
-    if (s->num_waiting == s->waiting_cap) {
-        qw_status st = waiting_grow(s);
-        if (st != QW_OK) return st;
-    }
-    *waiting_at(s, s->num_waiting++) = seq;
-    seq->state = QWI_SEQ_WAITING;
-    return QW_OK;
+    seq->arrival_step = s->step;
+    return waiting_push(s, seq);
 }
 
-/* Put a preempted sequence at the head of the queue: it was admitted before
- * everything still waiting, so FCFS order is kept. */
-static qw_status waiting_push_front(qwi_sched *s, qwi_seq *seq) {
-    if (s->num_waiting == s->waiting_cap) {
-        qw_status st = waiting_grow(s);
-        if (st != QW_OK) return st;
+static void running_remove(qwi_sched *s, qwi_seq *seq) {
+    for (int32_t i = 0; i < s->num_running; i++) {
+        if (s->running[i] == seq) {
+            memmove(&s->running[i], &s->running[i + 1], sizeof *s->running * (size_t)(s->num_running - i - 1));
+            s->num_running--;
+            return;
+        }
     }
-    s->waiting_head = (s->waiting_head + s->waiting_cap - 1) % s->waiting_cap;
-    s->waiting[s->waiting_head] = seq;
-    s->num_waiting++;
-    seq->state = QWI_SEQ_WAITING;
-    return QW_OK;
-}
-
-static void waiting_pop_front(qwi_sched *s) {
-    s->waiting_head = (s->waiting_head + 1) % s->waiting_cap;
-    s->num_waiting--;
 }
 
 void qwi_sched_remove(qwi_sched *s, qwi_seq *seq) {
     if (seq->state == QWI_SEQ_RUNNING) {
-        for (int32_t i = 0; i < s->num_running; i++) {
-            if (s->running[i] == seq) {
-                memmove(&s->running[i], &s->running[i + 1],
-                        sizeof *s->running * (size_t)(s->num_running - i - 1));
-                s->num_running--;
-                break;
-            }
-        }
+        running_remove(s, seq);
     } else if (seq->state == QWI_SEQ_WAITING) {
-        for (int32_t i = 0; i < s->num_waiting; i++) {
-            if (*waiting_at(s, i) == seq) {
-                for (int32_t j = i; j < s->num_waiting - 1; j++)
-                    *waiting_at(s, j) = *waiting_at(s, j + 1);
-                s->num_waiting--;
+        for (int32_t i = 0; i < s->num_waiting; i++)
+            if (s->waiting[i] == seq) {
+                waiting_remove_at(s, i);
                 break;
             }
-        }
     }
-    qwi_kv_release(s->kv, &seq->table);
-    seq->state = QWI_SEQ_FINISHED;
+    if (seq->state != QWI_SEQ_NEW) seq->state = QWI_SEQ_FINISHED;
+}
+
+/* ---- one step ------------------------------------------------------------- */
+
+/* The state of the step being built. */
+typedef struct step_ctx {
+    int32_t budget;
+    int32_t num_entries;
+    int32_t num_prefills;     /* entries that are (partial) prefills */
+    int32_t preempted;
+} step_ctx;
+
+/* The worst-ranked running sequence, or NULL. */
+static qwi_seq *running_worst(const qwi_sched *s) {
+    qwi_seq *worst = NULL;
+    for (int32_t i = 0; i < s->num_running; i++)
+        if (!worst || ranks_before(s, worst, s->running[i])) worst = s->running[i];
+    return worst;
+}
+
+/* Undo a running sequence's entry in this step, if it has one. */
+static void unschedule(qwi_sched *s, step_ctx *c, qwi_seq *seq) {
+    if (seq->scheduled_step != s->step) return;
+    for (int32_t i = 0; i < c->num_entries; i++) {
+        if (s->entries[i].seq != seq) continue;
+        c->budget += s->entries[i].num_new_tokens;
+        if (seq->num_tokens - seq->num_computed_tokens > 1) c->num_prefills--;
+        s->entries[i] = s->entries[--c->num_entries];
+        break;
+    }
+    seq->scheduled_step = 0;
 }
 
 /* Preempt by recompute: the simplest correct policy for a pool without swap
  * space. Outputs are unchanged because recomputed KV is bit-identical and
  * sampling is keyed by (seed, position). Returns false (nothing changed)
- * only if the waiting ring could not grow to take the victim. */
-static bool preempt_last(qwi_sched *s) {
-    qwi_seq *victim = s->running[s->num_running - 1];
-    if (waiting_push_front(s, victim) != QW_OK) return false;
-    s->num_running--;
+ * only if the waiting queue could not grow to take the victim. */
+static bool preempt(qwi_sched *s, step_ctx *c, qwi_seq *victim) {
+    unschedule(s, c, victim);
+    running_remove(s, victim);
+    if (waiting_push(s, victim) != QW_OK) {
+        s->running[s->num_running++] = victim;
+        return false;
+    }
     qwi_kv_release(s->kv, &victim->table);
     victim->num_computed_tokens = 0;
     victim->num_preemptions++;
     s->total_preemptions++;
+    c->preempted++;
     return true;
 }
 
-void qwi_sched_schedule(qwi_sched *s, qwi_sched_output *out) {
-    int32_t budget = s->max_num_batched_tokens;
-    int32_t n = 0, preempted = 0;
+/* Free blocks held by waiting sequences other than keep (a session's kept
+ * KV waiting for admission): cheaper than preempting running work. */
+static bool release_waiting_holders(qwi_sched *s, const qwi_seq *keep) {
+    bool any = false;
+    for (int32_t i = 0; i < s->num_waiting; i++) {
+        qwi_seq *w = s->waiting[i];
+        if (w == keep || w->table.num_blocks == 0) continue;
+        qwi_kv_release(s->kv, &w->table);
+        w->num_computed_tokens = 0;
+        any = true;
+    }
+    return any;
+}
 
-    /* 1. running sequences, oldest first */
-    for (int32_t i = 0; i < s->num_running && budget > 0;) {
-        qwi_seq *seq = s->running[i];
-        int32_t want = seq->num_tokens - seq->num_computed_tokens;
-        int32_t take = QWI_MIN(want, budget);
-        if (take <= 0) { i++; continue; }
-        int64_t need = (int64_t)seq->num_computed_tokens + take;
-        bool self_preempted = false;
-        while (!qwi_kv_can_reserve(s->kv, &seq->table, need)) {
-            bool victim_is_self = s->running[s->num_running - 1] == seq;
-            if (!preempt_last(s)) break;
-            preempted++;
-            if (victim_is_self) { self_preempted = true; break; }
+static bool reclaim_idle(qwi_sched *s) { return s->reclaim && s->reclaim(s->reclaim_ctx); }
+
+static void add_entry(qwi_sched *s, step_ctx *c, qwi_seq *seq, int32_t take) {
+    if (seq->num_tokens - seq->num_computed_tokens > 1) c->num_prefills++;
+    s->entries[c->num_entries].seq = seq;
+    s->entries[c->num_entries].num_new_tokens = take;
+    c->num_entries++;
+    c->budget -= take;
+    seq->scheduled_step = s->step;
+}
+
+/* Tokens of seq to schedule now: what is left, within the budget, capped at
+ * the long-prefill threshold when other sequences want to prefill too. */
+static int32_t chunk_for(const qwi_sched *s, const step_ctx *c, const qwi_seq *seq, bool contended) {
+    int32_t want = seq->num_tokens - seq->num_computed_tokens;
+    int32_t take = QWI_MIN(want, c->budget);
+    if (want > 1 && contended) take = QWI_MIN(take, s->cfg.long_prefill_threshold);
+    return take;
+}
+
+/* Schedule one running sequence, preempting worse ones if blocks run out.
+ * Returns false if seq itself was preempted. */
+static bool schedule_running(qwi_sched *s, step_ctx *c, qwi_seq *seq, int32_t take) {
+    int64_t need = (int64_t)seq->num_computed_tokens + take;
+    while (!qwi_kv_can_reserve(s->kv, &seq->table, need)) {
+        if (reclaim_idle(s) || release_waiting_holders(s, NULL)) continue;
+        qwi_seq *victim = running_worst(s);
+        if (!preempt(s, c, victim)) return false;
+        if (victim == seq) return false;
+    }
+    if (qwi_kv_reserve(s->kv, &seq->table, need) != QW_OK) return false;
+    add_entry(s, c, seq, take);
+    return true;
+}
+
+/* Try to admit the best waiting sequence. Returns false when admission
+ * should stop for this step. */
+static bool admit_one(qwi_sched *s, step_ctx *c, bool contended) {
+    int32_t wi = waiting_best(s);
+    if (wi < 0) return false;
+    qwi_seq *seq = s->waiting[wi];
+    int64_t prio = qwi_sched_effective_priority(s, seq);
+
+    /* A slot: preempt a running sequence of strictly worse priority if full. */
+    while (s->num_running >= s->cfg.max_num_seqs) {
+        qwi_seq *worst = running_worst(s);
+        if (!worst || qwi_sched_effective_priority(s, worst) <= prio) return false;
+        if (!preempt(s, c, worst)) return false;
+    }
+    if (c->num_prefills >= s->cfg.max_num_partial_prefills) return false;
+
+    const int32_t bs = s->kv->block_size;
+    int32_t hits = 0;
+    uint64_t last_key = 0;
+    int32_t computed = seq->num_computed_tokens;
+    if (seq->table.num_blocks == 0) {
+        /* The last token is always recomputed, so its logits exist. */
+        int32_t max_blocks = QWI_MIN((seq->num_tokens - 1) / bs, s->max_blocks_per_seq);
+        hits = qwi_kv_find_prefix(s->kv, seq->tokens, max_blocks, seq->salt, s->hits, &last_key);
+        computed = hits * bs;
+    }
+    int32_t want = seq->num_tokens - computed;
+    if (!s->cfg.chunked_prefill && want > c->budget && want <= s->cfg.max_num_batched_tokens) return false;
+    int32_t take = QWI_MIN(want, c->budget);
+    if (want > 1 && contended) take = QWI_MIN(take, s->cfg.long_prefill_threshold);
+    if (take <= 0) return false;
+
+    for (;;) {
+        int32_t have = seq->table.num_blocks + hits;
+        int32_t need = qwi_kv_blocks_for(s->kv, (int64_t)computed + take) - have;
+        int32_t avail = qwi_kv_num_available(s->kv) - qwi_kv_count_evictable(s->kv, s->hits, hits);
+        if (need <= avail) break;
+        if (reclaim_idle(s) || release_waiting_holders(s, seq)) continue;
+        qwi_seq *worst = running_worst(s);
+        if (!worst || qwi_sched_effective_priority(s, worst) <= prio) return false;
+        if (!preempt(s, c, worst)) return false;
+    }
+    if (hits > 0) qwi_kv_take_prefix(s->kv, &seq->table, s->hits, hits, last_key);
+    if (seq->table.num_blocks == hits) seq->num_computed_tokens = computed;
+    if (qwi_kv_reserve(s->kv, &seq->table, (int64_t)seq->num_computed_tokens + take) != QW_OK) return false;
+    if (!seq->admitted_once) {
+        seq->admitted_once = true;
+        seq->num_cached_tokens = seq->num_computed_tokens;
+    }
+    s->prefix_queries += (uint64_t)seq->num_tokens;
+    s->prefix_hits += (uint64_t)hits * (uint64_t)bs;
+
+    /* the index may have moved if preemption pushed onto waiting */
+    for (wi = 0; s->waiting[wi] != seq; wi++) {}
+    waiting_remove_at(s, wi);
+    seq->state = QWI_SEQ_RUNNING;
+    s->running[s->num_running++] = seq;
+    add_entry(s, c, seq, take);
+    return true;
+}
+
+/* Sort the snapshot of running sequences best rank first (insertion sort:
+ * max_num_seqs is small and the order is nearly stable between steps). */
+static void sort_by_rank(const qwi_sched *s, qwi_seq **v, int32_t n) {
+    for (int32_t i = 1; i < n; i++) {
+        qwi_seq *x = v[i];
+        int32_t j = i - 1;
+        while (j >= 0 && ranks_before(s, x, v[j])) {
+            v[j + 1] = v[j];
+            j--;
         }
-        if (self_preempted) break;   /* seq was the last running one */
-        if (qwi_kv_reserve(s->kv, &seq->table, need) != QW_OK) break;
-        s->entries[n].seq = seq;
-        s->entries[n].num_new_tokens = take;
-        n++;
-        budget -= take;
-        i++;
+        v[j + 1] = x;
+    }
+}
+
+void qwi_sched_schedule(qwi_sched *s, qwi_sched_output *out) {
+    s->step++;
+    step_ctx c = {.budget = s->cfg.max_num_batched_tokens};
+
+    int32_t n = s->num_running, prefilling = 0;
+    memcpy(s->order, s->running, sizeof *s->order * (size_t)n);
+    sort_by_rank(s, s->order, n);
+    for (int32_t i = 0; i < n; i++) prefilling += s->order[i]->num_tokens - s->order[i]->num_computed_tokens > 1;
+    /* More than one sequence wants prefill: cap long chunks so all progress. */
+    bool contended = s->num_waiting + prefilling > 1;
+
+    /* 1. decodes, 2. partial prefills; each list best rank first */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < n && c.budget > 0; i++) {
+            qwi_seq *seq = s->order[i];
+            if (seq->state != QWI_SEQ_RUNNING || seq->scheduled_step == s->step) continue;
+            bool decode = seq->num_tokens - seq->num_computed_tokens == 1;
+            if (decode != (pass == 0)) continue;
+            if (!decode && c.num_prefills >= s->cfg.max_num_partial_prefills) continue;
+            int32_t take = chunk_for(s, &c, seq, contended);
+            if (take <= 0) continue;
+            schedule_running(s, &c, seq, take);
+        }
     }
 
-    /* 2. waiting sequences, FCFS */
-    while (preempted == 0 && budget > 0 && s->num_waiting > 0 && s->num_running < s->max_num_seqs) {
-        qwi_seq *seq = *waiting_at(s, 0);
-        int32_t want = seq->num_tokens - seq->num_computed_tokens;
-        if (!s->chunked_prefill && want > budget) break;
-        int32_t take = QWI_MIN(want, budget);
-        int64_t need = (int64_t)seq->num_computed_tokens + take;
-        if (!qwi_kv_can_reserve(s->kv, &seq->table, need)) break;
-        if (qwi_kv_reserve(s->kv, &seq->table, need) != QW_OK) break;
-        waiting_pop_front(s);
-        seq->state = QWI_SEQ_RUNNING;
-        s->running[s->num_running++] = seq;
-        s->entries[n].seq = seq;
-        s->entries[n].num_new_tokens = take;
-        n++;
-        budget -= take;
+    /* 3. admissions */
+    while (c.preempted == 0 && c.budget > 0 && s->num_waiting > 0) {
+        if (!admit_one(s, &c, contended)) break;
     }
 
     out->entries = s->entries;
-    out->num_entries = n;
-    out->num_batched_tokens = s->max_num_batched_tokens - budget;
-    out->num_preempted = preempted;
+    out->num_entries = c.num_entries;
+    out->num_batched_tokens = s->cfg.max_num_batched_tokens - c.budget;
+    out->num_preempted = c.preempted;
 }
 
 void qwi_sched_commit(qwi_sched *s, const qwi_sched_output *out) {
-    (void)s;
-    for (int32_t i = 0; i < out->num_entries; i++)
-        out->entries[i].seq->num_computed_tokens += out->entries[i].num_new_tokens;
+    for (int32_t i = 0; i < out->num_entries; i++) {
+        qwi_seq *seq = out->entries[i].seq;
+        seq->num_computed_tokens += out->entries[i].num_new_tokens;
+        qwi_kv_register(s->kv, &seq->table, seq->tokens, seq->num_computed_tokens, seq->salt);
+    }
 }

@@ -13,27 +13,27 @@
 
 Test(kv, reserve_release_refcount) {
     qwi_kv_pool pool;
-    cr_assert_eq(qwi_kv_pool_init(&pool, 10, 16), QW_OK);
+    cr_assert_eq(qwi_kv_pool_init(&pool, 10, 16, false), QW_OK);
     qwi_block_table a, b;
     cr_assert_eq(qwi_block_table_init(&a, &pool, 160), QW_OK);
     cr_assert_eq(qwi_block_table_init(&b, &pool, 160), QW_OK);
     cr_assert(qwi_kv_can_reserve(&pool, &a, 33));
     cr_assert_eq(qwi_kv_reserve(&pool, &a, 33), QW_OK);          /* 3 blocks */
     cr_assert_eq(a.num_blocks, 3);
-    cr_assert_eq(qwi_kv_num_free(&pool), 7);
+    cr_assert_eq(qwi_kv_num_available(&pool), 7);
     cr_assert_eq(qwi_kv_reserve(&pool, &a, 48), QW_OK);          /* still 3 */
     cr_assert_eq(a.num_blocks, 3);
     cr_assert(!qwi_kv_can_reserve(&pool, &b, 16 * 8));
     cr_assert_eq(qwi_kv_reserve(&pool, &b, 16 * 8), QW_ERR_KV_CAPACITY);
     cr_assert_eq(b.num_blocks, 0, "a failed reserve changes nothing");
-    cr_assert_eq(qwi_kv_num_free(&pool), 7);
+    cr_assert_eq(qwi_kv_num_available(&pool), 7);
     /* sharing: b takes a reference to a's first block */
     qwi_kv_block_ref(&pool, a.blocks[0]);
     b.blocks[b.num_blocks++] = a.blocks[0];
     qwi_kv_release(&pool, &a);
-    cr_assert_eq(qwi_kv_num_free(&pool), 9, "the shared block stays held");
+    cr_assert_eq(qwi_kv_num_available(&pool), 9, "the shared block stays held");
     qwi_kv_release(&pool, &b);
-    cr_assert_eq(qwi_kv_num_free(&pool), 10);
+    cr_assert_eq(qwi_kv_num_available(&pool), 10);
     /* distinct ids */
     cr_assert_eq(qwi_kv_reserve(&pool, &a, 160), QW_OK);
     int seen[10] = {0};
@@ -54,8 +54,11 @@ typedef struct fixture {
 
 static fixture *setup(int blocks, int max_seqs, int budget, bool chunked) {
     fixture *f = calloc(1, sizeof *f);
-    cr_assert_eq(qwi_kv_pool_init(&f->pool, blocks, 4), QW_OK);
-    cr_assert_eq(qwi_sched_init(&f->s, &f->pool, max_seqs, budget, chunked), QW_OK);
+    cr_assert_eq(qwi_kv_pool_init(&f->pool, blocks, 4, false), QW_OK);
+    qwi_sched_config cfg = {.max_num_seqs = max_seqs, .max_num_batched_tokens = budget,
+                            .chunked_prefill = chunked, .max_num_partial_prefills = 64,
+                            .long_prefill_threshold = budget};
+    cr_assert_eq(qwi_sched_init(&f->s, &f->pool, &cfg, 512), QW_OK);
     return f;
 }
 
@@ -89,9 +92,10 @@ static void run(fixture *f, qwi_sched_output *o) {
 static void teardown(fixture *f, int n) {
     for (int i = 0; i < n; i++) {
         qwi_sched_remove(&f->s, &f->seqs[i]);
+        qwi_kv_release(&f->pool, &f->seqs[i].table);
         qwi_block_table_destroy(&f->seqs[i].table);
     }
-    cr_assert_eq(qwi_kv_num_free(&f->pool), f->pool.num_blocks, "no block leaked");
+    cr_assert_eq(qwi_kv_num_available(&f->pool), f->pool.num_blocks, "no block leaked");
     qwi_sched_destroy(&f->s);
     qwi_kv_pool_destroy(&f->pool);
     free(f);
@@ -144,6 +148,7 @@ Test(scheduler, max_num_seqs_and_fcfs) {
     for (int i = 0; i < 3; i++) cr_assert_eq(o.entries[i].seq, &f->seqs[i], "FCFS order");
     cr_assert_eq(f->s.num_waiting, 2);
     qwi_sched_remove(&f->s, &f->seqs[1]);
+    qwi_kv_release(&f->pool, &f->seqs[1].table);
     run(f, &o);
     cr_assert_eq(o.num_entries, 3);
     cr_assert_eq(o.entries[2].seq, &f->seqs[3], "the oldest waiting one is admitted");
@@ -158,14 +163,15 @@ Test(scheduler, preempts_most_recently_admitted) {
     for (int i = 0; i < 3; i++) add(f, i, 7, 16);
     run(f, &o);
     cr_assert_eq(o.num_entries, 3);
-    cr_assert_eq(qwi_kv_num_free(&f->pool), 0);
+    cr_assert_eq(qwi_kv_num_available(&f->pool), 0);
     run(f, &o);          /* tokens 8 fit in block 2 of each... computed 7 -> 8 */
     run(f, &o);          /* seq0 now needs a 3rd block: victim is seq2 */
     cr_assert_eq(o.num_preempted, 1);
     cr_assert_eq(f->seqs[2].state, QWI_SEQ_WAITING);
     cr_assert_eq(f->seqs[2].num_computed_tokens, 0);
     cr_assert_eq(f->seqs[2].num_preemptions, 1);
-    cr_assert_eq(f->s.waiting[f->s.waiting_head], &f->seqs[2], "victim at the head of the queue");
+    cr_assert_eq(f->s.num_waiting, 1);
+    cr_assert_eq(f->s.waiting[0], &f->seqs[2], "victim back in the queue");
     cr_assert_eq(f->seqs[0].state, QWI_SEQ_RUNNING);
     cr_assert_eq(f->seqs[1].state, QWI_SEQ_RUNNING);
     teardown(f, 3);
@@ -196,11 +202,12 @@ Test(scheduler, randomised_no_block_lost) {
             cr_assert_eq(held[b], f->pool.ref_count[b], "block %d", b);
             in_use += held[b] > 0;
         }
-        cr_assert_eq(in_use + qwi_kv_num_free(&f->pool), 24);
+        cr_assert_eq(in_use + qwi_kv_num_available(&f->pool), 24);
         for (int i = 0; i < added; i++) {
             qwi_seq *q = &f->seqs[i];
             if (q->state != QWI_SEQ_FINISHED && q->num_tokens >= target[i]) {
                 qwi_sched_remove(&f->s, q);
+                qwi_kv_release(&f->pool, &q->table);
                 finished++;
             }
         }

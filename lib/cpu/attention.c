@@ -64,8 +64,7 @@ void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t
             const float *v = a->v_cache + slot * kv_stride + (int64_t)g * hd;
             for (int32_t h = 0; h < group; h++) {
                 float w = scores[h * QWI_CPU_ATTN_TILE + (p - t0)];
-                float *o = acc + (int64_t)h * hd;
-                for (int32_t d = 0; d < hd; d++) o[d] += w * v[d];
+                kt->axpy(acc + (int64_t)h * hd, w, v, hd);
             }
         }
     }

@@ -159,10 +159,12 @@ static void cpu_destroy(qwi_backend *base) {
 }
 
 static qw_status cpu_forward(qwi_backend *base, const qwi_plan *plan);
+static qw_status cpu_copy_blocks(qwi_backend *base, const int32_t *src, const int32_t *dst, int32_t n);
 
 static const qwi_backend_ops cpu_ops = {
     .name = "cpu",
     .forward = cpu_forward,
+    .copy_blocks = cpu_copy_blocks,
     .destroy = cpu_destroy,
 };
 
@@ -327,6 +329,7 @@ qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_confi
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: backend allocation failed");
     b->base.ops = &cpu_ops;
+    b->base.num_blocks = cfg->num_blocks;
     b->model = model;
     b->cfg = model->cfg;
     b->bc = *cfg;
@@ -340,6 +343,28 @@ qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_confi
         return st;
     }
     *out = &b->base;
+    return QW_OK;
+}
+
+/* ---- block copy ---------------------------------------------------------- */
+
+/* Copy whole blocks, K and V of every layer; ids are checked first so a bad
+ * call changes nothing. */
+static qw_status cpu_copy_blocks(qwi_backend *base, const int32_t *src, const int32_t *dst, int32_t n) {
+    cpu_backend *b = (cpu_backend *)base;
+    for (int32_t i = 0; i < n; i++)
+        if (src[i] < 0 || src[i] >= b->bc.num_blocks || dst[i] < 0 || dst[i] >= b->bc.num_blocks)
+            return qwi_fail(QW_ERR_INTERNAL, "cpu: copy of block %d to %d outside the pool of %d",
+                            src[i], dst[i], b->bc.num_blocks);
+    const size_t block_floats = (size_t)b->bc.block_size * (size_t)b->cfg.num_kv_heads * (size_t)b->cfg.head_dim;
+    /* The pool is [layer][K|V] planes of layer_floats each. */
+    const size_t planes = 2 * (size_t)b->cfg.num_layers;
+    for (size_t p = 0; p < planes; p++) {
+        float *plane = b->kv + p * b->layer_floats;
+        for (int32_t i = 0; i < n; i++)
+            memcpy(plane + (size_t)dst[i] * block_floats, plane + (size_t)src[i] * block_floats,
+                   block_floats * sizeof(float));
+    }
     return QW_OK;
 }
 

@@ -1,9 +1,12 @@
 /*
  * kernels.c - portable C kernels of the CPU backend (see kernels.h for the
  * determinism contract). Written as fixed-width lane loops that GCC/Clang
- * vectorise at -O2 without -march; ISA-specific tables come later.
+ * vectorise at -O2 without -march. The ISA-specific tables live in
+ * kernels_<isa>.c; the choice between them is made once, here.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/kernels.h"
@@ -180,6 +183,10 @@ void qwr_add(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+void qwr_axpy(float *o, float s, const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] += s * v[i];
+}
+
 void qwr_embed_row(qwi_dtype dt, const void *table, int64_t row, int64_t n, float *out) {
     const char *base = (const char *)table + (size_t)row * (size_t)n * qwi_dtype_size(dt);
     qwr_to_f32(dt, base, n, out);
@@ -190,8 +197,32 @@ static const qwi_cpu_kernels generic = {
     .matmul_f32 = qwr_matmul_f32,
     .matmul_bf16 = qwr_matmul_bf16,
     .dot = qwr_dot,
+    .axpy = qwr_axpy,
 };
 
 const qwi_cpu_kernels *qwi_cpu_kernels_generic(void) { return &generic; }
 
-const qwi_cpu_kernels *qwi_cpu_kernels_select(void) { return &generic; }
+const qwi_cpu_kernels *qwi_cpu_kernels_by_name(const char *name) {
+    if (!name) return NULL;
+    if (strcmp(name, "generic") == 0) return &generic;
+    if (strcmp(name, "avx2") == 0) return qwi_cpu_kernels_avx2();
+    if (strcmp(name, "avx512") == 0) return qwi_cpu_kernels_avx512();
+    return NULL;
+}
+
+static const qwi_cpu_kernels *selected;
+static pthread_once_t select_once = PTHREAD_ONCE_INIT;
+
+static void select_table(void) {
+    /* The override exists for benchmarks and for bisecting a numerical
+     * difference between tables; it is read once, like the CPUID answer. */
+    const qwi_cpu_kernels *t = qwi_cpu_kernels_by_name(getenv("QWINFER_CPU_KERNELS"));
+    if (!t) t = qwi_cpu_kernels_avx512();
+    if (!t) t = qwi_cpu_kernels_avx2();
+    selected = t ? t : &generic;
+}
+
+const qwi_cpu_kernels *qwi_cpu_kernels_select(void) {
+    pthread_once(&select_once, select_table);
+    return selected;
+}

@@ -13,6 +13,13 @@
  *
  * All activations are f32; weights are f32, bf16 or f16 ([N][K] row-major,
  * Hugging Face's [out, in]).
+ *
+ * ISA variants (kernels_avx2.c, kernels_avx512.c) keep the same contract
+ * with their own fixed lane count and FMA steps, written at the top of each
+ * file: each is bit-identical to itself for any M, N and thread count, and
+ * within rounding (not bit-identical) of the portable table. Mixing tables
+ * would break batched == alone, so the backend asks qwi_cpu_kernels_select()
+ * once and every op of the process uses that one table.
  */
 #ifndef QWI_CPU_KERNELS_H
 #define QWI_CPU_KERNELS_H
@@ -33,21 +40,40 @@ typedef void (*qwr_matmul_u16_fn)(const float *x, int64_t M, int64_t K, const ui
                                   int64_t N, const float *bias, float *out, int64_t ldo,
                                   int accumulate);
 
-/* The hot kernels, chosen once at backend create; ISA-specific variants
- * (AVX2, AVX-512, NEON) slot in here without touching the callers. */
+/* The hot kernels, chosen once per process; ISA-specific variants slot in
+ * here without touching the callers. */
 typedef struct qwi_cpu_kernels {
     const char *name;
     qwr_matmul_f32_fn matmul_f32;
     qwr_matmul_u16_fn matmul_bf16;   /* f16 weights go through f32 after conversion */
     float (*dot)(const float *a, const float *b, int64_t n);
+    /* o[i] += s * v[i] for i in [0, n): element-wise, so the result of an
+     * element never depends on n or its index (attention's P.V). */
+    void (*axpy)(float *o, float s, const float *v, int64_t n);
 } qwi_cpu_kernels;
 
-/* The best kernel table for this CPU (today the portable one). Static
- * storage; never NULL. */
+/* The kernel table of this process: the widest variant the CPU supports
+ * (avx512, then avx2, then generic), unless the environment variable
+ * QWINFER_CPU_KERNELS names one (generic|avx2|avx512; an unavailable or
+ * unknown name falls back to the automatic choice). Decided on the first
+ * call and fixed for the life of the process, so every engine and every op
+ * agree. Thread-safe. Static storage; never NULL. */
 const qwi_cpu_kernels *qwi_cpu_kernels_select(void);
 
 /* The portable C kernels, always available (tests compare against them). */
 const qwi_cpu_kernels *qwi_cpu_kernels_generic(void);
+
+/* The AVX2+FMA and AVX-512F tables, or NULL where this CPU (per CPUID) or
+ * this build (non-x86) lacks them. Static storage. */
+const qwi_cpu_kernels *qwi_cpu_kernels_avx2(void);
+const qwi_cpu_kernels *qwi_cpu_kernels_avx512(void);
+
+/* The table named name ("generic", "avx2", "avx512"), or NULL if unknown
+ * or not available here. */
+const qwi_cpu_kernels *qwi_cpu_kernels_by_name(const char *name);
+
+/* o[i] += s * v[i] (the portable axpy: a multiply, then an add). */
+void qwr_axpy(float *o, float s, const float *v, int64_t n);
 
 /* sum a[i]*b[i] in the lane order of the contract above. */
 float qwr_dot(const float *a, const float *b, int64_t n);

@@ -1,0 +1,179 @@
+/*
+ * kernels_avx512.c - the AVX-512F kernel table (x86-64 only; see kernels.h
+ * for the determinism contract every table keeps).
+ *
+ * Contract of this variant: 16 partial sums in one zmm register, lane j
+ * taking k % 16 == j in increasing k, each step a fused multiply-add; the K
+ * tail is the same step with zero-padded operands; the 16 lanes are folded
+ * to 8 as lane j + lane j+8, then reduced by the portable 8-lane tree
+ * ((0+4)+(1+5))+((2+6)+(3+7)). Every register tile runs exactly that
+ * per-element sequence, so a result does not depend on M, N, the tile or
+ * the thread. (Different from the AVX2 table's 8 lanes: the engine installs
+ * one table per process, which is what batched == alone needs.)
+ *
+ * Why not vdpbf16ps (AVX512_BF16): it multiplies bf16 by bf16, so the f32
+ * activations would be rounded to 8 mantissa bits first - a relative error
+ * of ~4e-3 per product, forty times the 1e-4 the reference test allows.
+ * Widening the bf16 weights to f32 in registers (a 16-bit shift) and using
+ * f32 FMAs keeps f32 accuracy at the same memory traffic, and decode, where
+ * bf16 matters, is bound by that traffic, not by the multiply.
+ */
+#include <string.h>
+
+#include "cpu/kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx2,fma")))
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,fma")))
+
+/* Fold 16 lanes to 8 (j + j+8), then the portable tree, exactly. */
+AVX512_INLINE float hsum16(__m512 v) {
+    __m256 f = _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+    __m128 h = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+AVX512_INLINE __m512 ld_f32(const float *p) { return _mm512_loadu_ps(p); }
+
+/* bf16 -> f32 is a 16-bit left shift of the bit pattern: exact. */
+AVX512_INLINE __m512 ld_bf16(const uint16_t *p) {
+    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+
+/* Tail loads: the first r (< 16) elements, the rest zero. */
+AVX512_INLINE __m512 ld_f32_tail(const float *p, int64_t r) {
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << r) - 1u), p);
+}
+
+AVX512_INLINE __m512 ld_bf16_tail(const uint16_t *p, int64_t r) {
+    uint16_t tmp[16] = { 0 };
+    memcpy(tmp, p, (size_t)r * sizeof(uint16_t));
+    return ld_bf16(tmp);
+}
+
+static inline void put(float *o, float dot, const float *bias, int64_t n, int accumulate) {
+    float v = bias ? dot + bias[n] : dot;
+    *o = accumulate ? *o + v : v;
+}
+
+/*
+ * One register tile: MR activation rows x NR weight rows, MR*NR zmm
+ * accumulators. The loops over the tile have constant bounds and are fully
+ * unrolled, so the accumulators live in registers. Activation loads are
+ * reused NR times, weight loads (and their bf16 widening) MR times.
+ */
+#define TILE(NAME, WT, LOADW, LOADW_TAIL, MR, NR)                                          \
+AVX512_INLINE void NAME(const float *x, int64_t K, const WT *w, float *out, int64_t ldo,     \
+                      const float *bias, int accumulate) {                                 \
+    __m512 acc[MR][NR];                                                                    \
+    _Pragma("GCC unroll 4") for (int i = 0; i < MR; i++)                                   \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) acc[i][j] = _mm512_setzero_ps(); \
+    int64_t k = 0;                                                                         \
+    for (; k + 16 <= K; k += 16) {                                                           \
+        __m512 wv[NR];                                                                     \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) wv[j] = LOADW(w + j * K + k); \
+        _Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {                             \
+            __m512 xv = _mm512_loadu_ps(x + i * K + k);                                    \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                           \
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);                         \
+        }                                                                                  \
+    }                                                                                      \
+    if (k < K) {                                                                           \
+        const int64_t r = K - k;                                                           \
+        __m512 wv[NR];                                                                     \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                               \
+            wv[j] = LOADW_TAIL(w + j * K + k, r);                                          \
+        _Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {                             \
+            __m512 xv = ld_f32_tail(x + i * K + k, r);                                     \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                           \
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);                         \
+        }                                                                                  \
+    }                                                                                      \
+    _Pragma("GCC unroll 4") for (int i = 0; i < MR; i++)                                   \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                               \
+            put(out + i * ldo + j, hsum16(acc[i][j]), bias, j, accumulate);                 \
+}
+
+/*
+ * Tiles: 3x4 (12 accumulators + 4 weight registers = the 16 zmm registers)
+ * for prefill and batched decode, 1x4 for the row tail (4 independent
+ * weight streams, which is what a memory-bound GEMV needs), and x1 tiles for
+ * column tails. Row tile outer, weight row inner: the caller's block of
+ * weight rows stays in L2 while the row tiles sweep it.
+ */
+#define MATMUL(NAME, WT, LOADW, LOADW_TAIL)                                                \
+TILE(NAME##_4x4, WT, LOADW, LOADW_TAIL, 4, 4)                                              \
+TILE(NAME##_4x1, WT, LOADW, LOADW_TAIL, 4, 1)                                              \
+TILE(NAME##_1x4, WT, LOADW, LOADW_TAIL, 1, 4)                                              \
+TILE(NAME##_1x1, WT, LOADW, LOADW_TAIL, 1, 1)                                              \
+static AVX512 void NAME(const float *x, int64_t M, int64_t K, const WT *w, int64_t N,       \
+                      const float *bias, float *out, int64_t ldo, int accumulate) {        \
+    int64_t m = 0;                                                                         \
+    for (; m + 4 <= M; m += 4) {                                                           \
+        int64_t n = 0;                                                                     \
+        for (; n + 4 <= N; n += 4)                                                         \
+            NAME##_4x4(x + m * K, K, w + n * K, out + m * ldo + n, ldo,                    \
+                       bias ? bias + n : NULL, accumulate);                                \
+        for (; n < N; n++)                                                                 \
+            NAME##_4x1(x + m * K, K, w + n * K, out + m * ldo + n, ldo,                    \
+                       bias ? bias + n : NULL, accumulate);                                \
+    }                                                                                      \
+    for (; m < M; m++) {                                                                   \
+        int64_t n = 0;                                                                     \
+        for (; n + 4 <= N; n += 4)                                                         \
+            NAME##_1x4(x + m * K, K, w + n * K, out + m * ldo + n, ldo,                    \
+                       bias ? bias + n : NULL, accumulate);                                \
+        for (; n < N; n++)                                                                 \
+            NAME##_1x1(x + m * K, K, w + n * K, out + m * ldo + n, ldo,                    \
+                       bias ? bias + n : NULL, accumulate);                                \
+    }                                                                                      \
+}
+
+MATMUL(avx512_matmul_f32, float, ld_f32, ld_f32_tail)
+MATMUL(avx512_matmul_bf16, uint16_t, ld_bf16, ld_bf16_tail)
+
+/* The 1x1 tile's arithmetic: attention scores use it, so they follow the
+ * same contract as the matmuls of this table. */
+static AVX512 float avx512_dot(const float *a, const float *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
+    if (k < n) acc = _mm512_fmadd_ps(ld_f32_tail(a + k, n - k), ld_f32_tail(b + k, n - k), acc);
+    return hsum16(acc);
+}
+
+/* o[i] += s * v[i] as one FMA per element (element-wise: no lane order). */
+static AVX512 void avx512_axpy(float *o, float s, const float *v, int64_t n) {
+    __m512 sv = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(sv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(o + i)));
+    for (; i < n; i++) o[i] = __builtin_fmaf(s, v[i], o[i]);
+}
+
+static const qwi_cpu_kernels avx512_table = {
+    .name = "avx512",
+    .matmul_f32 = avx512_matmul_f32,
+    .matmul_bf16 = avx512_matmul_bf16,
+    .dot = avx512_dot,
+    .axpy = avx512_axpy,
+};
+
+const qwi_cpu_kernels *qwi_cpu_kernels_avx512(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
+        !__builtin_cpu_supports("fma"))
+        return NULL;
+    return &avx512_table;
+}
+
+#else
+
+const qwi_cpu_kernels *qwi_cpu_kernels_avx512(void) { return NULL; }
+
+#endif
