@@ -54,6 +54,9 @@ static qw_request *make_request(const qwt_job *j, qwt_result *res) {
     if (j->seed >= 0) cr_assert_eq(qw_request_set_int(r, QW_REQ_SEED, j->seed), QW_OK);
     if (j->ignore_eos) cr_assert_eq(qw_request_set_int(r, QW_REQ_IGNORE_EOS, 1), QW_OK);
     if (j->keep_logits) cr_assert_eq(qw_request_set_logits_callback(r, keep_logits, res), QW_OK);
+    if (j->priority) cr_assert_eq(qw_request_set_int(r, QW_REQ_PRIORITY, j->priority), QW_OK);
+    if (j->salt) cr_assert_eq(qw_request_set_int(r, QW_REQ_CACHE_SALT, j->salt), QW_OK);
+    if (j->session) cr_assert_eq(qw_request_set_session(r, j->session), QW_OK);
     qw_request_set_user_data(r, res);
     return r;
 }
@@ -93,6 +96,7 @@ int qwt_run_jobs(qw_engine *e, const qwt_job *jobs, int n, qwt_result *results) 
             if (ev[k].finish_reason != QW_FINISH_NONE) {
                 res->finish_reason = (int32_t)ev[k].finish_reason;
                 res->num_finish_events++;
+                res->finish_step = step;
             }
         }
         step++;
@@ -104,6 +108,13 @@ int qwt_run_jobs(qw_engine *e, const qwt_job *jobs, int n, qwt_result *results) 
         size_t nt = 0;
         cr_assert_eq(qw_request_get_tokens(reqs[i], NULL, 0, &nt), QW_OK);
         cr_assert_eq(nt, (size_t)results[i].num_tokens, "get_tokens agrees with events");
+        qw_request_stats rs;
+        cr_assert_eq(qw_request_get_stats(reqs[i], &rs, sizeof rs), QW_OK);
+        cr_assert_eq(rs.size, sizeof rs);
+        cr_assert_eq(rs.generated_tokens, (uint64_t)results[i].num_tokens);
+        results[i].cached_prompt_tokens = rs.cached_prompt_tokens;
+        results[i].prompt_tokens = rs.prompt_tokens;
+        results[i].num_preemptions = rs.num_preemptions;
         cr_assert_eq(qw_request_release(reqs[i]), QW_OK);
     }
     free(reqs);

@@ -23,6 +23,9 @@ typedef struct qwt_job {
     int ignore_eos;
     int keep_logits;          /* record logits at each sample  */
     int32_t submit_at_step;   /* submit before this step (0 = at once) */
+    int32_t priority;
+    int64_t salt;
+    qw_session *session;      /* run on this session (NULL = none)     */
 } qwt_job;
 
 /* What it did. */
@@ -35,6 +38,10 @@ typedef struct qwt_result {
     int32_t num_logits;
     int32_t vocab;
     int32_t first_token_step; /* step index of the first token  */
+    int32_t finish_step;      /* step index of the finishing event */
+    uint64_t cached_prompt_tokens;
+    uint64_t prompt_tokens;
+    uint64_t num_preemptions;
 } qwt_result;
 
 /* Engine options used by qwt_engine_new; 0 fields keep library defaults. */
