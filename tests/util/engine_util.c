@@ -19,6 +19,8 @@ qw_engine *qwt_engine_new(const char *model_dir, const qwt_engine_cfg *cfg) {
         if (cfg->block_size) cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_BLOCK_SIZE, cfg->block_size), QW_OK);
         if (cfg->threads) cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_NUM_THREADS, cfg->threads), QW_OK);
         if (cfg->max_model_len) cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_MAX_MODEL_LEN, cfg->max_model_len), QW_OK);
+        if (cfg->partial_prefills)
+            cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_MAX_NUM_PARTIAL_PREFILLS, cfg->partial_prefills), QW_OK);
         if (cfg->chunked < 0) cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_ENABLE_CHUNKED_PREFILL, 0), QW_OK);
     }
     qw_engine *e = NULL;

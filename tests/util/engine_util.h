@@ -53,6 +53,7 @@ typedef struct qwt_engine_cfg {
     int64_t threads;
     int64_t max_model_len;
     int64_t chunked;          /* 0 = default on, -1 = off     */
+    int64_t partial_prefills;
 } qwt_engine_cfg;
 
 /* Create an engine over model_dir (asserts on failure). */
