@@ -24,7 +24,7 @@ BUILD   ?= build
 CC      ?= cc
 PKG_CONFIG ?= pkg-config
 
-DEP_PKGS  := jansson libxxhash
+DEP_PKGS  := jansson libxxhash libpcre2-8 libutf8proc
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
 
@@ -49,9 +49,12 @@ CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCHS  ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Ilib
-CU_OBJS     := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRCS))
+# cuda/*.c: the backend's plain-C host code (no CUDA headers), built with cc
+# and linked only together with the .cu objects.
+CU_HOST_SRCS := $(wildcard cuda/*.c)
+CU_OBJS     := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRCS)) $(patsubst %.c,$(BUILD)/obj/%.o,$(CU_HOST_SRCS))
 CFLAGS_ALL  += -DQW_HAVE_CUDA=1
-LDLIBS_ALL  += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl
+LDLIBS_ALL  += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++
 endif
 endif
 
@@ -84,7 +87,7 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -iquote tests -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/cuda/%.o: cuda/%.cu
+$(BUILD)/obj/cuda/%.o: cuda/%.cu $(wildcard cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

@@ -6,10 +6,14 @@
  *               [--num-requests N] [--max-tokens N] [--temperature T]
  *               [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *               [--max-num-seqs N] [--max-batched-tokens N] [--kv-blocks N]
- *               [--quiet]
+ *               [--shared-prefix N] [--session-turns N] [--quiet]
  *
  * Without --prompt-ids, request i gets a deterministic pseudo-random prompt
- * of 8 + 3*i tokens, so the requests differ in length and content.
+ * of 8 + 3*i tokens, so the requests differ in length and content; with
+ * --shared-prefix N they all start with the same N tokens (a "system
+ * prompt"), which the prefix cache serves after the first. --session-turns N
+ * then runs an N-turn conversation on one qw_session and shows that each turn
+ * prefills only its new tokens. The engine's statistics close the run.
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime under plain -std=c11 */
 #include <errno.h>
@@ -23,6 +27,7 @@
 typedef struct args {
     const char *model, *device, *prompt_ids;
     long threads, num_requests, max_tokens, top_k, max_num_seqs, max_batched, kv_blocks;
+    long shared_prefix, session_turns;
     long long seed;
     double temperature, top_p, min_p;
     int quiet;
@@ -34,7 +39,7 @@ static void usage(FILE *f) {
             "                   [--num-requests N] [--max-tokens N] [--temperature T]\n"
             "                   [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                   [--max-num-seqs N] [--max-batched-tokens N] [--kv-blocks N]\n"
-            "                   [--quiet]\n");
+            "                   [--shared-prefix N] [--session-turns N] [--quiet]\n");
 }
 
 static int parse_long(const char *flag, const char *s, long long lo, long long *out) {
@@ -94,6 +99,8 @@ static int parse_args(int argc, char **argv, args *a) {
         else if (!strcmp(f, "--max-num-seqs")) dst = &a->max_num_seqs, lo = 1;
         else if (!strcmp(f, "--max-batched-tokens")) dst = &a->max_batched, lo = 1;
         else if (!strcmp(f, "--kv-blocks")) dst = &a->kv_blocks, lo = 1;
+        else if (!strcmp(f, "--shared-prefix")) dst = &a->shared_prefix;
+        else if (!strcmp(f, "--session-turns")) dst = &a->session_turns;
         else if (!strcmp(f, "--seed")) {
             if (parse_long(f, v, 0, &a->seed)) return -1;
         } else if (!strcmp(f, "--temperature")) {
@@ -160,6 +167,7 @@ static const char *finish_name(qw_finish_reason r) {
     case QW_FINISH_LENGTH: return "length";
     case QW_FINISH_CANCELLED: return "cancelled";
     case QW_FINISH_ERROR: return "error";
+    case QW_FINISH_TIMEOUT: return "timeout";
     }
     return "unknown";
 }
@@ -205,11 +213,14 @@ static qw_status make_request(const args *a, long i, const int32_t *ids, size_t 
     *out = r;
     int32_t *own = NULL;
     if (!ids) {
-        n_ids = 8 + 3 * (size_t)i;
+        size_t shared = (size_t)a->shared_prefix;
+        n_ids = shared + 8 + 3 * (size_t)i;
         own = malloc(n_ids * sizeof *own);
         if (!own) return QW_ERR_OUT_OF_MEMORY;
-        uint64_t s = 0x51D5EEDull + (uint64_t)i;
-        for (size_t k = 0; k < n_ids; k++) own[k] = (int32_t)(next_rand(&s) % (uint64_t)vocab);
+        uint64_t s = 0x5A4EDull;
+        for (size_t k = 0; k < shared; k++) own[k] = (int32_t)(next_rand(&s) % (uint64_t)vocab);
+        s = 0x51D5EEDull + (uint64_t)i;
+        for (size_t k = shared; k < n_ids; k++) own[k] = (int32_t)(next_rand(&s) % (uint64_t)vocab);
         ids = own;
     }
     *prompt_len = n_ids;
@@ -224,6 +235,64 @@ static qw_status make_request(const args *a, long i, const int32_t *ids, size_t 
     if (st == QW_OK && a->seed >= 0) st = qw_request_set_int(r, QW_REQ_SEED, a->seed + i);
     if (st == QW_OK) st = qw_request_set_user_data(r, (void *)(intptr_t)i);
     return st;
+}
+
+/* Step until the engine is idle; prints nothing. */
+static qw_status drain(qw_engine *engine, qw_event *ev, size_t cap) {
+    size_t n;
+    while (qw_engine_has_work(engine)) {
+        qw_status st = qw_engine_step(engine, ev, cap, sizeof ev[0], &n);
+        if (st != QW_OK) return st;
+    }
+    return QW_OK;
+}
+
+/* A multi-turn conversation on one session: each turn sends 8 new tokens
+ * and the report shows how many prompt tokens the session's KV served. */
+static int run_session(const args *a, qw_engine *engine, int32_t vocab, qw_event *ev, size_t cap) {
+    qw_session *ses;
+    qw_status st = qw_session_create(engine, &ses);
+    if (st != QW_OK) return api_fail("create session", st);
+    printf("session: %ld turns of 8 new tokens, %ld generated each\n", a->session_turns, a->max_tokens);
+    uint64_t s = 0xC4A7ull;
+    int rc = 0;
+    for (long t = 0; t < a->session_turns && rc == 0; t++) {
+        int32_t prompt[8];
+        for (int k = 0; k < 8; k++) prompt[k] = (int32_t)(next_rand(&s) % (uint64_t)vocab);
+        qw_request *r;
+        if ((st = qw_request_create(&r)) != QW_OK) return api_fail("request", st);
+        qw_request_set_prompt(r, prompt, 8);
+        qw_request_set_int(r, QW_REQ_MAX_TOKENS, a->max_tokens);
+        qw_request_set_double(r, QW_REQ_TEMPERATURE, a->temperature);
+        qw_request_set_session(r, ses);
+        st = qw_engine_submit(engine, r);
+        if (st == QW_OK) st = drain(engine, ev, cap);
+        if (st != QW_OK) {
+            rc = api_fail("session turn", st);
+        } else {
+            qw_request_stats rs;
+            qw_request_get_stats(r, &rs, sizeof rs);
+            printf("  turn %ld: context %llu tokens, %llu from the session's KV, %llu generated, ttft %.2f ms\n",
+                   t + 1, (unsigned long long)rs.prompt_tokens, (unsigned long long)rs.cached_prompt_tokens,
+                   (unsigned long long)rs.generated_tokens, rs.time_to_first_token * 1e3);
+        }
+        qw_request_release(r);
+    }
+    qw_session_destroy(ses);
+    return rc;
+}
+
+static void print_stats(const qw_engine *engine) {
+    qw_engine_stats st;
+    if (qw_engine_get_stats(engine, &st, sizeof st) != QW_OK) return;
+    double hit = st.prefix_cache_queries ? 100.0 * (double)st.prefix_cache_hits / (double)st.prefix_cache_queries : 0;
+    printf("engine: %llu steps, mean batch %.1f, %llu prompt tokens prefilled, %llu generated, %llu preemptions\n",
+           (unsigned long long)st.num_steps, st.mean_batch_size, (unsigned long long)st.prompt_tokens,
+           (unsigned long long)st.generation_tokens, (unsigned long long)st.num_preemptions);
+    printf("prefix cache: %llu of %llu looked-up tokens hit (%.1f%%); KV blocks %llu total, %llu cached-free\n",
+           (unsigned long long)st.prefix_cache_hits, (unsigned long long)st.prefix_cache_queries, hit,
+           (unsigned long long)st.kv_blocks_total, (unsigned long long)st.kv_blocks_cached_free);
+    printf("time: forward %.3f s, host %.3f s\n", st.forward_seconds, st.host_seconds);
 }
 
 int main(int argc, char **argv) {
@@ -304,6 +373,9 @@ int main(int argc, char **argv) {
         printf("  req %ld: %zu tokens, finish %s\n", i, n,
                finish_name(qw_request_get_finish_reason(reqs[i])));
     }
+
+    if (a.session_turns > 0 && (rc = run_session(&a, engine, vocab, ev, EVENT_CAP)) != 0) goto done;
+    print_stats(engine);
 
 done:
     /* the engine first: it may still hold references to the requests */

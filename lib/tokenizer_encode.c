@@ -103,8 +103,9 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
 }
 
 static void push_pair(enc_ctx *c, size_t *hn, int32_t pos) {
+    if (pos < 0) return;
     int32_t nx = c->sym_next[pos];
-    if (pos < 0 || nx < 0) return;
+    if (nx < 0) return;
     uint32_t rank;
     int32_t m;
     if (qwi_merge_lookup(c->t, c->sym_id[pos], c->sym_id[nx], &rank, &m))

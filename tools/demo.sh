@@ -7,4 +7,5 @@ model="$build/models/tiny"
 if [ ! -f "$model/config.json" ]; then
     "$build/bin/qw-makemodel" --shape tiny --dtype f32 --seed 1 --out "$model"
 fi
-exec "$build/bin/qw-generate" --model "$model" --num-requests 8 --max-tokens 24 --temperature 0.8 --seed 7
+exec "$build/bin/qw-generate" --model "$model" --num-requests 8 --max-tokens 24 --temperature 0.8 --seed 7 \
+    --shared-prefix 48 --session-turns 3 --quiet

@@ -3,13 +3,17 @@
 # process may (root with apt-get, pip). Otherwise print the one line to run.
 #   jansson      JSON parsing of config.json / safetensors headers
 #   libxxhash    prefix-cache block hashes
+#   libpcre2-8   the tokenizer's pre-tokenizer regex (PCRE2 with JIT)
+#   libutf8proc  NFC normalisation of text before tokenizing
 #   criterion    the C test framework
 #   numpy        the float64 reference forward pass in tests/reference/
+#   tokenizers   Hugging Face tokenizers (pip): expected ids for tokenizer tests
 set -u
 PKG_CONFIG=${PKG_CONFIG:-pkg-config}
 missing_deb=""
 command -v "$PKG_CONFIG" >/dev/null 2>&1 || missing_deb="$missing_deb pkg-config"
-for pair in jansson:libjansson-dev libxxhash:libxxhash-dev criterion:libcriterion-dev; do
+for pair in jansson:libjansson-dev libxxhash:libxxhash-dev libpcre2-8:libpcre2-dev \
+            libutf8proc:libutf8proc-dev criterion:libcriterion-dev; do
     pc=${pair%%:*}
     deb=${pair#*:}
     if ! "$PKG_CONFIG" --exists "$pc" 2>/dev/null; then
@@ -38,6 +42,13 @@ if ! python3 -c 'import numpy' >/dev/null 2>&1; then
         python3 -m pip install -q --break-system-packages numpy >/dev/null 2>&1 || {
             echo "deps: numpy missing; run: python3 -m pip install numpy" >&2
             exit 1
+        }
+fi
+if ! python3 -c 'import tokenizers' >/dev/null 2>&1; then
+    echo "deps: installing tokenizers"
+    python3 -m pip install -q tokenizers >/dev/null 2>&1 ||
+        python3 -m pip install -q --break-system-packages tokenizers >/dev/null 2>&1 || {
+            echo "deps: tokenizers missing (tokenizer tests will skip); run: python3 -m pip install tokenizers" >&2
         }
 fi
 echo "deps: ok"

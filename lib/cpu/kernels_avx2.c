@@ -56,6 +56,15 @@ AVX2_INLINE __m256 ld_bf16_tail(const uint16_t *p, int64_t r) {
     return ld_bf16(tmp);
 }
 
+/* Bytes ahead that the one-row tiles prefetch each weight stream. Weights
+ * are an mmap of the model file in 4 KiB pages, where the hardware
+ * prefetcher stops at every page boundary; a software prefetch does not, and
+ * batch-1 decode is nothing but this stream. The over-read at the end of a
+ * row is a prefetch of a valid or harmless address (prefetches never fault). */
+#ifndef PF_AHEAD
+#define PF_AHEAD 1024
+#endif
+
 static inline void put(float *o, float dot, const float *bias, int64_t n, int accumulate) {
     float v = bias ? dot + bias[n] : dot;
     *o = accumulate ? *o + v : v;
@@ -76,6 +85,9 @@ AVX2_INLINE void NAME(const float *x, int64_t K, const WT *w, float *out, int64_
     int64_t k = 0;                                                                         \
     for (; k + 8 <= K; k += 8) {                                                           \
         __m256 wv[NR];                                                                     \
+        if (MR == 1) /* GEMV: run ahead of the hardware prefetcher (see PF_AHEAD) */       \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                           \
+                _mm_prefetch((const char *)(w + j * K + k + PF_AHEAD / sizeof(WT)), _MM_HINT_T0); \
         _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) wv[j] = LOADW(w + j * K + k); \
         _Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {                             \
             __m256 xv = _mm256_loadu_ps(x + i * K + k);                                    \

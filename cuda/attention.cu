@@ -1,0 +1,393 @@
+/*
+ * attention.cu - paged attention of the CUDA backend (see kernels.h):
+ *
+ *   prefill_attention  mixed steps: varlen causal query tiles (64 rows of
+ *                      one sequence, one q head) over the paged context,
+ *                      flash-attention style: K/V tiles of 32 positions
+ *                      staged in shared memory, S = QK^T and O += PV on the
+ *                      tensor cores (wmma bf16, f32 accumulate), online
+ *                      softmax in f32, no score matrix in device memory.
+ *   decode_attention   decode steps: one block per (seq, kv head, split)
+ *                      computing all nh/nkv query heads of the group, so
+ *                      each K/V element is read once per group; the split
+ *                      partials are merged by log-sum-exp.
+ *
+ * head_dim in {16, 32, 64, 128} (the backend refuses others at create);
+ * decode needs nh/nkv <= 8.
+ */
+#include <cuda_bf16.h>
+#include <mma.h>
+#include <math.h>
+
+#include "kernels.h"
+
+using namespace nvcuda;
+
+static __device__ __forceinline__ float bf2f(qwk_bf16 h) {
+    return __uint_as_float((uint32_t)h << 16);
+}
+static __device__ __forceinline__ qwk_bf16 f2bf(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (qwk_bf16)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (qwk_bf16)(u >> 16);
+}
+
+static __device__ __forceinline__ size_t kv_index(const qwk_paged &pg, const int32_t *bt, int j, int kvh) {
+    int blk = bt[j / pg.block_size];
+    int slot = j % pg.block_size;
+    return (((size_t)blk * pg.block_size + slot) * pg.nkv + kvh) * (size_t)pg.hd;
+}
+
+/* ---- prefill ------------------------------------------------------------- */
+
+#define PF_BQ 64
+#define PF_BK 32
+
+template <int HD>
+struct pf_smem {
+    static constexpr int LDQ = HD + 8;        /* bf16 */
+    static constexpr int LDS = PF_BK + 4;     /* f32  */
+    static constexpr int LDP = PF_BK + 8;     /* bf16 */
+    static constexpr int LDO = HD + 4;        /* f32  */
+    static constexpr size_t Q = 0;
+    static constexpr size_t K = Q + (size_t)PF_BQ * LDQ * 2;
+    static constexpr size_t V = K + (size_t)PF_BK * LDQ * 2;
+    static constexpr size_t S = V + (size_t)PF_BK * LDQ * 2;
+    static constexpr size_t P = S + (size_t)PF_BQ * LDS * 4;
+    static constexpr size_t O = P + (size_t)PF_BQ * LDP * 2;
+    static constexpr size_t ML = O + (size_t)PF_BQ * LDO * 4;
+    static constexpr size_t TOTAL = ML + (size_t)PF_BQ * 3 * 4;
+};
+
+/* Load rows [0, n) of a [rows][HD] bf16 tile into shared (ld LDQ); rows at
+ * or past `valid` are zero. */
+template <int HD>
+__global__ void __launch_bounds__(128)
+prefill_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, const int32_t *tiles,
+                         qwk_bf16 *out) {
+    typedef pf_smem<HD> L;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)(smem + L::Q);
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)(smem + L::K);
+    __nv_bfloat16 *sV = (__nv_bfloat16 *)(smem + L::V);
+    float *sS = (float *)(smem + L::S);
+    __nv_bfloat16 *sP = (__nv_bfloat16 *)(smem + L::P);
+    float *sO = (float *)(smem + L::O);
+    float *sM = (float *)(smem + L::ML), *sL = sM + PF_BQ, *sA = sL + PF_BQ;
+
+    const int seq = tiles[2 * blockIdx.x], row0 = tiles[2 * blockIdx.x + 1];
+    const int h = blockIdx.y, G = pg.nh / pg.nkv, kvh = h / G;
+    const int q_end = pg.query_start[seq + 1];
+    const int nrows = min(PF_BQ, q_end - row0);
+    const int stride = pg.hdr[2];
+    const int32_t *bt = pg.block_tables + (size_t)seq * stride;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int qd = pg.nh * HD;
+    constexpr int CH = HD / 8;                 /* 16-byte chunks per row */
+
+    for (int c = tid; c < PF_BQ * CH; c += 128) {
+        int r = c / CH, k = c % CH;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < nrows) v = *(const uint4 *)(q + (size_t)(row0 + r) * qd + (size_t)h * HD + k * 8);
+        *(uint4 *)(sQ + r * L::LDQ + k * 8) = v;
+    }
+    for (int c = tid; c < PF_BQ * L::LDO; c += 128) sO[c] = 0.f;
+    if (tid < PF_BQ) {
+        sM[tid] = -INFINITY;
+        sL[tid] = 0.f;
+    }
+    const int nkeys = min(pg.positions[row0 + nrows - 1] + 1, pg.context_lens[seq]);
+    __syncthreads();
+
+    for (int k0 = 0; k0 < nkeys; k0 += PF_BK) {
+        for (int c = tid; c < PF_BK * CH; c += 128) {
+            int j = c / CH, k = c % CH;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+            if (k0 + j < nkeys) {
+                size_t idx = kv_index(pg, bt, k0 + j, kvh) + k * 8;
+                kv = *(const uint4 *)(pg.k_cache + idx);
+                vv = *(const uint4 *)(pg.v_cache + idx);
+            }
+            *(uint4 *)(sK + j * L::LDQ + k * 8) = kv;
+            *(uint4 *)(sV + j * L::LDQ + k * 8) = vv;
+        }
+        __syncthreads();
+
+        /* S rows [16w, 16w+16) = Q K^T */
+        for (int n = 0; n < PF_BK / 16; n++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.f);
+            for (int kk = 0; kk < HD / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+                wmma::load_matrix_sync(a, sQ + (warp * 16) * L::LDQ + kk * 16, L::LDQ);
+                wmma::load_matrix_sync(b, sK + (n * 16) * L::LDQ + kk * 16, L::LDQ);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(sS + (warp * 16) * L::LDS + n * 16, acc, L::LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+
+        /* online softmax of the warp's 16 rows; lane = key column */
+        for (int i = 0; i < 16; i++) {
+            int r = warp * 16 + i;
+            int j = k0 + lane;
+            float s = -INFINITY;
+            if (r < nrows && j < nkeys && j <= pg.positions[row0 + r]) s = sS[r * L::LDS + lane] * pg.scale;
+            float mx = s;
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float m_old = sM[r];
+            float m_new = fmaxf(m_old, mx);
+            float p = m_new == -INFINITY ? 0.f : expf(s - m_new);
+            float sum = p;
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            sP[r * L::LDP + lane] = __float2bfloat16(p);
+            __syncwarp();
+            if (lane == 0) {
+                float alpha = m_old == -INFINITY ? (m_new == -INFINITY ? 1.f : 0.f) : expf(m_old - m_new);
+                sA[r] = alpha;
+                sL[r] = sL[r] * alpha + sum;
+                sM[r] = m_new;
+            }
+            __syncwarp();
+        }
+        for (int i = 0; i < 16; i++) {
+            int r = warp * 16 + i;
+            float alpha = sA[r];
+            for (int d = lane; d < HD; d += 32) sO[r * L::LDO + d] *= alpha;
+        }
+        __syncwarp();
+
+        /* O rows += P V */
+        for (int n = 0; n < HD / 16; n++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::load_matrix_sync(acc, sO + (warp * 16) * L::LDO + n * 16, L::LDO, wmma::mem_row_major);
+            for (int kk = 0; kk < PF_BK / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
+                wmma::load_matrix_sync(a, sP + (warp * 16) * L::LDP + kk * 16, L::LDP);
+                wmma::load_matrix_sync(b, sV + (kk * 16) * L::LDQ + n * 16, L::LDQ);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(sO + (warp * 16) * L::LDO + n * 16, acc, L::LDO, wmma::mem_row_major);
+        }
+        __syncthreads();
+    }
+
+    for (int c = tid; c < nrows * HD; c += 128) {
+        int r = c / HD, d = c % HD;
+        float l = sL[r];
+        float v = l > 0.f ? sO[r * L::LDO + d] / l : 0.f;
+        out[(size_t)(row0 + r) * qd + (size_t)h * HD + d] = f2bf(v);
+    }
+}
+
+template <int HD>
+static void launch_prefill(const qwk_paged *pg, const qwk_bf16 *q, const int32_t *tiles, int32_t ntiles,
+                           qwk_bf16 *out, cudaStream_t stream) {
+    static bool attr_set = false;   /* constant-initialised: no guard */
+    const size_t sm = pf_smem<HD>::TOTAL;
+    if (!attr_set) {
+        cudaFuncSetAttribute(prefill_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        attr_set = true;
+    }
+    prefill_attention_kernel<HD><<<dim3(ntiles, pg->nh), 128, sm, stream>>>(*pg, q, tiles, out);
+}
+
+void qwk_prefill_attention(const qwk_paged *pg, const qwk_bf16 *q, const int32_t *tiles,
+                           int32_t ntiles, qwk_bf16 *out, cudaStream_t stream) {
+    if (ntiles <= 0) return;
+    switch (pg->hd) {
+    case 16: launch_prefill<16>(pg, q, tiles, ntiles, out, stream); break;
+    case 32: launch_prefill<32>(pg, q, tiles, ntiles, out, stream); break;
+    case 64: launch_prefill<64>(pg, q, tiles, ntiles, out, stream); break;
+    case 128: launch_prefill<128>(pg, q, tiles, ntiles, out, stream); break;
+    default: break;
+    }
+}
+
+/* ---- decode -------------------------------------------------------------- */
+
+#define DC_CK 128      /* context positions per chunk */
+#define DC_MAXG 8
+
+template <int HD>
+__global__ void __launch_bounds__(128)
+decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t splits, float *part_o,
+                        float *part_lse, qwk_bf16 *out) {
+    constexpr int LPK = HD / 16 > 0 ? HD / 16 : 1;   /* lanes per key, 16 dims each */
+    constexpr int KPP = 128 / LPK;                   /* keys per block pass         */
+    constexpr int NKS = 256 / HD;                    /* key groups in the PV phase  */
+    __shared__ float sq[DC_MAXG][HD];
+    __shared__ float sS[DC_MAXG][DC_CK];
+    __shared__ float sM[DC_MAXG], sL[DC_MAXG], sA[DC_MAXG];
+    __shared__ float sRed[NKS][DC_MAXG][HD];
+
+    const int seq = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    const int G = pg.nh / pg.nkv;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int ctx = pg.context_lens[seq];
+    const int stride = pg.hdr[2];
+    const int32_t *bt = pg.block_tables + (size_t)seq * stride;
+    const int qd = pg.nh * HD;
+
+    int per = (ctx + splits - 1) / splits;
+    per = (per + 15) & ~15;
+    const int start = split * per;
+    const int end = min(ctx, start + per);
+
+    for (int c = tid; c < G * HD; c += 128) {
+        int g = c / HD, d = c % HD;
+        sq[g][d] = bf2f(q[(size_t)seq * qd + (size_t)(kvh * G + g) * HD + d]);
+    }
+    if (tid < DC_MAXG) {
+        sM[tid] = -INFINITY;
+        sL[tid] = 0.f;
+    }
+    __syncthreads();
+
+    const int dp = tid % (HD / 2), ks = tid / (HD / 2);
+    float acc[DC_MAXG][2];
+#pragma unroll
+    for (int g = 0; g < DC_MAXG; g++) acc[g][0] = acc[g][1] = 0.f;
+
+    for (int c0 = start; c0 < end; c0 += DC_CK) {
+        /* A: scores of DC_CK positions for the G heads */
+        for (int pass = 0; pass < DC_CK / KPP; pass++) {
+            int jl = pass * KPP + tid / LPK;
+            int j = c0 + jl;
+            int d0 = (tid % LPK) * 16;
+            float kf[16];
+            bool ok = j < end;
+            if (ok) {
+                const qwk_bf16 *kp = pg.k_cache + kv_index(pg, bt, j, kvh) + d0;
+                uint4 u0 = *(const uint4 *)kp, u1 = *(const uint4 *)(kp + 8);
+                const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    kf[2 * i] = __uint_as_float(w[i] << 16);
+                    kf[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 16; i++) kf[i] = 0.f;
+            }
+#pragma unroll
+            for (int g = 0; g < DC_MAXG; g++) {
+                if (g >= G) break;
+                float s = 0.f;
+#pragma unroll
+                for (int i = 0; i < 16; i++) s += kf[i] * sq[g][d0 + i];
+#pragma unroll
+                for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (tid % LPK == 0) sS[g][jl] = ok ? s * pg.scale : -INFINITY;
+            }
+        }
+        __syncthreads();
+        /* B: online softmax per head */
+        for (int g = warp; g < G; g += 4) {
+            float mx = -INFINITY;
+            for (int j = lane; j < DC_CK; j += 32) mx = fmaxf(mx, sS[g][j]);
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float m_old = sM[g], m_new = fmaxf(m_old, mx);
+            float sum = 0.f;
+            for (int j = lane; j < DC_CK; j += 32) {
+                float p = m_new == -INFINITY ? 0.f : expf(sS[g][j] - m_new);
+                sS[g][j] = p;
+                sum += p;
+            }
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) {
+                float alpha = m_old == -INFINITY ? (m_new == -INFINITY ? 1.f : 0.f) : expf(m_old - m_new);
+                sA[g] = alpha;
+                sL[g] = sL[g] * alpha + sum;
+                sM[g] = m_new;
+            }
+        }
+        __syncthreads();
+        /* C: acc = acc * alpha + P V */
+#pragma unroll
+        for (int g = 0; g < DC_MAXG; g++) {
+            if (g < G) {
+                acc[g][0] *= sA[g];
+                acc[g][1] *= sA[g];
+            }
+        }
+        for (int jl = ks; jl < DC_CK && c0 + jl < end; jl += NKS) {
+            uint32_t w = *(const uint32_t *)(pg.v_cache + kv_index(pg, bt, c0 + jl, kvh) + 2 * dp);
+            float v0 = __uint_as_float(w << 16), v1 = __uint_as_float(w & 0xffff0000u);
+#pragma unroll
+            for (int g = 0; g < DC_MAXG; g++) {
+                if (g < G) {
+                    float p = sS[g][jl];
+                    acc[g][0] += p * v0;
+                    acc[g][1] += p * v1;
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int g = 0; g < DC_MAXG; g++) {
+        if (g < G) {
+            sRed[ks][g][2 * dp] = acc[g][0];
+            sRed[ks][g][2 * dp + 1] = acc[g][1];
+        }
+    }
+    __syncthreads();
+    for (int c = tid; c < G * HD; c += 128) {
+        int g = c / HD, d = c % HD;
+        float o = 0.f;
+        for (int k = 0; k < NKS; k++) o += sRed[k][g][d];
+        float l = sL[g];
+        o = l > 0.f ? o / l : 0.f;
+        int h = kvh * G + g;
+        if (splits == 1) {
+            out[(size_t)seq * qd + (size_t)h * HD + d] = f2bf(o);
+        } else {
+            size_t pi = ((size_t)seq * pg.nh + h) * splits + split;
+            part_o[pi * HD + d] = o;
+            if (d == 0) part_lse[pi] = l > 0.f ? sM[g] + logf(l) : -INFINITY;
+        }
+    }
+}
+
+__global__ void merge_splits_kernel(const float *part_o, const float *part_lse, int32_t splits, int32_t nh,
+                                    int32_t hd, qwk_bf16 *out) {
+    const int seq = blockIdx.x, h = blockIdx.y;
+    const size_t base = ((size_t)seq * nh + h) * splits;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; s++) mx = fmaxf(mx, part_lse[base + s]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float num = 0.f, den = 0.f;
+        if (mx != -INFINITY) {
+            for (int s = 0; s < splits; s++) {
+                float l = part_lse[base + s];
+                if (l == -INFINITY) continue;
+                float w = expf(l - mx);
+                num += w * part_o[(base + s) * hd + d];
+                den += w;
+            }
+        }
+        out[((size_t)seq * nh + h) * hd + d] = f2bf(den > 0.f ? num / den : 0.f);
+    }
+}
+
+void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, int32_t splits,
+                          float *part_o, float *part_lse, qwk_bf16 *out, cudaStream_t stream) {
+    if (seqs <= 0) return;
+    if (splits < 1) splits = 1;
+    dim3 grid(seqs, pg->nkv, splits);
+    switch (pg->hd) {
+    case 16: decode_attention_kernel<16><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out); break;
+    case 32: decode_attention_kernel<32><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out); break;
+    case 64: decode_attention_kernel<64><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out); break;
+    case 128: decode_attention_kernel<128><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out); break;
+    default: return;
+    }
+    if (splits > 1)
+        merge_splits_kernel<<<dim3(seqs, pg->nh), pg->hd < 128 ? pg->hd : 128, 0, stream>>>(
+            part_o, part_lse, splits, pg->nh, pg->hd, out);
+}

@@ -1,0 +1,955 @@
+/*
+ * qw-bench - the benchmark every performance claim of qwinfer comes from.
+ *
+ *   qw-bench --model DIR [--device cpu|cuda:N] [--threads N] [--json]
+ *            [--mode offline|serve] [--num-requests N]
+ *            [--input-len N] [--output-len N] [--len-dist fixed|uniform|lognormal]
+ *            [--rate R | --concurrency C] [--scenario mixed-long|shared-prefix|chat]
+ *            [--long-len N] [--prefix-len N] [--turns N]
+ *            [--temperature T] [--top-p P] [--max-num-seqs N] [--max-batched-tokens N]
+ *            [--kv-blocks N] [--seed N] [--no-limits]
+ *
+ * The engine is driven only through the public API (qwinfer.h). The machine
+ * limits are measured here with internal parts of the library: a
+ * multi-threaded memory read/copy benchmark, and the CPU backend's own GEMM
+ * kernels (lib/cpu) through its parallel driver, so "fraction of peak" is
+ * against the kernel the engine really uses.
+ *
+ * Every step is timed and classified from what this program can see: a
+ * decode step is one where every request in flight already has its first
+ * token (so no prefill chunk ran); a prefill step is one that produced no
+ * non-first token. Decode is reported as bytes read per step (weights + the
+ * KV of every sequence's context) / step time / measured read bandwidth;
+ * prefill as (2 * params * tokens + attention FLOPs) / step time / measured
+ * peak GEMM FLOP/s.
+ *
+ * Engine and request statistics (qw_engine_get_stats, qw_request_get_stats)
+ * and sessions (qw_session_*) are declared weak: a library that lacks them
+ * (or returns an error) gives "n/a" for the fields they feed, and the chat
+ * scenario then resends the whole history each turn.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <sched.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "qwinfer.h"
+
+/* Internal: only for measuring the machine's limits. */
+#include "cpu/kernels.h"
+#include "cpu/ops.h"
+#include "cpu/threadpool.h"
+
+#pragma weak qw_engine_get_stats
+#pragma weak qw_request_get_stats
+#pragma weak qw_session_create
+#pragma weak qw_session_destroy
+#pragma weak qw_request_set_session
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "qw-bench: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static void *xcalloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) die("out of memory");
+    return p;
+}
+
+/* splitmix64: the bench's only randomness, seeded, so a run is repeatable. */
+static uint64_t rng = 0x853c49e6748fea9bull;
+static uint64_t rnd64(void) {
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rnd01(void) { return (double)(rnd64() >> 11) * (1.0 / 9007199254740992.0); }
+static double rnd_normal(void) {
+    double u = rnd01(), v = rnd01();
+    return sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct dist {
+    size_t n;
+    double mean, p50, p90, p99;
+} dist;
+
+/* Sorts v in place. Percentiles by nearest rank. */
+static dist summarize(double *v, size_t n) {
+    dist d = { n, NAN, NAN, NAN, NAN };
+    if (n == 0) return d;
+    qsort(v, n, sizeof *v, cmp_double);
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += v[i];
+    d.mean = s / (double)n;
+    d.p50 = v[(size_t)ceil(0.50 * (double)n) - 1];
+    d.p90 = v[(size_t)ceil(0.90 * (double)n) - 1];
+    d.p99 = v[(size_t)ceil(0.99 * (double)n) - 1];
+    return d;
+}
+
+/* ---- options --------------------------------------------------------------- */
+
+typedef struct args {
+    const char *model, *device, *mode, *len_dist, *scenario;
+    int threads, num_requests, input_len, output_len, long_len, prefix_len, turns;
+    int max_num_seqs, max_batched, kv_blocks, json, limits;
+    double rate, temperature, top_p;
+    int concurrency;
+    uint64_t seed;
+} args;
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: qw-bench --model DIR [--device cpu|cuda:N] [--threads N] [--json]\n"
+            "  [--mode offline|serve] [--num-requests N] [--input-len N] [--output-len N]\n"
+            "  [--len-dist fixed|uniform|lognormal] [--rate REQ_PER_S | --concurrency C]\n"
+            "  [--scenario mixed-long|shared-prefix|chat] [--long-len N] [--prefix-len N]\n"
+            "  [--turns N] [--temperature T] [--top-p P] [--max-num-seqs N]\n"
+            "  [--max-batched-tokens N] [--kv-blocks N] [--seed N] [--no-limits]\n"
+            "offline: all requests at once; serve: Poisson arrivals at --rate (or a fixed\n"
+            "--concurrency). lognormal is a ShareGPT-like mix with the given lengths as\n"
+            "medians. --no-limits skips measuring bandwidth and peak GEMM FLOP/s.\n");
+    exit(2);
+}
+
+static void parse(int argc, char **argv, args *a) {
+    *a = (args){ .device = "cpu", .mode = "offline", .len_dist = "fixed", .scenario = "",
+                 .threads = 0, .num_requests = 64, .input_len = 128, .output_len = 128,
+                 .long_len = 4096, .prefix_len = 512, .turns = 4, .max_num_seqs = 256,
+                 .max_batched = 2048, .kv_blocks = 0, .limits = 1, .rate = 0,
+                 .temperature = 1.0, .top_p = 1.0, .seed = 1 };
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define STR(name, field) if (!strcmp(o, name)) { if (!v) usage(); a->field = v; i++; continue; }
+#define INT(name, field) if (!strcmp(o, name)) { if (!v) usage(); a->field = atoi(v); i++; continue; }
+#define DBL(name, field) if (!strcmp(o, name)) { if (!v) usage(); a->field = atof(v); i++; continue; }
+        STR("--model", model) STR("--device", device) STR("--mode", mode)
+        STR("--len-dist", len_dist) STR("--scenario", scenario)
+        INT("--threads", threads) INT("--num-requests", num_requests) INT("--input-len", input_len)
+        INT("--output-len", output_len) INT("--long-len", long_len) INT("--prefix-len", prefix_len)
+        INT("--turns", turns) INT("--max-num-seqs", max_num_seqs)
+        INT("--max-batched-tokens", max_batched) INT("--kv-blocks", kv_blocks)
+        INT("--concurrency", concurrency)
+        DBL("--rate", rate) DBL("--temperature", temperature) DBL("--top-p", top_p)
+#undef STR
+#undef INT
+#undef DBL
+        if (!strcmp(o, "--seed") && v) { a->seed = strtoull(v, NULL, 0); i++; continue; }
+        if (!strcmp(o, "--json")) { a->json = 1; continue; }
+        if (!strcmp(o, "--no-limits")) { a->limits = 0; continue; }
+        usage();
+    }
+    if (!a->model) usage();
+    if (a->num_requests <= 0 || a->input_len <= 0 || a->output_len <= 0) usage();
+    if (strcmp(a->len_dist, "fixed") && strcmp(a->len_dist, "uniform") && strcmp(a->len_dist, "lognormal"))
+        usage();
+    if (a->scenario[0] && strcmp(a->scenario, "mixed-long") && strcmp(a->scenario, "shared-prefix") &&
+        strcmp(a->scenario, "chat"))
+        usage();
+}
+
+/* ---- the model, as far as the bench needs it ------------------------------ */
+
+typedef struct model_info {
+    int64_t hidden, inter, layers, heads, kv_heads, head_dim, vocab;
+    int tied;
+    double params_per_token;     /* matmul parameters every row multiplies (no embedding, no head) */
+    double weight_bytes;         /* safetensors bytes on disk: what one decode step streams       */
+    double kv_bytes_per_token;   /* K+V of one position, all layers (f32 on CPU, bf16 on CUDA)     */
+} model_info;
+
+static int64_t jint(json_t *o, const char *k, int64_t dflt) {
+    json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+static void load_model_info(const char *dir, int cuda, model_info *mi) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) die("%s: %s", path, err.text);
+    json_t *c = root, *tc = json_object_get(root, "text_config");   /* multimodal configs nest it */
+    if (json_is_object(tc)) c = tc;
+    mi->hidden = jint(c, "hidden_size", 0);
+    mi->inter = jint(c, "intermediate_size", 0);
+    mi->layers = jint(c, "num_hidden_layers", 0);
+    mi->heads = jint(c, "num_attention_heads", 0);
+    mi->kv_heads = jint(c, "num_key_value_heads", mi->heads);
+    mi->head_dim = jint(c, "head_dim", mi->heads ? mi->hidden / mi->heads : 0);
+    mi->vocab = jint(c, "vocab_size", 0);
+    mi->tied = json_is_true(json_object_get(c, "tie_word_embeddings"));
+    const double H = (double)mi->hidden, qd = (double)(mi->heads * mi->head_dim),
+                 kvd = (double)(mi->kv_heads * mi->head_dim);
+    mi->params_per_token = (double)mi->layers * (H * (qd + 2 * kvd) + qd * H + 3 * H * (double)mi->inter);
+    mi->kv_bytes_per_token = 2.0 * (double)mi->layers * kvd * (cuda ? 2.0 : 4.0);
+    mi->weight_bytes = 0;
+    DIR *d = opendir(dir);
+    if (!d) die("%s: %s", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors")) continue;
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &st) == 0) mi->weight_bytes += (double)st.st_size;
+    }
+    closedir(d);
+    json_decref(root);
+}
+
+/* FLOPs of prefilling tokens [c0, c1) of one sequence, logits for one row. */
+static double prefill_flops(const model_info *mi, double c0, double c1, int logits_rows) {
+    double t = c1 - c0;
+    /* causal attention: token at position p reads p+1 keys, QK and PV */
+    double keys = (c1 * (c1 + 1) - c0 * (c0 + 1)) / 2.0;
+    double attn = 4.0 * (double)mi->layers * (double)(mi->heads * mi->head_dim) * keys;
+    return 2.0 * mi->params_per_token * t + attn + 2.0 * (double)mi->hidden * (double)mi->vocab * logits_rows;
+}
+
+/* ---- machine limits ---------------------------------------------------------- */
+
+typedef struct bw_job {
+    const uint64_t *src;
+    uint64_t *dst;
+    size_t words;
+    int copy;
+    uint64_t sink;
+    pthread_barrier_t *bar;
+} bw_job;
+
+static void *bw_thread(void *p) {
+    bw_job *j = p;
+    pthread_barrier_wait(j->bar);
+    if (j->copy) {
+        memcpy(j->dst, j->src, j->words * sizeof(uint64_t));
+    } else {
+        /* Four independent sums keep the loads in flight; the compiler
+         * vectorises this at -O2, which is all a read stream needs. */
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = 0; i + 4 <= j->words; i += 4) {
+            s0 += j->src[i];
+            s1 += j->src[i + 1];
+            s2 += j->src[i + 2];
+            s3 += j->src[i + 3];
+        }
+        j->sink = s0 + s1 + s2 + s3;
+    }
+    pthread_barrier_wait(j->bar);
+    return NULL;
+}
+
+/* Best of `reps` passes over a buffer far larger than any cache, with
+ * nthreads threads each on its own slice; bytes moved per second (a copy
+ * counts its read and its write). */
+static double measure_bandwidth(int nthreads, int copy, int reps) {
+    const size_t bytes = (size_t)512 << 20;
+    uint64_t *src = malloc(bytes), *dst = copy ? malloc(bytes) : NULL;
+    if (!src || (copy && !dst)) die("bandwidth buffer: out of memory");
+    memset(src, 1, bytes);
+    if (dst) memset(dst, 0, bytes);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nthreads + 1);
+    bw_job *jobs = xcalloc((size_t)nthreads, sizeof *jobs);
+    pthread_t *th = xcalloc((size_t)nthreads, sizeof *th);
+    size_t per = bytes / sizeof(uint64_t) / (size_t)nthreads;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int t = 0; t < nthreads; t++) {
+            jobs[t] = (bw_job){ src + (size_t)t * per, dst ? dst + (size_t)t * per : NULL, per, copy, 0, &bar };
+            pthread_create(&th[t], NULL, bw_thread, &jobs[t]);
+        }
+        pthread_barrier_wait(&bar);
+        double t0 = now_s();
+        pthread_barrier_wait(&bar);
+        double dt = now_s() - t0;
+        for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+        double moved = (double)per * nthreads * sizeof(uint64_t) * (copy ? 2.0 : 1.0);
+        if (moved / dt > best) best = moved / dt;
+    }
+    pthread_barrier_destroy(&bar);
+    free(jobs);
+    free(th);
+    free(src);
+    free(dst);
+    return best;
+}
+
+/* GEMM FLOP/s of kernel table kt through the backend's own parallel driver
+ * on a prefill-sized problem (M x K times N x K bf16 weights, the 0.6B
+ * gate/up shape by default), best of reps. */
+static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, int64_t K, int64_t N,
+                           int bf16, int reps) {
+    qwi_cpu_pool *pool;
+    if (qwi_cpu_pool_create(nthreads, &pool) != QW_OK) die("thread pool: %s", qw_last_error());
+    float *x = malloc((size_t)(M * K) * sizeof(float));
+    void *w = malloc((size_t)(N * K) * (bf16 ? 2 : 4));
+    float *out = malloc((size_t)(M * N) * sizeof(float));
+    if (!x || !w || !out) die("gemm buffers: out of memory");
+    for (int64_t i = 0; i < M * K; i++) x[i] = (float)(rnd01() - 0.5);
+    for (int64_t i = 0; i < N * K; i++) {
+        float f = (float)(rnd01() - 0.5);
+        if (bf16) {
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            ((uint16_t *)w)[i] = (uint16_t)(u >> 16);
+        } else {
+            ((float *)w)[i] = f;
+        }
+    }
+    float *no_f16[1024] = { 0 };
+    qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
+                       .f16_buf = no_f16, .max_k = K };
+    qwi_cpu_linear lin = { .dtype = bf16 ? QWI_DTYPE_BF16 : QWI_DTYPE_F32, .w = w, .bias = NULL,
+                           .n = N, .k = K };
+    qwi_cpu_mm_job job = { &lin, out, 0 };
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        qwi_cpu_matmul(&cx, x, M, K, &job, 1);
+        double dt = now_s() - t0;
+        double f = 2.0 * (double)M * (double)N * (double)K / dt;
+        if (f > best) best = f;
+    }
+    free(x);
+    free(w);
+    free(out);
+    qwi_cpu_pool_destroy(pool);
+    return best;
+}
+
+static int affinity_threads(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+    return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+}
+
+/* ---- requests and the step loop ------------------------------------------------ */
+
+typedef struct breq {
+    qw_request *r;
+    int32_t *prompt;
+    int32_t plen, olen;
+    double arrival;              /* when it may be submitted (INFINITY: not yet)  */
+    double submit_t, first_t, last_t, finish_t;
+    int32_t ntok;
+    int submitted, done, is_long;
+    int conv, turn;              /* chat: conversation and turn                   */
+    qw_request_stats st;
+    int have_st;
+} breq;
+
+typedef struct step_rec {
+    double dt;
+    int64_t prompt_tokens;       /* -1 when unknown                               */
+    int32_t decoded;             /* non-first tokens produced                     */
+    int32_t firsts;              /* first tokens produced                         */
+    int decode_only;             /* every in-flight request had its first token   */
+    double ctx_tokens;           /* sum of in-flight context lengths (decode KV)  */
+    double flops;                /* prefill-only steps: FLOPs of the step         */
+} step_rec;
+
+typedef struct bench {
+    args a;
+    model_info mi;
+    qw_engine *e;
+    int32_t vocab;
+    breq *reqs;
+    int nreq;
+    step_rec *steps;
+    size_t nsteps, capsteps;
+    double *itl;
+    size_t nitl, capitl;
+    qw_session **sessions;       /* chat: one per conversation, NULL without the API */
+    int nconv;
+    int session_api;
+    int progress;
+    qw_engine_stats st0, st1;
+    int have_stats;
+    double t_start, t_end;
+} bench;
+
+static int get_engine_stats(qw_engine *e, qw_engine_stats *s) {
+    memset(s, 0, sizeof *s);
+    if (!qw_engine_get_stats) return 0;
+    return qw_engine_get_stats(e, s, sizeof *s) == QW_OK;
+}
+
+static void fill_prompt(int32_t *p, int32_t n, int32_t vocab) {
+    /* Random ids below the first 1000 of the vocabulary's top (special
+     * tokens live there in real Qwen vocabularies). */
+    int32_t hi = vocab > 2000 ? vocab - 1000 : vocab;
+    for (int32_t i = 0; i < n; i++) p[i] = (int32_t)(rnd64() % (uint64_t)hi);
+}
+
+static int32_t draw_len(const char *distname, int32_t base, int32_t cap) {
+    double v = base;
+    if (!strcmp(distname, "uniform")) v = base * (0.5 + rnd01());
+    else if (!strcmp(distname, "lognormal")) v = base * exp(0.8 * rnd_normal());   /* ShareGPT-like spread */
+    int32_t n = (int32_t)lround(v);
+    if (n < 1) n = 1;
+    if (n > cap) n = cap;
+    return n;
+}
+
+static qw_request *make_request(bench *b, breq *q) {
+    qw_request *r;
+    if (qw_request_create(&r) != QW_OK) die("request: %s", qw_last_error());
+    qw_status s = qw_request_set_prompt(r, q->prompt, (size_t)q->plen);
+    if (s == QW_OK) s = qw_request_set_int(r, QW_REQ_MAX_TOKENS, q->olen);
+    if (s == QW_OK) s = qw_request_set_int(r, QW_REQ_IGNORE_EOS, 1);
+    if (s == QW_OK) s = qw_request_set_double(r, QW_REQ_TEMPERATURE, b->a.temperature);
+    if (s == QW_OK && b->a.top_p < 1.0) s = qw_request_set_double(r, QW_REQ_TOP_P, b->a.top_p);
+    if (s == QW_OK) s = qw_request_set_int(r, QW_REQ_SEED, (int64_t)(q - b->reqs) + 1);
+    if (s == QW_OK) s = qw_request_set_user_data(r, q);
+    if (s != QW_OK) die("request options: %s", qw_last_error());
+    return r;
+}
+
+static void progress_bar(bench *b, int done, double t) {
+    static double last;
+    if (!b->progress || (t - last < 0.2 && done < b->nreq)) return;
+    last = t;
+    int w = 30, fill = b->nreq ? done * w / b->nreq : w;
+    uint64_t toks = 0;
+    for (int i = 0; i < b->nreq; i++) toks += (uint64_t)b->reqs[i].ntok;
+    fprintf(stderr, "\r[%.*s%*s] %d/%d requests  %.1f tok/s  ", fill,
+            "==============================", w - fill, "", done, b->nreq,
+            (double)toks / (t - b->t_start + 1e-9));
+    if (done == b->nreq) fprintf(stderr, "\n");
+}
+
+/* chat without sessions: the next turn's prompt is the whole history. */
+static void chat_next_turn(bench *b, breq *q, double t) {
+    if (q->turn + 1 >= b->a.turns) return;
+    breq *n = q + 1;                       /* turns of a conversation are consecutive */
+    if (!b->session_api) {
+        size_t got = 0;
+        int32_t *hist = xcalloc((size_t)(q->plen + q->ntok + n->plen), sizeof(int32_t));
+        memcpy(hist, q->prompt, (size_t)q->plen * sizeof(int32_t));
+        qw_request_get_tokens(q->r, hist + q->plen, (size_t)q->ntok, &got);
+        memcpy(hist + q->plen + got, n->prompt, (size_t)n->plen * sizeof(int32_t));
+        free(n->prompt);
+        n->prompt = hist;
+        n->plen = q->plen + (int32_t)got + n->plen;
+    }
+    n->arrival = t;
+}
+
+static void record_step(bench *b, step_rec s) {
+    if (b->nsteps == b->capsteps) {
+        b->capsteps = b->capsteps ? 2 * b->capsteps : 4096;
+        b->steps = realloc(b->steps, b->capsteps * sizeof *b->steps);
+        if (!b->steps) die("out of memory");
+    }
+    b->steps[b->nsteps++] = s;
+}
+
+static void push_itl(bench *b, double v) {
+    if (b->nitl == b->capitl) {
+        b->capitl = b->capitl ? 2 * b->capitl : 65536;
+        b->itl = realloc(b->itl, b->capitl * sizeof *b->itl);
+        if (!b->itl) die("out of memory");
+    }
+    b->itl[b->nitl++] = v;
+}
+
+/* Submit what is due, step, account; until every request is done. */
+static void run_loop(bench *b) {
+    qw_event ev[512];
+    int done = 0, inflight = 0;
+    int conc = b->a.concurrency;
+    b->t_start = now_s();
+    for (int i = 0; i < b->nreq; i++) b->reqs[i].arrival += b->t_start;
+    while (done < b->nreq) {
+        double t = now_s();
+        for (int i = 0; i < b->nreq; i++) {
+            breq *q = &b->reqs[i];
+            if (q->submitted || q->arrival > t) continue;
+            if (conc > 0 && inflight >= conc) break;
+            q->r = make_request(b, q);
+            if (b->sessions && b->sessions[q->conv] && qw_request_set_session)
+                qw_request_set_session(q->r, b->sessions[q->conv]);
+            qw_status s = qw_engine_submit(b->e, q->r);
+            if (s != QW_OK) die("submit of request %d (%d prompt tokens): %s", i, q->plen, qw_last_error());
+            q->submitted = 1;
+            q->submit_t = now_s();
+            inflight++;
+        }
+        if (!qw_engine_has_work(b->e)) {
+            double next = INFINITY;
+            for (int i = 0; i < b->nreq; i++)
+                if (!b->reqs[i].submitted && b->reqs[i].arrival < next) next = b->reqs[i].arrival;
+            if (!isfinite(next)) die("nothing to run but %d requests are not done", b->nreq - done);
+            double wait = next - now_s();
+            if (wait > 0) {
+                struct timespec ts = { (time_t)wait, (long)((wait - floor(wait)) * 1e9) };
+                nanosleep(&ts, NULL);
+            }
+            continue;
+        }
+        /* what this step may read: every in-flight context; whether any
+         * prefill can run: a request still without its first token */
+        step_rec rec = { .prompt_tokens = -1, .decode_only = 1 };
+        for (int i = 0; i < b->nreq; i++) {
+            breq *q = &b->reqs[i];
+            if (!q->submitted || q->done) continue;
+            if (q->ntok == 0) rec.decode_only = 0;
+            rec.ctx_tokens += q->plen + q->ntok;
+        }
+        qw_engine_stats sa, sb;
+        int hs = get_engine_stats(b->e, &sa);
+        size_t n = 0;
+        double t0 = now_s();
+        qw_status s = qw_engine_step(b->e, ev, sizeof ev / sizeof ev[0], sizeof ev[0], &n);
+        double t1 = now_s();
+        if (s != QW_OK) die("step: %s", qw_last_error());
+        if (hs && get_engine_stats(b->e, &sb)) rec.prompt_tokens = (int64_t)(sb.prompt_tokens - sa.prompt_tokens);
+        rec.dt = t1 - t0;
+        int64_t first_prompt = 0;
+        for (size_t k = 0; k < n; k++) {
+            breq *q = ev[k].user_data;
+            if (!q) continue;
+            if (ev[k].kind == QW_EVENT_TOKEN) {
+                if (q->ntok == 0) {
+                    q->first_t = t1;
+                    rec.firsts++;
+                    first_prompt += q->plen;
+                    rec.flops += prefill_flops(&b->mi, 0, q->plen, 1);
+                } else {
+                    push_itl(b, t1 - q->last_t);
+                    rec.decoded++;
+                }
+                q->ntok++;
+                q->last_t = t1;
+            }
+            if (ev[k].finish_reason != QW_FINISH_NONE || ev[k].kind == QW_EVENT_FINISHED) {
+                q->done = 1;
+                q->finish_t = t1;
+                if (ev[k].finish_reason != QW_FINISH_LENGTH && ev[k].finish_reason != QW_FINISH_STOP)
+                    fprintf(stderr, "qw-bench: request %d finished with reason %u\n",
+                            (int)(q - b->reqs), ev[k].finish_reason);
+                if (qw_request_get_stats && qw_request_get_stats(q->r, &q->st, sizeof q->st) == QW_OK)
+                    q->have_st = 1;
+                if (!strcmp(b->a.scenario, "chat")) chat_next_turn(b, q, t1);
+                done++;
+                inflight--;
+            }
+        }
+        /* Without engine stats the prompt tokens of a step are known when
+         * its prefills completed in it (each prompt within one step). */
+        if (rec.prompt_tokens < 0 && rec.decoded == 0 && rec.firsts > 0) rec.prompt_tokens = first_prompt;
+        if (rec.decoded > 0 || rec.firsts == 0) rec.flops = 0;   /* only clean prefill steps */
+        record_step(b, rec);
+        progress_bar(b, done, t1);
+    }
+    b->t_end = now_s();
+}
+
+/* ---- workloads ---------------------------------------------------------------- */
+
+static void build_requests(bench *b, int with_long) {
+    const args *a = &b->a;
+    int32_t maxlen = qw_engine_max_model_len(b->e);
+    int n = a->num_requests;
+    int chat = !strcmp(a->scenario, "chat");
+    int shared = !strcmp(a->scenario, "shared-prefix");
+    b->nreq = chat ? n * a->turns : n + (with_long ? 1 : 0);
+    b->reqs = xcalloc((size_t)b->nreq, sizeof *b->reqs);
+    int32_t *prefix = NULL;
+    if (shared) {
+        prefix = xcalloc((size_t)a->prefix_len, sizeof(int32_t));
+        fill_prompt(prefix, a->prefix_len, b->vocab);
+    }
+    double t = 0;
+    for (int i = 0; i < b->nreq; i++) {
+        breq *q = &b->reqs[i];
+        int32_t olen = draw_len(a->len_dist, a->output_len, maxlen / 2);
+        int32_t plen = draw_len(a->len_dist, a->input_len, maxlen - olen - (shared ? a->prefix_len : 0));
+        if (with_long && i == b->nreq - 1) {
+            q->is_long = 1;
+            olen = 1;
+            plen = a->long_len < maxlen - 1 ? a->long_len : maxlen - 1;
+        }
+        q->olen = olen;
+        q->plen = plen + (shared ? a->prefix_len : 0);
+        q->prompt = xcalloc((size_t)q->plen, sizeof(int32_t));
+        if (shared) memcpy(q->prompt, prefix, (size_t)a->prefix_len * sizeof(int32_t));
+        fill_prompt(q->prompt + (shared ? a->prefix_len : 0), plen, b->vocab);
+        if (chat) {
+            q->conv = i / a->turns;
+            q->turn = i % a->turns;
+            q->arrival = q->turn == 0 ? 0 : INFINITY;
+        } else if (q->is_long) {
+            q->arrival = 0;                          /* the long prompt starts first */
+        } else if (a->rate > 0 && strcmp(a->mode, "offline")) {
+            t += -log(1.0 - rnd01()) / a->rate;      /* Poisson arrivals */
+            q->arrival = t;
+        } else {
+            q->arrival = 0;
+        }
+    }
+    if (with_long) {   /* submit the long one first: move it to the front */
+        breq l = b->reqs[b->nreq - 1];
+        memmove(b->reqs + 1, b->reqs, (size_t)(b->nreq - 1) * sizeof *b->reqs);
+        b->reqs[0] = l;
+    }
+    free(prefix);
+    if (chat) {
+        b->nconv = n;
+        b->session_api = qw_session_create != NULL;
+        b->sessions = xcalloc((size_t)n, sizeof *b->sessions);
+        for (int c = 0; c < n && b->session_api; c++)
+            if (qw_session_create(b->e, &b->sessions[c]) != QW_OK) {
+                fprintf(stderr, "qw-bench: sessions unavailable (%s): resending history each turn\n",
+                        qw_last_error());
+                b->session_api = 0;
+            }
+        if (!b->session_api) {
+            for (int c = 0; c < n; c++)
+                if (b->sessions[c] && qw_session_destroy) qw_session_destroy(b->sessions[c]);
+            free(b->sessions);
+            b->sessions = NULL;
+        }
+    }
+}
+
+static void free_requests(bench *b) {
+    for (int i = 0; i < b->nreq; i++) {
+        if (b->reqs[i].r) qw_request_release(b->reqs[i].r);
+        free(b->reqs[i].prompt);
+    }
+    if (b->sessions) {
+        for (int c = 0; c < b->nconv; c++)
+            if (b->sessions[c]) qw_session_destroy(b->sessions[c]);
+        free(b->sessions);
+        b->sessions = NULL;
+    }
+    free(b->reqs);
+    b->reqs = NULL;
+    b->nreq = 0;
+    b->nsteps = 0;
+    b->nitl = 0;
+}
+
+/* ---- results -------------------------------------------------------------------- */
+
+typedef struct results {
+    double duration, req_s, prompt_tok_s, out_tok_s;
+    dist ttft, tpot, itl, e2e, ttft_short;
+    double dec_steps, dec_time, dec_tokens, dec_batch, dec_bytes_s, dec_step_ms;
+    double pre_steps, pre_time, pre_flops, pre_tokens;
+    double host_frac, mean_batch, kv_used, hit_rate, preemptions;
+    int have_stats;
+} results;
+
+static results compute(bench *b) {
+    results r;
+    memset(&r, 0, sizeof r);
+    int n = b->nreq;
+    double *v = xcalloc((size_t)n, sizeof(double));
+    double ptoks = 0, otoks = 0;
+    for (int i = 0; i < n; i++) ptoks += b->reqs[i].plen, otoks += b->reqs[i].ntok;
+    r.duration = b->t_end - b->t_start;
+    r.req_s = n / r.duration;
+    r.prompt_tok_s = ptoks / r.duration;
+    r.out_tok_s = otoks / r.duration;
+    int k = 0;
+    for (int i = 0; i < n; i++) v[k++] = b->reqs[i].first_t - b->reqs[i].submit_t;
+    r.ttft = summarize(v, (size_t)k);
+    k = 0;
+    for (int i = 0; i < n; i++)
+        if (!b->reqs[i].is_long) v[k++] = b->reqs[i].first_t - b->reqs[i].submit_t;
+    r.ttft_short = summarize(v, (size_t)k);
+    k = 0;
+    for (int i = 0; i < n; i++)
+        if (b->reqs[i].ntok > 1)
+            v[k++] = (b->reqs[i].finish_t - b->reqs[i].first_t) / (b->reqs[i].ntok - 1);
+    r.tpot = summarize(v, (size_t)k);
+    k = 0;
+    for (int i = 0; i < n; i++) v[k++] = b->reqs[i].finish_t - b->reqs[i].submit_t;
+    r.e2e = summarize(v, (size_t)k);
+    r.itl = summarize(b->itl, b->nitl);
+    free(v);
+    double bytes = 0;
+    for (size_t s = 0; s < b->nsteps; s++) {
+        const step_rec *st = &b->steps[s];
+        if (st->decode_only && st->decoded > 0) {
+            r.dec_steps++;
+            r.dec_time += st->dt;
+            r.dec_tokens += st->decoded;
+            bytes += b->mi.weight_bytes + st->ctx_tokens * b->mi.kv_bytes_per_token;
+        } else if (st->flops > 0) {
+            r.pre_steps++;
+            r.pre_time += st->dt;
+            r.pre_flops += st->flops;
+            r.pre_tokens += st->prompt_tokens > 0 ? (double)st->prompt_tokens : 0;
+        }
+    }
+    r.dec_batch = r.dec_steps ? r.dec_tokens / r.dec_steps : 0;
+    r.dec_bytes_s = r.dec_time > 0 ? bytes / r.dec_time : 0;
+    r.dec_step_ms = r.dec_steps ? 1e3 * r.dec_time / r.dec_steps : 0;
+    r.host_frac = r.mean_batch = r.kv_used = r.hit_rate = r.preemptions = NAN;
+    if (b->have_stats && get_engine_stats(b->e, &b->st1)) {
+        const qw_engine_stats *a0 = &b->st0, *a1 = &b->st1;
+        double host = a1->host_seconds - a0->host_seconds, fwd = a1->forward_seconds - a0->forward_seconds;
+        r.host_frac = host + fwd > 0 ? host / (host + fwd) : NAN;
+        r.mean_batch = a1->mean_batch_size;
+        r.kv_used = a1->kv_blocks_total ? (double)a1->kv_blocks_used / (double)a1->kv_blocks_total : NAN;
+        double qn = (double)(a1->prefix_cache_queries - a0->prefix_cache_queries);
+        r.hit_rate = qn > 0 ? (double)(a1->prefix_cache_hits - a0->prefix_cache_hits) / qn : NAN;
+        r.preemptions = (double)(a1->num_preemptions - a0->num_preemptions);
+        r.have_stats = 1;
+    }
+    return r;
+}
+
+static void fmt_num(char *buf, size_t n, double v, const char *f) {
+    if (isnan(v)) snprintf(buf, n, "n/a");
+    else snprintf(buf, n, f, v);
+}
+
+static void print_dist_text(const char *name, dist d, double scale) {
+    if (d.n == 0) {
+        printf("  %-22s n/a\n", name);
+        return;
+    }
+    printf("  %-22s mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f  (n=%zu)\n", name, d.mean * scale,
+           d.p50 * scale, d.p90 * scale, d.p99 * scale, d.n);
+}
+
+static void print_dist_json(const char *name, dist d, int last) {
+    if (d.n == 0) printf("    \"%s\": null%s\n", name, last ? "" : ",");
+    else
+        printf("    \"%s\": {\"mean\": %.6g, \"p50\": %.6g, \"p90\": %.6g, \"p99\": %.6g, \"n\": %zu}%s\n",
+               name, d.mean, d.p50, d.p90, d.p99, d.n, last ? "" : ",");
+}
+
+static void jnum(const char *name, double v, int last) {
+    if (isnan(v) || isinf(v)) printf("    \"%s\": null%s\n", name, last ? "" : ",");
+    else printf("    \"%s\": %.6g%s\n", name, v, last ? "" : ",");
+}
+
+typedef struct limits {
+    double read_bw, copy_bw, gemm;
+    const char *kernels;
+    int measured;
+} limits;
+
+static void report(bench *b, const char *label, const results *r, const limits *L, int first, int last) {
+    double bwf = L->measured && L->read_bw > 0 ? r->dec_bytes_s / L->read_bw : NAN;
+    double pfs = r->pre_time > 0 ? r->pre_flops / r->pre_time : NAN;
+    double pff = L->measured && L->gemm > 0 ? pfs / L->gemm : NAN;
+    if (b->a.json) {
+        if (first) printf("  \"runs\": [\n");
+        printf("   {\"label\": \"%s\",\n", label);
+        jnum("duration_s", r->duration, 0);
+        jnum("requests", b->nreq, 0);
+        jnum("requests_per_s", r->req_s, 0);
+        jnum("prompt_tokens_per_s", r->prompt_tok_s, 0);
+        jnum("output_tokens_per_s", r->out_tok_s, 0);
+        print_dist_json("ttft_s", r->ttft, 0);
+        print_dist_json("ttft_short_s", r->ttft_short, 0);
+        print_dist_json("tpot_s", r->tpot, 0);
+        print_dist_json("itl_s", r->itl, 0);
+        print_dist_json("e2e_s", r->e2e, 0);
+        jnum("decode_steps", r->dec_steps, 0);
+        jnum("decode_step_ms", r->dec_step_ms, 0);
+        jnum("decode_mean_batch", r->dec_batch, 0);
+        jnum("decode_tokens_per_s", r->dec_time > 0 ? r->dec_tokens / r->dec_time : NAN, 0);
+        jnum("decode_bytes_per_s", r->dec_bytes_s, 0);
+        jnum("decode_fraction_of_bandwidth", bwf, 0);
+        jnum("prefill_steps", r->pre_steps, 0);
+        jnum("prefill_flops_per_s", pfs, 0);
+        jnum("prefill_fraction_of_peak", pff, 0);
+        jnum("host_fraction", r->host_frac, 0);
+        jnum("mean_batch_size", r->mean_batch, 0);
+        jnum("kv_usage", r->kv_used, 0);
+        jnum("prefix_cache_hit_rate", r->hit_rate, 0);
+        jnum("preemptions", r->preemptions, 1);
+        printf("   }%s\n", last ? "" : ",");
+        if (last) printf("  ]\n}\n");
+        return;
+    }
+    char s1[32], s2[32], s3[32], s4[32], s5[32];
+    printf("\n== %s: %d requests in %.2f s\n", label, b->nreq, r->duration);
+    printf("  throughput             %.3f req/s, prompt %.1f tok/s, output %.1f tok/s\n", r->req_s,
+           r->prompt_tok_s, r->out_tok_s);
+    print_dist_text("TTFT (ms)", r->ttft, 1e3);
+    if (r->ttft_short.n != r->ttft.n) print_dist_text("TTFT short only (ms)", r->ttft_short, 1e3);
+    print_dist_text("TPOT (ms)", r->tpot, 1e3);
+    print_dist_text("ITL (ms)", r->itl, 1e3);
+    print_dist_text("E2E latency (s)", r->e2e, 1.0);
+    if (r->dec_steps > 0) {
+        fmt_num(s1, sizeof s1, bwf * 100, "%.1f%%");
+        printf("  decode                 %.0f steps, mean batch %.1f, %.2f ms/step, %.1f tok/s, "
+               "%.2f GB/s read = %s of bandwidth\n",
+               r->dec_steps, r->dec_batch, r->dec_step_ms, r->dec_tokens / r->dec_time,
+               r->dec_bytes_s / 1e9, s1);
+    }
+    if (r->pre_steps > 0) {
+        fmt_num(s1, sizeof s1, pff * 100, "%.1f%%");
+        printf("  prefill                %.0f clean steps, %.1f GFLOP/s = %s of peak GEMM\n",
+               r->pre_steps, pfs / 1e9, s1);
+    }
+    fmt_num(s1, sizeof s1, r->host_frac * 100, "%.2f%%");
+    fmt_num(s2, sizeof s2, r->mean_batch, "%.1f");
+    fmt_num(s3, sizeof s3, r->kv_used * 100, "%.1f%%");
+    fmt_num(s4, sizeof s4, r->hit_rate * 100, "%.1f%%");
+    fmt_num(s5, sizeof s5, r->preemptions, "%.0f");
+    printf("  engine stats           host side %s of step time, mean batch %s, KV used %s, "
+           "prefix-cache hits %s, preemptions %s\n", s1, s2, s3, s4, s5);
+}
+
+/* ---- main ----------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    bench b;
+    memset(&b, 0, sizeof b);
+    parse(argc, argv, &b.a);
+    rng ^= b.a.seed * 0x9e3779b97f4a7c15ull;
+    int cuda = !strncmp(b.a.device, "cuda", 4);
+    load_model_info(b.a.model, cuda, &b.mi);
+    int threads = b.a.threads > 0 ? b.a.threads : affinity_threads();
+
+    limits L = { .kernels = cuda ? "cuda" : qwi_cpu_kernels_select()->name };
+    if (b.a.limits) {
+        if (!b.a.json) fprintf(stderr, "qw-bench: measuring machine limits...\n");
+        L.read_bw = measure_bandwidth(threads, 0, 5);
+        L.copy_bw = measure_bandwidth(threads, 1, 3);
+        if (!cuda) {
+            /* the 0.6B gate/up projection of a 512-token prefill */
+            L.gemm = measure_gemm(qwi_cpu_kernels_select(), threads, 512, 1024, 3072, 1, 3);
+        } else {
+            L.gemm = NAN;   /* tests/gpu/run.sh measures the cuBLASLt peak */
+        }
+        L.measured = 1;
+        if (!cuda && !b.a.json) {
+            /* every table this CPU has, 1 thread and all: per-variant speed
+             * and thread scaling of the kernel the engine would use */
+            static const char *names[] = { "generic", "avx2", "avx512" };
+            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+                const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(names[i]);
+                if (!kt) continue;
+                double g1 = measure_gemm(kt, 1, 512, 1024, 3072, 1, 3);
+                double gn = threads > 1 ? measure_gemm(kt, threads, 512, 1024, 3072, 1, 3) : g1;
+                double f1 = measure_gemm(kt, threads, 512, 1024, 3072, 0, 3);
+                printf("kernels %-8s bf16 %6.1f GFLOP/s on 1 thread, %6.1f on %d (%.2fx); f32 %6.1f on %d\n",
+                       names[i], g1 / 1e9, gn / 1e9, threads, gn / g1, f1 / 1e9, threads);
+            }
+        }
+    }
+
+    qw_engine_options *o;
+    if (qw_engine_options_create(&o) != QW_OK) die("options: %s", qw_last_error());
+    qw_status s = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, b.a.model);
+    if (s == QW_OK) s = qw_engine_options_set_string(o, QW_OPT_DEVICE, b.a.device);
+    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_NUM_THREADS, b.a.threads);
+    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_SEQS, b.a.max_num_seqs);
+    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_BATCHED_TOKENS, b.a.max_batched);
+    if (s == QW_OK && b.a.kv_blocks > 0) s = qw_engine_options_set_int(o, QW_OPT_NUM_KV_BLOCKS, b.a.kv_blocks);
+    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_SEED, (int64_t)b.a.seed);
+    if (s != QW_OK) die("options: %s", qw_last_error());
+    double tl = now_s();
+    if (qw_engine_create(o, &b.e) != QW_OK) die("engine: %s", qw_last_error());
+    qw_engine_options_destroy(o);
+    tl = now_s() - tl;
+    b.vocab = qw_engine_vocab_size(b.e);
+    b.progress = isatty(2) && !b.a.json;
+
+    /* Warm-up: fault the weights in and let the allocator settle, so the
+     * first measured step is not a page-fault benchmark. */
+    {
+        int saved = b.a.num_requests;
+        args sa = b.a;
+        b.a.num_requests = 1;
+        b.a.scenario = "";
+        b.a.mode = "offline";
+        b.a.input_len = 16;
+        b.a.output_len = 4;
+        b.a.len_dist = "fixed";
+        b.a.concurrency = 0;
+        int p = b.progress;
+        b.progress = 0;
+        build_requests(&b, 0);
+        run_loop(&b);
+        free_requests(&b);
+        b.a = sa;
+        b.a.num_requests = saved;
+        b.progress = p;
+    }
+
+    if (b.a.json) {
+        printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"threads\": %d,\n  \"kernels\": \"%s\",\n",
+               b.a.model, b.a.device, threads, L.kernels);
+        printf("  \"weight_bytes\": %.0f,\n  \"params_per_token\": %.0f,\n  \"load_s\": %.3f,\n",
+               b.mi.weight_bytes, b.mi.params_per_token, tl);
+        printf("  \"mode\": \"%s\",\n  \"scenario\": \"%s\",\n", b.a.mode, b.a.scenario);
+        if (L.measured)
+            printf("  \"read_bandwidth_bytes_per_s\": %.6g,\n  \"copy_bandwidth_bytes_per_s\": %.6g,\n"
+                   "  \"peak_gemm_flops_per_s\": %.6g,\n", L.read_bw, L.copy_bw, isnan(L.gemm) ? 0 : L.gemm);
+    } else {
+        printf("qw-bench: model %s (%.2f GB of weights, %.0fM matmul params/token), device %s, "
+               "%d threads, kernels %s, loaded in %.2f s\n",
+               b.a.model, b.mi.weight_bytes / 1e9, b.mi.params_per_token / 1e6, b.a.device, threads,
+               L.kernels, tl);
+        if (L.measured)
+            printf("machine: read bandwidth %.2f GB/s, copy %.2f GB/s (read+write), "
+                   "peak GEMM %.1f GFLOP/s (bf16 512x1024x3072, %s, %d threads)\n",
+                   L.read_bw / 1e9, L.copy_bw / 1e9, L.gemm / 1e9, L.kernels, threads);
+        printf("workload: mode %s%s%s, %d requests, input %d, output %d (%s), rate %g, concurrency %d, "
+               "temperature %g, top-p %g\n", b.a.mode, b.a.scenario[0] ? ", scenario " : "",
+               b.a.scenario, b.a.num_requests, b.a.input_len, b.a.output_len, b.a.len_dist, b.a.rate,
+               b.a.concurrency, b.a.temperature, b.a.top_p);
+    }
+
+    int mixed = !strcmp(b.a.scenario, "mixed-long");
+    for (int pass = 0; pass < (mixed ? 2 : 1); pass++) {
+        b.have_stats = get_engine_stats(b.e, &b.st0);
+        build_requests(&b, mixed && pass == 1);
+        run_loop(&b);
+        results r = compute(&b);
+        const char *label = mixed ? (pass ? "with the long prompt" : "short requests alone")
+                                  : (b.a.scenario[0] ? b.a.scenario : b.a.mode);
+        report(&b, label, &r, &L, pass == 0, pass == (mixed ? 1 : 0));
+        free_requests(&b);
+    }
+    free(b.steps);
+    free(b.itl);
+    qw_engine_destroy(b.e);
+    return 0;
+}
