@@ -216,3 +216,30 @@ Test(scheduler, randomised_no_block_lost) {
     cr_assert_gt(f->s.total_preemptions, 0, "the pool was meant to be under pressure");
     teardown(f, 64);
 }
+
+Test(scheduler, aging_prevents_starvation) {
+    /* One slot; a low-priority sequence faces a new better-priority arrival
+     * every step. With aging every 4 steps it must get in eventually. */
+    fixture *f = setup(100, 1, 100, true);
+    f->s.cfg.aging_steps = 4;
+    qwi_sched_output o;
+    qwi_seq *low = add(f, 0, 2, 400);
+    low->priority = 5;
+    int added = 1, admitted_at = -1;
+    for (int step = 0; step < 60 && added < 64; step++) {
+        qwi_seq *hi = add(f, added, 2, 3);   /* finishes after one token */
+        hi->arrival = (uint64_t)added;
+        added++;
+        run(f, &o);
+        if (low->state == QWI_SEQ_RUNNING && admitted_at < 0) admitted_at = step;
+        for (int i = 1; i < added; i++)
+            if (f->seqs[i].state == QWI_SEQ_RUNNING && f->seqs[i].num_tokens >= 3) {
+                qwi_sched_remove(&f->s, &f->seqs[i]);
+                qwi_kv_release(&f->pool, &f->seqs[i].table);
+            }
+    }
+    cr_assert_geq(admitted_at, 0, "the low-priority sequence starved");
+    cr_assert_lt(admitted_at, 5 * 4 + 4, "admitted at step %d: aging is too slow", admitted_at);
+    cr_assert_gt(admitted_at, 0, "aging must not ignore priority at once");
+    teardown(f, added);
+}
