@@ -319,11 +319,19 @@ Test(sessions, busy_session_and_misuse) {
     qw_request_release(r2);
     qw_request_release(r3);
     cr_assert_eq(qw_session_destroy(s), QW_OK);
-    /* a session the host forgets survives the engine's destruction safely */
+    /* a session the host forgets survives the engine's destruction safely,
+     * even with a request of it still queued */
     qw_session *leaked;
     qw_session_create(e, &leaked);
+    qw_request *r4;
+    qw_request_create(&r4);
+    qw_request_set_prompt(r4, p, 4);
+    qw_request_set_session(r4, leaked);
+    cr_assert_eq(qw_engine_submit(e, r4), QW_OK);
     qw_engine_destroy(e);
+    cr_assert_eq(qw_request_get_finish_reason(r4), QW_FINISH_CANCELLED);
     cr_assert_eq(qw_session_destroy(leaked), QW_OK);
+    qw_request_release(r4);
     free(model);
 }
 
