@@ -3,8 +3,7 @@
 # consumer would: with nothing but `pkg-config --cflags --libs qwinfer`.
 set -eu
 build=${1:-build}
-top=$(pwd)
-stage="$top/$build/pkgconfig-check"
+case "$build" in /*) stage="$build/pkgconfig-check" ;; *) stage="$(pwd)/$build/pkgconfig-check" ;; esac
 rm -rf "$stage"
 MAKEFLAGS= make --no-print-directory -s BUILD="$build" PREFIX="$stage/usr" install >/dev/null
 export PKG_CONFIG_PATH="$stage/usr/lib/pkgconfig"
