@@ -55,6 +55,7 @@ CU_HOST_SRCS := $(wildcard cuda/*.c)
 CU_OBJS     := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRCS)) $(patsubst %.c,$(BUILD)/obj/%.o,$(CU_HOST_SRCS))
 CFLAGS_ALL  += -DQW_HAVE_CUDA=1
 LDLIBS_ALL  += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++
+PC_CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++
 endif
 endif
 
@@ -154,7 +155,8 @@ install: lib qwinfer.pc
 qwinfer.pc: pkgconfig/qwinfer.pc.in
 	@mkdir -p $(BUILD)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
-	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@REQUIRES@|$(DEP_PKGS)|g' $< > $(BUILD)/qwinfer.pc
+	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@REQUIRES@|$(DEP_PKGS)|g' \
+	    -e 's|@LIBS_PRIVATE@|-lm -pthread $(PC_CUDA_LIBS)|g' $< > $(BUILD)/qwinfer.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/qwinfer.h $(DESTDIR)$(LIBDIR)/libqwinfer.* $(DESTDIR)$(LIBDIR)/pkgconfig/qwinfer.pc
