@@ -1,0 +1,613 @@
+/*
+ * tests/gpu/e2e.c - end-to-end check of the CUDA engine through the public
+ * API only (qwinfer.h): parity with the CPU engine, then decode and prefill
+ * throughput. Run by tests/gpu/run.sh on a lent GPU.
+ *
+ *   e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV]
+ *       [--parity NAME=DIR]... [--bench NAME=DIR]...
+ *
+ * DEV is the engine under test (default "cuda:0"); "cpu" runs every path of
+ * this program against the CPU engine itself, to check the program without
+ * a GPU (parity is then exact, the figures are CPU ones).
+ *
+ * --parity: the same prompts (lengths 1, 13, 64, 200, batched together) on a
+ *   "cpu" and a "cuda:0" engine, greedy, 32 tokens, EOS ignored. Greedy
+ *   tokens are compared (first divergence reported), and the logits of every
+ *   sampled position up to and including the first divergence through the
+ *   logits callback: max|gpu - cpu| / max|cpu| per row <= 2e-2. A divergence
+ *   counts as a failure only when the CPU's token's logit on the GPU is more
+ *   than 2e-2 * max|cpu| below the GPU's max (a near-tie otherwise).
+ * --bench: decode tokens/s at batch 1, 16, 64, 256 (prompts of 128 tokens,
+ *   a few warm-up decode steps, then S seconds of decode-only steps) with %
+ *   of the bandwidth bound: bytes per step = weight bytes read by a decode
+ *   step (every linear weight + norms + lm_head, bf16) + KV bytes read (sum
+ *   of context lengths * 2 * layers * kv_heads * head_dim * 2); bound time =
+ *   bytes / copy bandwidth (--copy-gbs, GB/s = 1e9 B/s, measured by
+ *   run.sh's kernel checks). Then prefill tokens/s of 2048-token prompts
+ *   (several, one after another under the default 2048-token step budget)
+ *   with % of --peak-tflops: FLOPs = 2 * linear params * tokens + causal
+ *   attention (2 * head_dim * L * (L + 1) per head and layer for QK^T + PV)
+ *   + the lm_head row of each prompt.
+ *
+ * Output: "PARITY NAME PASS|FAIL ..." lines, machine-readable
+ * "e2e NAME VALUE UNIT PCT" lines (PCT "-" when there is no reference).
+ * Exit: 0 all parity passed (and nothing failed), 1 a failure, 2 usage,
+ * 77 no CUDA device ("e2e: no device" printed; nothing was measured).
+ *
+ * The model directories are made by qw-makemodel (bf16, so the CPU and the
+ * GPU engines read identical weights); their shapes come from config.json.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qwinfer.h"
+
+#define PARITY_TOKENS 32
+#define PARITY_TOL 2e-2
+#define EXIT_NO_DEVICE 77
+#define MAX_MODELS 8
+
+/* The engine under test; --device changes it (e.g. "cpu" to check this program here). */
+static const char *dut = "cuda:0";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static double fabs_(double x) { return x < 0 ? -x : x; }
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rng_next(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+static void random_prompt(int32_t *ids, int n, int32_t vocab) {
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(rng_next() % (uint32_t)vocab);
+}
+
+/* ---- model shape from config.json ---------------------------------------------- */
+typedef struct {
+    double hidden, layers, heads, kv_heads, head_dim, inter, vocab, max_pos;
+    int tied;
+} shape;
+
+static int json_num(const char *js, const char *key, double *out) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = strstr(js, pat);
+    if (!p) return 0;
+    p = strchr(p + strlen(pat), ':');
+    if (!p) return 0;
+    p++;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    if (!strncmp(p, "true", 4)) { *out = 1; return 1; }
+    if (!strncmp(p, "false", 5)) { *out = 0; return 1; }
+    char *end;
+    *out = strtod(p, &end);
+    return end != p;
+}
+
+static int read_shape(const char *dir, shape *s) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) { printf("e2e: cannot open %s\n", path); return 0; }
+    char *js = calloc(1, 1 << 20);
+    size_t n = js ? fread(js, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (!js || !n) { free(js); return 0; }
+    double tied = 0;
+    int ok = json_num(js, "hidden_size", &s->hidden) && json_num(js, "num_hidden_layers", &s->layers) &&
+             json_num(js, "num_attention_heads", &s->heads) &&
+             json_num(js, "num_key_value_heads", &s->kv_heads) &&
+             json_num(js, "intermediate_size", &s->inter) && json_num(js, "vocab_size", &s->vocab);
+    if (ok && !json_num(js, "head_dim", &s->head_dim)) s->head_dim = s->hidden / s->heads;
+    if (ok && json_num(js, "tie_word_embeddings", &tied)) s->tied = tied != 0;
+    if (ok && !json_num(js, "max_position_embeddings", &s->max_pos)) s->max_pos = 4096;
+    free(js);
+    if (!ok) printf("e2e: %s lacks a shape field\n", path);
+    return ok;
+}
+
+/* Parameters of the per-token linear layers (all layers), without embedding/lm_head. */
+static double linear_params(const shape *s) {
+    double q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim;
+    double per = s->hidden * (q + 2 * kv) + q * s->hidden + 3 * s->hidden * s->inter;
+    return s->layers * per;
+}
+/* Bytes of weights one decode step reads (bf16): linears, norms, lm_head. */
+static double decode_weight_bytes(const shape *s) {
+    double norms = s->layers * (2 * s->hidden + 2 * s->head_dim) + s->hidden;
+    return 2.0 * (linear_params(s) + norms + s->vocab * s->hidden);
+}
+static double kv_bytes_per_token(const shape *s) { return 2.0 * s->layers * s->kv_heads * s->head_dim * 2.0; }
+
+/* ---- engine helpers ---------------------------------------------------------------- */
+static qw_status make_engine(const char *dir, const char *dev, int max_len, double gpu_frac,
+                             int prefix_cache, qw_engine **out) {
+    qw_engine_options *o = NULL;
+    qw_status st = qw_engine_options_create(&o);
+    if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, dir);
+    if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_DEVICE, dev);
+    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_MAX_MODEL_LEN, max_len);
+    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_ENABLE_PREFIX_CACHING, prefix_cache);
+    if (st == QW_OK && strncmp(dev, "cuda", 4) == 0)
+        st = qw_engine_options_set_double(o, QW_OPT_GPU_MEMORY_UTILIZATION, gpu_frac);
+    if (st == QW_OK) st = qw_engine_create(o, out);
+    qw_engine_options_destroy(o);
+    return st;
+}
+
+static qw_request *make_request(const int32_t *ids, int n, int max_tokens, void *ud) {
+    qw_request *r = NULL;
+    qw_status st = qw_request_create(&r);
+    if (st == QW_OK) st = qw_request_set_prompt(r, ids, (size_t)n);
+    if (st == QW_OK) st = qw_request_set_int(r, QW_REQ_MAX_TOKENS, max_tokens);
+    if (st == QW_OK) st = qw_request_set_double(r, QW_REQ_TEMPERATURE, 0.0);
+    if (st == QW_OK) st = qw_request_set_int(r, QW_REQ_IGNORE_EOS, 1);
+    if (st == QW_OK) st = qw_request_set_user_data(r, ud);
+    if (st != QW_OK) {
+        printf("e2e: request setup failed: %s (%s)\n", qw_status_string(st), qw_last_error());
+        qw_request_release(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* ---- parity ------------------------------------------------------------------------- */
+#define NP 4
+static const int parity_lens[NP] = {1, 13, 64, 200};
+
+typedef struct {
+    int prompt_len;
+    int32_t vocab;
+    int32_t tokens[PARITY_TOKENS];
+    int n_tokens;
+    float *rows[PARITY_TOKENS]; /* logits of output position k */
+    int bad_callback;
+} par_seq;
+
+static void on_logits(void *ud, qw_request *req, int32_t position, const float *logits, int32_t vocab) {
+    (void)req;
+    par_seq *s = ud;
+    int k = position - s->prompt_len;
+    if (k < 0 || k >= PARITY_TOKENS || vocab != s->vocab) { s->bad_callback++; return; }
+    if (!s->rows[k]) s->rows[k] = malloc(sizeof(float) * (size_t)vocab);
+    if (s->rows[k]) memcpy(s->rows[k], logits, sizeof(float) * (size_t)vocab);
+}
+
+/* Runs the parity prompts on an engine; 1 on success. */
+static int run_parity_engine(qw_engine *e, int32_t *const prompts[NP], par_seq seq[NP]) {
+    int32_t vocab = qw_engine_vocab_size(e);
+    qw_request *req[NP] = {0};
+    int ok = 1;
+    for (int i = 0; i < NP && ok; i++) {
+        memset(&seq[i], 0, sizeof seq[i]);
+        seq[i].prompt_len = parity_lens[i];
+        seq[i].vocab = vocab;
+        req[i] = make_request(prompts[i], parity_lens[i], PARITY_TOKENS, &seq[i]);
+        if (!req[i]) { ok = 0; break; }
+        qw_status st = qw_request_set_logits_callback(req[i], on_logits, &seq[i]);
+        if (st == QW_OK) st = qw_engine_submit(e, req[i]);
+        if (st != QW_OK) {
+            printf("e2e: submit failed: %s (%s)\n", qw_status_string(st), qw_last_error());
+            ok = 0;
+        }
+    }
+    qw_event ev[64];
+    while (ok && qw_engine_has_work(e)) {
+        size_t n = 0;
+        qw_status st = qw_engine_step(e, ev, 64, sizeof ev[0], &n);
+        if (st != QW_OK) {
+            printf("e2e: step failed: %s (%s)\n", qw_status_string(st), qw_last_error());
+            ok = 0;
+            break;
+        }
+        for (size_t j = 0; j < n; j++) {
+            par_seq *s = ev[j].user_data;
+            if (ev[j].kind == QW_EVENT_TOKEN && s && s->n_tokens < PARITY_TOKENS)
+                s->tokens[s->n_tokens++] = ev[j].token;
+            if (ev[j].finish_reason == QW_FINISH_ERROR) {
+                printf("e2e: request finished with an error (%s)\n", qw_last_error());
+                ok = 0;
+            }
+        }
+    }
+    for (int i = 0; i < NP; i++) {
+        if (req[i] && qw_request_get_state(req[i]) != QW_STATE_FINISHED) qw_engine_cancel(e, req[i]);
+    }
+    while (qw_engine_has_work(e)) {
+        size_t n = 0;
+        if (qw_engine_step(e, ev, 64, sizeof ev[0], &n) != QW_OK) break;
+    }
+    for (int i = 0; i < NP; i++) qw_request_release(req[i]);
+    return ok;
+}
+
+static void free_seqs(par_seq seq[NP]) {
+    for (int i = 0; i < NP; i++)
+        for (int k = 0; k < PARITY_TOKENS; k++) { free(seq[i].rows[k]); seq[i].rows[k] = NULL; }
+}
+
+/* Returns 1 pass, 0 fail, -1 no device. */
+static int parity(const char *name, const char *dir) {
+    qw_engine *gpu = NULL, *cpu = NULL;
+    qw_status st = make_engine(dir, dut, 1024, 0.5, 1, &gpu);
+    if (st == QW_ERR_NO_DEVICE) return -1;
+    if (st != QW_OK) {
+        printf("PARITY %s FAIL cuda engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
+        return 0;
+    }
+    st = make_engine(dir, "cpu", 1024, 0, 1, &cpu);
+    if (st != QW_OK) {
+        printf("PARITY %s FAIL cpu engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
+        qw_engine_destroy(gpu);
+        return 0;
+    }
+    int32_t vocab = qw_engine_vocab_size(cpu);
+    int32_t *prompts[NP];
+    for (int i = 0; i < NP; i++) {
+        prompts[i] = malloc(sizeof(int32_t) * (size_t)parity_lens[i]);
+        random_prompt(prompts[i], parity_lens[i], vocab);
+    }
+    par_seq cs[NP], gs[NP];
+    double t0 = now_s();
+    int ok = run_parity_engine(cpu, prompts, cs);
+    double t1 = now_s();
+    ok = run_parity_engine(gpu, prompts, gs) && ok;
+    double t2 = now_s();
+    printf("e2e: parity %s: cpu %.2f s, %s %.2f s\n", name, t1 - t0, dut, t2 - t1);
+
+    int pass = ok;
+    double worst_rel = 0;
+    int n_equal = 0;
+    for (int i = 0; i < NP && ok; i++) {
+        par_seq *c = &cs[i], *g = &gs[i];
+        if (c->n_tokens != PARITY_TOKENS || g->n_tokens != PARITY_TOKENS || c->bad_callback ||
+            g->bad_callback) {
+            printf("PARITY %s FAIL prompt %d: %d cpu / %d cuda tokens, bad callbacks %d/%d\n", name, i,
+                   c->n_tokens, g->n_tokens, c->bad_callback, g->bad_callback);
+            pass = 0;
+            continue;
+        }
+        int d = 0;
+        while (d < PARITY_TOKENS && c->tokens[d] == g->tokens[d]) d++;
+        if (d == PARITY_TOKENS) n_equal++;
+        int last = d < PARITY_TOKENS ? d : PARITY_TOKENS - 1;
+        double seq_rel = 0;
+        int seq_bad = 0;
+        for (int k = 0; k <= last; k++) {
+            const float *a = g->rows[k], *b = c->rows[k];
+            if (!a || !b) {
+                printf("PARITY %s FAIL prompt %d: no logits for output %d (cpu %s, cuda %s)\n", name, i, k,
+                       b ? "yes" : "no", a ? "yes" : "no");
+                pass = 0, seq_bad = 1;
+                break;
+            }
+            double md = 0, mb = 0;
+            int nan = 0;
+            for (int32_t v = 0; v < vocab; v++) {
+                double x = a[v], y = b[v];
+                if (!(x == x) || !(y == y)) nan = 1;
+                double dd = fabs_(x - y);
+                if (dd > md) md = dd;
+                if (fabs_(y) > mb) mb = fabs_(y);
+            }
+            double rel = mb > 0 ? md / mb : md;
+            if (nan) rel = 1e30;
+            if (rel > seq_rel) seq_rel = rel;
+            if (!(rel <= PARITY_TOL) && !seq_bad) {
+                printf("PARITY %s FAIL prompt %d (len %d) output %d: logits rel %.3e > %.1e\n", name, i,
+                       parity_lens[i], k, rel, PARITY_TOL);
+                pass = 0, seq_bad = 1;
+            }
+        }
+        if (seq_rel > worst_rel) worst_rel = seq_rel;
+        if (d < PARITY_TOKENS && g->rows[d] && c->rows[d]) {
+            const float *a = g->rows[d], *b = c->rows[d];
+            int32_t ct = c->tokens[d], gt = g->tokens[d];
+            double mb = 0;
+            for (int32_t v = 0; v < vocab; v++)
+                if (fabs_(b[v]) > mb) mb = fabs_(b[v]);
+            double gap_gpu = (double)a[gt] - (double)a[ct]; /* >= 0 if the GPU took its argmax */
+            double gap_cpu = (double)b[ct] - (double)b[gt];
+            double tol = PARITY_TOL * mb;
+            int tie = gap_gpu <= tol;
+            printf("PARITY %s %s prompt %d (len %d) diverges at output %d: cpu %d cuda %d; on cuda "
+                   "logit[cuda]-logit[cpu] %.4g, on cpu logit[cpu]-logit[cuda] %.4g (tol %.4g)%s\n",
+                   name, tie ? "PASS" : "FAIL", i, parity_lens[i], d, (int)ct, (int)gt, gap_gpu, gap_cpu, tol,
+                   tie ? " near-tie" : "");
+            if (!tie) pass = 0;
+        }
+    }
+    printf("PARITY %s %s %d/%d prompts equal for %d tokens, worst logits rel %.3e (tol %.1e)\n", name,
+           pass ? "PASS" : "FAIL", n_equal, NP, PARITY_TOKENS, worst_rel, PARITY_TOL);
+    printf("e2e parity_%s_logits_rel %.3e rel %s\n", name, worst_rel, pass ? "PASS" : "FAIL");
+    free_seqs(cs);
+    free_seqs(gs);
+    for (int i = 0; i < NP; i++) free(prompts[i]);
+    qw_engine_destroy(cpu);
+    qw_engine_destroy(gpu);
+    return pass;
+}
+
+/* ---- benchmarks ------------------------------------------------------------------- */
+#define BENCH_PROMPT 128
+static int bench_max_tokens = 2048; /* min(2048, max len - prompt) */
+#define BENCH_WARMUP 8
+
+typedef struct { int gen; int done; } bseq;
+
+static void pct_str(char *buf, size_t cap, double ref, double got) {
+    if (ref > 0) snprintf(buf, cap, "%.1f%%", 100.0 * got / ref);
+    else snprintf(buf, cap, "-");
+}
+
+static void drain(qw_engine *e, qw_request **req, int n) {
+    for (int i = 0; i < n; i++)
+        if (req[i] && qw_request_get_state(req[i]) != QW_STATE_FINISHED) qw_engine_cancel(e, req[i]);
+    qw_event ev[256];
+    while (qw_engine_has_work(e)) {
+        size_t k = 0;
+        if (qw_engine_step(e, ev, 256, sizeof ev[0], &k) != QW_OK) break;
+    }
+    for (int i = 0; i < n; i++) qw_request_release(req[i]);
+}
+
+/* Decode at batch b: returns 1 ok. */
+static int bench_decode(qw_engine *e, const char *name, const shape *s, int b, double seconds,
+                        double copy_gbs) {
+    int32_t vocab = qw_engine_vocab_size(e);
+    qw_request **req = calloc((size_t)b, sizeof *req);
+    bseq *sq = calloc((size_t)b, sizeof *sq);
+    qw_event *ev = calloc((size_t)b + 16, sizeof *ev);
+    int32_t ids[BENCH_PROMPT];
+    int ok = req && sq && ev;
+    for (int i = 0; i < b && ok; i++) {
+        random_prompt(ids, BENCH_PROMPT, vocab);
+        req[i] = make_request(ids, BENCH_PROMPT, bench_max_tokens, &sq[i]);
+        qw_status st = req[i] ? qw_engine_submit(e, req[i]) : QW_ERR_INVALID_ARGUMENT;
+        if (st != QW_OK) {
+            printf("e2e: decode %s b%d submit: %s (%s)\n", name, b, qw_status_string(st), qw_last_error());
+            ok = 0;
+        }
+    }
+    /* phase: prefill until every sequence has its first token, then warm-up */
+    int started = 0, warm = 0, timed_steps = 0;
+    long timed_tokens = 0;
+    double kv_tokens = 0, t0 = 0, t1 = 0, fwd0 = 0;
+    qw_engine_stats st0, st1;
+    double kvpt = kv_bytes_per_token(s);
+    while (ok) {
+        int timing = warm >= BENCH_WARMUP;
+        double ctx = 0;
+        int near_end = 0;
+        if (timing) {
+            for (int i = 0; i < b; i++) {
+                ctx += BENCH_PROMPT + sq[i].gen;
+                if (sq[i].gen >= bench_max_tokens - 1) near_end = 1;
+            }
+            if (timed_steps == 0) {
+                memset(&st0, 0, sizeof st0);
+                qw_engine_get_stats(e, &st0, sizeof st0);
+                fwd0 = st0.forward_seconds;
+                t0 = now_s();
+            } else if (now_s() - t0 >= seconds || near_end) {
+                break;
+            }
+        }
+        size_t n = 0;
+        qw_status st = qw_engine_step(e, ev, (size_t)b + 16, sizeof ev[0], &n);
+        if (st != QW_OK) {
+            printf("e2e: decode %s b%d step: %s (%s)\n", name, b, qw_status_string(st), qw_last_error());
+            ok = 0;
+            break;
+        }
+        long toks = 0;
+        for (size_t j = 0; j < n; j++) {
+            bseq *q = ev[j].user_data;
+            if (ev[j].kind == QW_EVENT_TOKEN && q) {
+                if (q->gen == 0) started++;
+                q->gen++, toks++;
+            }
+            if (ev[j].finish_reason != QW_FINISH_NONE && q) {
+                q->done = 1;
+                if (ev[j].finish_reason != QW_FINISH_LENGTH) {
+                    printf("e2e: decode %s b%d: a request finished early (reason %u: %s)\n", name, b,
+                           ev[j].finish_reason, qw_last_error());
+                    ok = 0;
+                }
+            }
+        }
+        if (timing) {
+            timed_steps++, timed_tokens += toks, kv_tokens += ctx;
+            t1 = now_s();
+        } else if (started == b) {
+            warm++;
+        }
+        if (!qw_engine_has_work(e)) break;
+    }
+    if (ok && timed_steps > 0) {
+        memset(&st1, 0, sizeof st1);
+        qw_engine_get_stats(e, &st1, sizeof st1);
+        double dt = t1 - t0;
+        double tps = (double)timed_tokens / dt;
+        double bytes = decode_weight_bytes(s) * timed_steps + kv_tokens * kvpt;
+        double bound_s = copy_gbs > 0 ? bytes / (copy_gbs * 1e9) : 0;
+        char pct[32];
+        pct_str(pct, sizeof pct, dt, bound_s); /* % of bound = bound time / measured time */
+        printf("e2e: decode %s b%d: %d steps, %ld tokens in %.3f s (forward %.3f s), %.3f ms/step, "
+               "%.2f GB/step, mean ctx %.0f\n",
+               name, b, timed_steps, timed_tokens, dt, st1.forward_seconds - fwd0, 1e3 * dt / timed_steps,
+               bytes / timed_steps / 1e9, kv_tokens / timed_steps / b);
+        printf("e2e decode_%s_b%d %.1f tok/s %s\n", name, b, tps, pct);
+        if (timed_tokens != (long)timed_steps * b) {
+            printf("e2e: decode %s b%d: %ld tokens in %d steps, expected %d per step\n", name, b,
+                   timed_tokens, timed_steps, b);
+        }
+    } else if (ok) {
+        printf("e2e: decode %s b%d: no timed steps\n", name, b);
+        ok = 0;
+    }
+    if (req) drain(e, req, b);
+    free(req), free(sq), free(ev);
+    return ok;
+}
+
+static int prefill_len = 2048; /* min(2048, max len - 1) */
+
+/* Runs n prompts of prefill_len tokens, 1 output token each; returns seconds or -1. */
+static double prefill_run(qw_engine *e, int n, int *steps) {
+    int32_t vocab = qw_engine_vocab_size(e);
+    qw_request **req = calloc((size_t)n, sizeof *req);
+    int32_t *ids = malloc(sizeof(int32_t) * prefill_len);
+    int ok = req && ids;
+    for (int i = 0; i < n && ok; i++) {
+        random_prompt(ids, prefill_len, vocab);
+        req[i] = make_request(ids, prefill_len, 1, NULL);
+        qw_status st = req[i] ? qw_engine_submit(e, req[i]) : QW_ERR_INVALID_ARGUMENT;
+        if (st != QW_OK) {
+            printf("e2e: prefill submit: %s (%s)\n", qw_status_string(st), qw_last_error());
+            ok = 0;
+        }
+    }
+    qw_event ev[64];
+    double t0 = now_s();
+    *steps = 0;
+    while (ok && qw_engine_has_work(e)) {
+        size_t k = 0;
+        qw_status st = qw_engine_step(e, ev, 64, sizeof ev[0], &k);
+        if (st != QW_OK) {
+            printf("e2e: prefill step: %s (%s)\n", qw_status_string(st), qw_last_error());
+            ok = 0;
+        }
+        for (size_t j = 0; j < k; j++)
+            if (ev[j].finish_reason == QW_FINISH_ERROR) ok = 0;
+        (*steps)++;
+    }
+    double dt = now_s() - t0;
+    if (req) drain(e, req, n);
+    free(ids);
+    return ok ? dt : -1;
+}
+
+static int bench_prefill(qw_engine *e, const char *name, const shape *s, double peak_tflops) {
+    int steps = 0;
+    if (prefill_run(e, 2, &steps) < 0) return 0; /* warm-up: GEMM heuristics, first-use costs */
+    /* size the timed run from the warm-up-free estimate: ~1 s at peak */
+    double flops_one = 2.0 * linear_params(s) * prefill_len +
+                       s->layers * s->heads * 2.0 * s->head_dim * (double)prefill_len * (prefill_len + 1) +
+                       2.0 * s->vocab * s->hidden;
+    int n = 8;
+    if (peak_tflops > 0) {
+        n = (int)(0.5 * peak_tflops * 1e12 / flops_one);
+        if (n < 4) n = 4;
+        if (n > 64) n = 64;
+    }
+    double dt = prefill_run(e, n, &steps);
+    if (dt <= 0) return 0;
+    double tps = (double)n * prefill_len / dt;
+    double tflops = flops_one * n / dt / 1e12;
+    char pct[32];
+    pct_str(pct, sizeof pct, peak_tflops, tflops);
+    printf("e2e: prefill %s: %d x %d tokens in %.3f s, %d steps, %.1f TFLOP/s\n", name, n, prefill_len, dt,
+           steps, tflops);
+    printf("e2e prefill_%s_%d %.0f tok/s %s\n", name, prefill_len, tps, pct);
+    return 1;
+}
+
+/* Returns 1 ok, 0 failure, -1 no device. */
+static int bench(const char *name, const char *dir, double seconds, double copy_gbs, double peak_tflops) {
+    shape s = {0};
+    if (!read_shape(dir, &s)) return 0;
+    qw_engine *e = NULL;
+    double t0 = now_s();
+    int max_len = s.max_pos < 4096 ? (int)s.max_pos : 4096;
+    bench_max_tokens = max_len - BENCH_PROMPT < 2048 ? max_len - BENCH_PROMPT : 2048;
+    prefill_len = max_len - 1 < 2048 ? max_len - 1 : 2048;
+    qw_status st = make_engine(dir, dut, max_len, 0.9, 0, &e);
+    if (st == QW_ERR_NO_DEVICE) return -1;
+    if (st != QW_OK) {
+        printf("e2e: bench %s engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
+        return 0;
+    }
+    printf("e2e: bench %s: engine up in %.1f s, %d KV blocks; %.2f GB weights read per decode step, "
+           "%.1f KB KV per token, copy %.0f GB/s, peak %.0f TFLOP/s\n",
+           name, now_s() - t0, qw_engine_num_kv_blocks(e), decode_weight_bytes(&s) / 1e9,
+           kv_bytes_per_token(&s) / 1e3, copy_gbs, peak_tflops);
+    static const int batches[] = {1, 16, 64, 256};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++)
+        ok = bench_decode(e, name, &s, batches[i], seconds, copy_gbs) && ok;
+    ok = bench_prefill(e, name, &s, peak_tflops) && ok;
+    qw_engine_destroy(e);
+    return ok;
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+typedef struct { char *name; char *dir; } model_arg;
+
+static int split_arg(char *a, model_arg *m) {
+    char *eq = strchr(a, '=');
+    if (!eq || eq == a || !eq[1]) return 0;
+    *eq = 0;
+    m->name = a, m->dir = eq + 1;
+    return 1;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV] [--parity NAME=DIR]... "
+                    "[--bench NAME=DIR]...\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    model_arg par[MAX_MODELS], ben[MAX_MODELS];
+    int npar = 0, nben = 0;
+    double copy_gbs = 0, peak = 0, seconds = 2.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (i + 1 >= argc) return usage();
+        if (!strcmp(a, "--copy-gbs")) copy_gbs = atof(argv[++i]);
+        else if (!strcmp(a, "--peak-tflops")) peak = atof(argv[++i]);
+        else if (!strcmp(a, "--seconds")) seconds = atof(argv[++i]);
+        else if (!strcmp(a, "--device")) dut = argv[++i];
+        else if (!strcmp(a, "--parity") && npar < MAX_MODELS) {
+            if (!split_arg(argv[++i], &par[npar++])) return usage();
+        } else if (!strcmp(a, "--bench") && nben < MAX_MODELS) {
+            if (!split_arg(argv[++i], &ben[nben++])) return usage();
+        } else return usage();
+    }
+    if (npar + nben == 0) return usage();
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    printf("e2e: qwinfer %s, device %s, copy %.0f GB/s, peak %.1f TFLOP/s, %.1f s per decode point\n",
+           qw_version_string(), dut, copy_gbs, peak, seconds);
+    int fails = 0;
+    double t0 = now_s();
+    for (int i = 0; i < npar; i++) {
+        int r = parity(par[i].name, par[i].dir);
+        if (r < 0) {
+            printf("e2e: no device (%s: %s)\n", dut, qw_last_error());
+            return EXIT_NO_DEVICE;
+        }
+        fails += r == 0;
+    }
+    for (int i = 0; i < nben; i++) {
+        int r = bench(ben[i].name, ben[i].dir, seconds, copy_gbs, peak);
+        if (r < 0) {
+            printf("e2e: no device (%s: %s)\n", dut, qw_last_error());
+            return EXIT_NO_DEVICE;
+        }
+        if (r == 0) printf("e2e: bench %s FAIL\n", ben[i].name);
+        fails += r == 0;
+    }
+    printf("e2e: done in %.1f s, %d failed\n", now_s() - t0, fails);
+    return fails ? 1 : 0;
+}
