@@ -2,7 +2,8 @@
  * qw-generate.c - run N concurrent generations through one engine and
  * report throughput. Written against the public header only.
  *
- *   qw-generate --model DIR [--device cpu] [--threads N] [--prompt-ids 1,2,3]
+ *   qw-generate --model DIR [--device cpu] [--threads N]
+ *               [--prompt TEXT [--chat [--think]] | --prompt-ids 1,2,3]
  *               [--num-requests N] [--max-tokens N] [--temperature T]
  *               [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *               [--max-num-seqs N] [--max-batched-tokens N] [--kv-blocks N]
@@ -14,6 +15,13 @@
  * prompt"), which the prefix cache serves after the first. --session-turns N
  * then runs an N-turn conversation on one qw_session and shows that each turn
  * prefills only its new tokens. The engine's statistics close the run.
+ *
+ * --prompt TEXT sends text (the model directory must have a tokenizer);
+ * with --chat it is a user message rendered with Qwen3's chat template,
+ * answering without thinking unless --think. When the model has a
+ * tokenizer, the output is printed as text: streamed as it is generated for
+ * one request, one line per token event ("[req i] piece") for several, and
+ * each request's whole text in the summary.
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime under plain -std=c11 */
 #include <errno.h>
@@ -25,17 +33,18 @@
 #include "qwinfer.h"
 
 typedef struct args {
-    const char *model, *device, *prompt_ids;
+    const char *model, *device, *prompt_ids, *prompt;
     long threads, num_requests, max_tokens, top_k, max_num_seqs, max_batched, kv_blocks;
     long shared_prefix, session_turns;
     long long seed;
     double temperature, top_p, min_p;
-    int quiet;
+    int quiet, chat, think;
 } args;
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: qw-generate --model DIR [--device cpu] [--threads N] [--prompt-ids 1,2,3]\n"
+            "usage: qw-generate --model DIR [--device cpu] [--threads N]\n"
+            "                   [--prompt TEXT [--chat [--think]] | --prompt-ids 1,2,3]\n"
             "                   [--num-requests N] [--max-tokens N] [--temperature T]\n"
             "                   [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                   [--max-num-seqs N] [--max-batched-tokens N] [--kv-blocks N]\n"
@@ -73,8 +82,8 @@ static int parse_args(int argc, char **argv, args *a) {
                 .max_batched = -1, .kv_blocks = -1};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
-        if (!strcmp(f, "--quiet")) {
-            a->quiet = 1;
+        if (!strcmp(f, "--quiet") || !strcmp(f, "--chat") || !strcmp(f, "--think")) {
+            *(f[2] == 'q' ? &a->quiet : f[2] == 'c' ? &a->chat : &a->think) = 1;
             continue;
         }
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -92,6 +101,7 @@ static int parse_args(int argc, char **argv, args *a) {
         if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--device")) a->device = v;
         else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
+        else if (!strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--threads")) dst = &a->threads;
         else if (!strcmp(f, "--num-requests")) dst = &a->num_requests, lo = 1;
         else if (!strcmp(f, "--max-tokens")) dst = &a->max_tokens, lo = 1;
@@ -122,6 +132,18 @@ static int parse_args(int argc, char **argv, args *a) {
     if (!a->model) {
         fprintf(stderr, "qw-generate: --model is required\n");
         usage(stderr);
+        return -1;
+    }
+    if (a->prompt && a->prompt_ids) {
+        fprintf(stderr, "qw-generate: give --prompt or --prompt-ids, not both\n");
+        return -1;
+    }
+    if ((a->chat || a->think) && !a->prompt) {
+        fprintf(stderr, "qw-generate: --chat and --think need --prompt TEXT\n");
+        return -1;
+    }
+    if (a->think && !a->chat) {
+        fprintf(stderr, "qw-generate: --think needs --chat\n");
         return -1;
     }
     return 0;
@@ -212,7 +234,21 @@ static qw_status make_request(const args *a, long i, const int32_t *ids, size_t 
     if (st != QW_OK) return st;
     *out = r;
     int32_t *own = NULL;
-    if (!ids) {
+    if (a->prompt) {
+        /* text: encoded at submit with the model's tokenizer */
+        if (a->chat) {
+            qw_chat *chat;
+            st = qw_chat_create(&chat);
+            if (st == QW_OK) st = qw_chat_add_message(chat, QW_CHAT_USER, a->prompt, strlen(a->prompt));
+            if (st == QW_OK)
+                st = qw_request_set_chat(r, chat, QW_CHAT_ADD_GENERATION_PROMPT | (a->think ? QW_CHAT_ENABLE_THINKING : 0));
+            qw_chat_destroy(chat);
+        } else {
+            st = qw_request_set_prompt_text(r, a->prompt, strlen(a->prompt));
+        }
+        if (st != QW_OK) return st;
+        n_ids = 0;   /* known after submit: see qw_request_get_stats */
+    } else if (!ids) {
         size_t shared = (size_t)a->shared_prefix;
         n_ids = shared + 8 + 3 * (size_t)i;
         own = malloc(n_ids * sizeof *own);
@@ -224,7 +260,7 @@ static qw_status make_request(const args *a, long i, const int32_t *ids, size_t 
         ids = own;
     }
     *prompt_len = n_ids;
-    st = qw_request_set_prompt(r, ids, n_ids);
+    if (!a->prompt) st = qw_request_set_prompt(r, ids, n_ids);
     free(own);
     if (st == QW_OK) st = qw_request_set_int(r, QW_REQ_MAX_TOKENS, a->max_tokens);
     if (st == QW_OK) st = qw_request_set_double(r, QW_REQ_TEMPERATURE, a->temperature);
@@ -282,6 +318,21 @@ static int run_session(const args *a, qw_engine *engine, int32_t vocab, qw_event
     return rc;
 }
 
+/* The whole generated text of a request (special tokens skipped). */
+static int print_text(const qw_tokenizer *tok, const qw_request *r, size_t n) {
+    int32_t *ids = malloc(n * sizeof *ids);
+    size_t len = 0;
+    qw_status st = ids ? qw_request_get_tokens(r, ids, n, &n) : QW_ERR_OUT_OF_MEMORY;
+    if (st == QW_OK) st = qw_tokenizer_decode(tok, ids, n, 1, NULL, 0, &len);
+    char *text = st == QW_OK ? malloc(len + 1) : NULL;
+    if (st == QW_OK && !text) st = QW_ERR_OUT_OF_MEMORY;
+    if (st == QW_OK) st = qw_tokenizer_decode(tok, ids, n, 1, text, len + 1, &len);
+    if (st == QW_OK) printf("    text: \"%s\"\n", text);
+    free(ids);
+    free(text);
+    return st == QW_OK ? 0 : api_fail("decode", st);
+}
+
 static void print_stats(const qw_engine *engine) {
     qw_engine_stats st;
     if (qw_engine_get_stats(engine, &st, sizeof st) != QW_OK) return;
@@ -331,8 +382,13 @@ int main(int argc, char **argv) {
             rc = api_fail(what, st);
             goto done;
         }
+        if (a.prompt) {
+            qw_request_stats rs;
+            if (qw_request_get_stats(reqs[i], &rs, sizeof rs) == QW_OK) len = (size_t)rs.prompt_tokens;
+        }
         prompt_tokens += len;
     }
+    const qw_tokenizer *tok = qw_engine_get_tokenizer(engine);
 
     size_t generated = 0, steps = 0;
     while (qw_engine_has_work(engine)) {
@@ -347,6 +403,21 @@ int main(int argc, char **argv) {
             long i = (long)(intptr_t)ev[k].user_data;
             if (ev[k].kind == QW_EVENT_TOKEN) generated++;
             if (a.quiet) continue;
+            const char *piece;
+            size_t plen;
+            if (tok && qw_request_get_text_piece(ev[k].request, &piece, &plen) == QW_OK) {
+                /* text: streamed as is for one request, one line per event for several */
+                if (a.num_requests == 1) {
+                    fwrite(piece, 1, plen, stdout);
+                    if (ev[k].finish_reason)
+                        printf("\n[%s]\n", finish_name((qw_finish_reason)ev[k].finish_reason));
+                    fflush(stdout);
+                } else {
+                    printf("[req %ld] \"%.*s\"%s%s\n", i, (int)plen, piece, ev[k].finish_reason ? " " : "",
+                           ev[k].finish_reason ? finish_name((qw_finish_reason)ev[k].finish_reason) : "");
+                }
+                continue;
+            }
             if (ev[k].kind == QW_EVENT_TOKEN)
                 printf("[req %ld] %d%s%s\n", i, (int)ev[k].token, ev[k].finish_reason ? " " : "",
                        ev[k].finish_reason ? finish_name((qw_finish_reason)ev[k].finish_reason) : "");
@@ -372,6 +443,7 @@ int main(int argc, char **argv) {
         }
         printf("  req %ld: %zu tokens, finish %s\n", i, n,
                finish_name(qw_request_get_finish_reason(reqs[i])));
+        if (tok && n > 0 && (rc = print_text(tok, reqs[i], n)) != 0) goto done;
     }
 
     if (a.session_turns > 0 && (rc = run_session(&a, engine, vocab, ev, EVENT_CAP)) != 0) goto done;

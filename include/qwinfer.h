@@ -203,8 +203,11 @@ typedef enum qw_request_option {
                                   was produced this long after submit (0 = off)     */
     QW_REQ_DEADLINE_MS = 11,   /* int: finish with QW_FINISH_TIMEOUT this long
                                   after submit, wherever it is (0 = off)            */
-    QW_REQ_CACHE_SALT = 12     /* int: requests with different salts never share
+    QW_REQ_CACHE_SALT = 12,    /* int: requests with different salts never share
                                   cached KV blocks (default 0)                      */
+    QW_REQ_SKIP_SPECIAL_TOKENS = 13 /* int 0/1: leave special tokens (<|im_end|>,
+                                  ...) out of the streamed text of
+                                  qw_request_get_text_piece (default 1)             */
 } qw_request_option;
 
 typedef enum qw_request_state {
@@ -399,6 +402,183 @@ QW_API qw_status qw_engine_step(qw_engine *engine, void *events, size_t cap,
 /* 1 if any request is queued, running, or has undelivered events (another
  * qw_engine_step would do something); 0 otherwise or for NULL. Step thread. */
 QW_API int qw_engine_has_work(qw_engine *engine);
+
+/* ---------------------------------------------------------------------------
+ * Tokenizer and chat
+ *
+ * Qwen's byte-level BPE, exactly as Hugging Face `tokenizers` encodes it, and
+ * Qwen3's ChatML chat template, in C. A tokenizer is either standalone
+ * (qw_tokenizer_create_from_dir: no weights needed) or the engine's
+ * (qw_engine_get_tokenizer: found in the model directory at create).
+ * Buffers follow the qw_request_get_tokens convention: the caller passes a
+ * buffer and its capacity, the library writes what fits and reports the
+ * full size, so a second call with a big enough buffer gets everything.
+ * ------------------------------------------------------------------------- */
+typedef struct qw_tokenizer qw_tokenizer;
+
+/* Load the tokenizer of a Hugging Face model directory: dir/tokenizer.json,
+ * else dir/vocab.json + dir/merges.txt (+ dir/tokenizer_config.json's
+ * added_tokens_decoder). Needs no weights or config.json. On success *out is
+ * owned by the caller and freed with qw_tokenizer_destroy(). On failure *out
+ * is NULL, nothing leaks, and qw_last_error() names the file (and entry) at
+ * fault: QW_ERR_IO when no tokenizer file is found or one is unreadable,
+ * QW_ERR_FORMAT for bad JSON, a merge naming an unknown token, duplicate ids,
+ * QW_ERR_INVALID_ARGUMENT for NULL arguments. Thread-safe. */
+QW_API qw_status qw_tokenizer_create_from_dir(const char *dir, qw_tokenizer **out);
+
+/* Free a tokenizer made by qw_tokenizer_create_from_dir. NULL is a no-op, and
+ * so is the engine's tokenizer (it is freed with its engine). No other thread
+ * may be using it. */
+QW_API void qw_tokenizer_destroy(qw_tokenizer *tok);
+
+/* The number of ids: the largest id of a regular or added token + 1 (Qwen3:
+ * 151669, below the model's padded vocab_size of 151936). 0 for NULL.
+ * Thread-safe. */
+QW_API int32_t qw_tokenizer_vocab_size(const qw_tokenizer *tok);
+
+/* Encode len bytes of UTF-8 text (need not be NUL-terminated; text may be
+ * NULL when len is 0). parse_special: 1 = special added tokens written in
+ * the text ("<|im_start|>") become their ids, as Hugging Face does by
+ * default; 0 = they are encoded as plain text, which is what untrusted user
+ * text should get. Non-special added tokens (<think>) are matched either way.
+ * Writes the first min(n, cap) ids into ids[0..cap) and the full count n to
+ * *n_out, returning QW_OK even when cap < n (call again with cap >= *n_out);
+ * ids may be NULL with cap 0 to ask for the count. On failure *n_out is 0 and
+ * ids is unspecified: QW_ERR_INVALID_ARGUMENT for NULL arguments or text that
+ * is not valid UTF-8 (the message gives the byte offset),
+ * QW_ERR_OUT_OF_MEMORY. Thread-safe: any number of threads may encode with
+ * one tokenizer at once. */
+QW_API qw_status qw_tokenizer_encode(const qw_tokenizer *tok, const char *text, size_t len,
+                                     int parse_special, int32_t *ids, size_t cap,
+                                     size_t *n_out);
+
+/* Decode n ids to UTF-8 as Hugging Face's decode() does: invalid UTF-8 (a
+ * character cut between ids) becomes U+FFFD; skip_special = 1 leaves out
+ * special added tokens. *len_out gets the full length in bytes (without a
+ * terminator); buf[0..cap) gets the first min(len, cap - 1) bytes and a NUL
+ * when cap > 0. QW_OK even when cap <= *len_out: the text was cut (possibly
+ * inside a character); call again with cap > *len_out. buf may be NULL with
+ * cap 0 to ask for the length. On failure *len_out is 0 and buf is untouched:
+ * QW_ERR_TOKEN_OUT_OF_RANGE for an id < 0 or >= qw_tokenizer_vocab_size (the
+ * message gives its index), QW_ERR_INVALID_ARGUMENT, QW_ERR_OUT_OF_MEMORY.
+ * Thread-safe. */
+QW_API qw_status qw_tokenizer_decode(const qw_tokenizer *tok, const int32_t *ids, size_t n,
+                                     int skip_special, char *buf, size_t cap,
+                                     size_t *len_out);
+
+/* The id of a token given its Hugging Face string: an added token's content
+ * ("<|im_end|>") or a regular token in byte-level form ("Ġthe"). *id_out
+ * gets it; QW_ERR_INVALID_ARGUMENT (and *id_out = -1) when the tokenizer has
+ * no such token or an argument is NULL. Thread-safe. */
+QW_API qw_status qw_tokenizer_token_id(const qw_tokenizer *tok, const char *token,
+                                       int32_t *id_out);
+
+/* 1 if id is a special added token (<|im_end|>; left out by skip_special),
+ * else 0 (also for NULL or an id out of range). Thread-safe. */
+QW_API int qw_tokenizer_is_special(const qw_tokenizer *tok, int32_t id);
+
+/* The engine's tokenizer, loaded from the model directory at
+ * qw_engine_create (a malformed tokenizer file there makes the create fail
+ * with a message naming the file; a directory without one is fine). Borrowed:
+ * valid until qw_engine_destroy, never destroyed by the caller. NULL when the
+ * model has no tokenizer, or for a NULL engine. Thread-safe, like the
+ * tokenizer itself. */
+QW_API const qw_tokenizer *qw_engine_get_tokenizer(const qw_engine *engine);
+
+/* A conversation to render with Qwen3's chat template (ChatML):
+ *   <|im_start|>system\n...<|im_end|>\n<|im_start|>user\n...<|im_end|>\n...
+ * Tool messages become <tool_response> blocks of a user turn; assistant turns
+ * before the last user query lose their reasoning, as the official template
+ * does. A qw_chat is a plain value: one thread at a time, no engine needed. */
+typedef struct qw_chat qw_chat;
+
+typedef enum qw_chat_role {
+    QW_CHAT_SYSTEM = 0,     /* instructions, usually the first message       */
+    QW_CHAT_USER = 1,
+    QW_CHAT_ASSISTANT = 2,  /* a model turn (its <think> block, if any, is
+                               taken as its reasoning)                       */
+    QW_CHAT_TOOL = 3        /* a tool's result                               */
+} qw_chat_role;
+
+/* Flags of qw_chat_render and qw_request_set_chat (bitwise or). */
+typedef enum qw_chat_flag {
+    QW_CHAT_ADD_GENERATION_PROMPT = 1, /* end with "<|im_start|>assistant\n"
+                                          for the model to answer            */
+    QW_CHAT_ENABLE_THINKING = 2        /* let Qwen3 think first; without this
+                                          flag (and with the generation prompt)
+                                          the empty block "<think>\n\n</think>\n\n"
+                                          is appended: a non-thinking answer */
+} qw_chat_flag;
+
+/* Create an empty conversation. *out is owned by the caller and freed with
+ * qw_chat_destroy(); NULL on failure (QW_ERR_INVALID_ARGUMENT,
+ * QW_ERR_OUT_OF_MEMORY). Thread-safe. */
+QW_API qw_status qw_chat_create(qw_chat **out);
+/* Free a conversation. NULL is a no-op. */
+QW_API void qw_chat_destroy(qw_chat *chat);
+
+/* Append a message of len bytes of UTF-8 (copied; content may be NULL when
+ * len is 0). QW_ERR_INVALID_ARGUMENT for a NULL chat, an unknown role, or
+ * content holding a NUL byte; QW_ERR_OUT_OF_MEMORY. On failure the chat is
+ * unchanged. */
+QW_API qw_status qw_chat_add_message(qw_chat *chat, qw_chat_role role, const char *content,
+                                     size_t len);
+/* Set the reasoning (thinking) of the last message, which must be an
+ * assistant one (QW_ERR_INVALID_STATE otherwise); copied, replaces an
+ * earlier one, and overrides a <think> block in its content. Rendered only
+ * for assistant turns after the last user query. On failure nothing
+ * changes. */
+QW_API qw_status qw_chat_set_reasoning(qw_chat *chat, const char *reasoning, size_t len);
+/* Declare a tool (function) the model may call: json is its definition as
+ * one line of JSON, as Python's json.dumps writes it (copied, not parsed).
+ * Tools go into the system turn with Qwen3's tool-calling instructions. */
+QW_API qw_status qw_chat_add_tool(qw_chat *chat, const char *json, size_t len);
+/* Number of messages added so far (0 for NULL). */
+QW_API size_t qw_chat_num_messages(const qw_chat *chat);
+
+/* Render the conversation as prompt text. flags: qw_chat_flag bits. Writes
+ * the first min(len, cap - 1) bytes and a NUL into buf when cap > 0, and the
+ * full length to *len_out; QW_OK even when cut (call again with
+ * cap > *len_out); buf may be NULL with cap 0 to ask for the length. On
+ * failure *len_out is 0: QW_ERR_INVALID_ARGUMENT (NULL arguments, unknown
+ * flag bits), QW_ERR_OUT_OF_MEMORY. The chat is only read. */
+QW_API qw_status qw_chat_render(const qw_chat *chat, uint32_t flags, char *buf, size_t cap,
+                                size_t *len_out);
+
+/* Set the prompt as len bytes of UTF-8 text (copied), encoded at
+ * qw_engine_submit with the engine's tokenizer, special tokens written in the
+ * text parsed as Hugging Face does (encode untrusted text yourself with
+ * parse_special = 0 and use qw_request_set_prompt to avoid that). Replaces a
+ * prompt set by qw_request_set_prompt or qw_request_set_chat, and the other
+ * way round. Only before submission (QW_ERR_INVALID_STATE after). Submit
+ * then fails with QW_ERR_INVALID_STATE when the engine has no tokenizer, and
+ * with QW_ERR_INVALID_ARGUMENT for text that is not UTF-8. */
+QW_API qw_status qw_request_set_prompt_text(qw_request *req, const char *text, size_t len);
+
+/* Set the prompt as a conversation: chat is rendered now with flags
+ * (qw_chat_flag bits; usually QW_CHAT_ADD_GENERATION_PROMPT), so it may be
+ * changed or destroyed right after, and the text is encoded at
+ * qw_engine_submit like qw_request_set_prompt_text's. At submit the
+ * tokenizer's <|im_end|> (the end of an assistant turn) is added to the
+ * request's stop tokens, so generation stops at the end of the answer.
+ * Replaces any earlier prompt. Only before submission. On failure nothing
+ * changes. */
+QW_API qw_status qw_request_set_chat(qw_request *req, const qw_chat *chat, uint32_t flags);
+
+/* The streamed text of the request's latest event (read it while handling
+ * the event): the UTF-8 completed by that event's token, possibly empty,
+ * since a character cut between tokens comes out whole with the token that
+ * completes it; the finishing event also carries whatever was held back
+ * (as U+FFFD). Special tokens are left out unless QW_REQ_SKIP_SPECIAL_TOKENS
+ * is 0. The pieces of all events concatenated equal qw_tokenizer_decode of
+ * all generated tokens. *piece (never NULL on success, not NUL-terminated)
+ * stays valid until the next qw_engine_step call or the request is freed;
+ * copy it to keep it. Before the first event: "" and 0. Works for every
+ * request submitted to an engine with a tokenizer, whatever its prompt kind;
+ * QW_ERR_INVALID_STATE otherwise (not submitted, or no tokenizer), with ""
+ * and 0. Step thread only. */
+QW_API qw_status qw_request_get_text_piece(const qw_request *req, const char **piece,
+                                           size_t *len);
 
 /* ---------------------------------------------------------------------------
  * Experimental: may change between minor versions.

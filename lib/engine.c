@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "options.h"
+#include "tokenizer_api.h"
 
 /* ---- small containers ------------------------------------------------------ */
 
@@ -142,6 +143,9 @@ QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
     if (st != QW_OK) goto fail;
     const qwi_config *cfg = &e->model->cfg;
     e->vocab_size = cfg->vocab_size;
+    /* The tokenizer of the model directory, when it has one (text prompts
+     * and streamed text); a malformed one fails the create. */
+    if ((st = qwi_tokenizer_open_model_dir(o->model_path, e->vocab_size, &e->tokenizer)) != QW_OK) goto fail;
     e->max_model_len = o->max_model_len > 0 ? (int32_t)o->max_model_len : cfg->max_position_embeddings;
     if (e->max_model_len > cfg->max_position_embeddings) {
         st = qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_OPT_MAX_MODEL_LEN %d exceeds the model's max_position_embeddings %d",
@@ -231,6 +235,12 @@ QW_API void qw_engine_destroy(qw_engine *e) {
     /* Every request the engine still holds ends as cancelled. */
     for (size_t i = 0; i < e->inbox.count; i++) {
         qw_request *r = e->inbox.items[i];
+        if (r->session) {
+            /* never drained: the session's KV was not borrowed yet */
+            pthread_mutex_lock(&r->session->mu);
+            r->session->busy = false;
+            pthread_mutex_unlock(&r->session->mu);
+        }
         atomic_store(&r->finish_reason, QW_FINISH_CANCELLED);
         atomic_store(&r->state, QW_STATE_FINISHED);
         qwi_request_unref(r);
@@ -260,6 +270,7 @@ QW_API void qw_engine_destroy(qw_engine *e) {
     qwi_sched_destroy(&e->sched);
     qwi_kv_pool_destroy(&e->kv);
     qwi_model_free(e->model);
+    qwi_tokenizer_handle_free(e->tokenizer);
     free(e->pending);
     pthread_mutex_destroy(&e->inbox_mu);
     free(e);
@@ -394,7 +405,9 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     if (!atomic_compare_exchange_strong(&r->submit_claimed, &expected, true))
         return qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_submit: request %llu was already submitted",
                         (unsigned long long)r->id);
-    qw_status st = r->session ? prepare_session_request(e, r) : prepare_request(e, r, NULL, 0);
+    /* A text or chat prompt becomes ids first (request_text.c). */
+    qw_status st = qwi_request_prepare_text(e, r);
+    if (st == QW_OK) st = r->session ? prepare_session_request(e, r) : prepare_request(e, r, NULL, 0);
     if (st != QW_OK) {
         atomic_store(&r->submit_claimed, false);
         return st;
@@ -454,6 +467,8 @@ static void emit(qw_engine *e, qw_request *r, qw_event_kind kind, int32_t token,
         .user_data = r->user_data,
     };
     if (token < 0) ev.index = (uint32_t)(r->seq.num_tokens - r->seq.num_prompt_tokens);
+    /* The event's text piece, read by qw_request_get_text_piece. */
+    qwi_request_text_event(r, token, why != QW_FINISH_NONE);
     /* An event that cannot be queued (out of memory) is lost; the request's
      * state and tokens remain readable through the request handle. */
     (void)event_push(e, &ev);

@@ -27,6 +27,7 @@ typedef struct qwi_req_list {
 
 struct qw_engine {
     qwi_model *model;
+    struct qw_tokenizer *tokenizer;  /* the model dir's, or NULL; immutable */
     qwi_backend *backend;
     qwi_kv_pool kv;
     qwi_sched sched;

@@ -43,6 +43,7 @@ void qwi_request_ref(qw_request *req) { atomic_fetch_add(&req->refcount, 1); }
 void qwi_request_unref(qw_request *req) {
     if (atomic_fetch_sub(&req->refcount, 1) != 1) return;
     free(req->prompt);
+    qwi_request_text_free(req);
     free(req->stop_tokens);
     free(req->banned);
     free(req->seq.tokens);
@@ -90,7 +91,9 @@ static qw_status copy_ids(const int32_t *ids, size_t n, int32_t **dst, int32_t *
 QW_API qw_status qw_request_set_prompt(qw_request *req, const int32_t *ids, size_t n) {
     qw_status st = check_mutable(req, "qw_request_set_prompt");
     if (st != QW_OK) return st;
-    return copy_ids(ids, n, &req->prompt, &req->num_prompt, "qw_request_set_prompt");
+    st = copy_ids(ids, n, &req->prompt, &req->num_prompt, "qw_request_set_prompt");
+    if (st == QW_OK) req->has_prompt_text = false;   /* ids replace a text prompt */
+    return st;
 }
 
 QW_API qw_status qw_request_set_stop_tokens(qw_request *req, const int32_t *ids, size_t n) {
@@ -142,6 +145,11 @@ QW_API qw_status qw_request_set_int(qw_request *req, qw_request_option key, int6
         return QW_OK;
     case QW_REQ_CACHE_SALT:
         req->cache_salt = (uint64_t)v;
+        return QW_OK;
+    case QW_REQ_SKIP_SPECIAL_TOKENS:
+        if (v != 0 && v != 1)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_SKIP_SPECIAL_TOKENS must be 0 or 1, got %lld", (long long)v);
+        req->keep_special = v == 0;
         return QW_OK;
     case QW_REQ_TEMPERATURE:
     case QW_REQ_TOP_P:
@@ -238,3 +246,6 @@ QW_API qw_status qw_request_get_stats(const qw_request *req, qw_request_stats *o
     if (out_size > sizeof st) memset((char *)out + sizeof st, 0, out_size - sizeof st);
     return QW_OK;
 }
+
+/* For request_text.c, whose setters follow the same rule. */
+qw_status qwi_request_check_mutable(const qw_request *req, const char *fn) { return check_mutable(req, fn); }

@@ -47,6 +47,16 @@ struct qw_request {
     qw_logits_fn logits_fn;
     void *logits_user;
 
+    /* text prompts and streamed text (request_text.c): prompt_text is set by
+     * qw_request_set_prompt_text / qw_request_set_chat and encoded into
+     * prompt at submit; keep_special is QW_REQ_SKIP_SPECIAL_TOKENS == 0 */
+    char *prompt_text;
+    size_t prompt_text_len;
+    bool has_prompt_text, prompt_is_chat, keep_special;
+    struct qwi_detok *detok;     /* made at submit when the engine has a tokenizer */
+    char *text_piece;            /* the text of the latest event          */
+    size_t text_len, text_cap;
+
     /* engine-side state, valid after submit */
     struct qw_engine *engine;
     qwi_seq seq;
@@ -65,5 +75,20 @@ double qwi_now(void);
 void qwi_request_ref(struct qw_request *req);
 /* Drop a reference; frees the request when none is left. */
 void qwi_request_unref(struct qw_request *req);
+
+/* QW_ERR_INVALID_ARGUMENT for NULL, QW_ERR_INVALID_STATE once submitted
+ * (fn names the caller in the message). */
+qw_status qwi_request_check_mutable(const struct qw_request *req, const char *fn);
+
+/* request_text.c. At submit, before validation: encode a text or chat
+ * prompt into req->prompt with the engine's tokenizer (adding <|im_end|> to
+ * the stop tokens of a chat), and make the request's detokenizer.
+ * Submitting thread; reads only immutable engine fields. */
+qw_status qwi_request_prepare_text(struct qw_engine *engine, struct qw_request *req);
+/* At every event of the request (step thread): set its text piece to what
+ * token (or -1 for none) completes, plus the held-back rest when final. */
+void qwi_request_text_event(struct qw_request *req, int32_t token, bool final);
+/* Free the text state (from qwi_request_unref). */
+void qwi_request_text_free(struct qw_request *req);
 
 #endif
