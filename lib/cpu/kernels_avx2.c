@@ -56,13 +56,17 @@ AVX2_INLINE __m256 ld_bf16_tail(const uint16_t *p, int64_t r) {
     return ld_bf16(tmp);
 }
 
-/* Bytes ahead that the one-row tiles prefetch each weight stream. Weights
- * are an mmap of the model file in 4 KiB pages, where the hardware
- * prefetcher stops at every page boundary; a software prefetch does not, and
- * batch-1 decode is nothing but this stream. The over-read at the end of a
- * row is a prefetch of a valid or harmless address (prefetches never fault). */
+/* Bytes ahead that the one-row (GEMV) tiles prefetch each weight stream,
+ * one prefetch per 64-byte line. Batch-1 decode is nothing but this stream
+ * and the kernel's own work per byte is close to the memory's time per byte,
+ * so the loads must already be in flight well before they are used: with
+ * 4 streams, 8 KiB ahead is about the next tile but one. Measured on the
+ * 0.6B shape (docs/benchmarks.md): 1 KiB (the old value, issued once per
+ * 16 bytes) reached ~45% of a plain read loop, 6-8 KiB once per line ~80%.
+ * A prefetch past the end of the weights touches a valid or harmless
+ * address (prefetches never fault). */
 #ifndef PF_AHEAD
-#define PF_AHEAD 1024
+#define PF_AHEAD 8192
 #endif
 
 static inline void put(float *o, float dot, const float *bias, int64_t n, int accumulate) {
@@ -85,9 +89,6 @@ AVX2_INLINE void NAME(const float *x, int64_t K, const WT *w, float *out, int64_
     int64_t k = 0;                                                                         \
     for (; k + 8 <= K; k += 8) {                                                           \
         __m256 wv[NR];                                                                     \
-        if (MR == 1) /* GEMV: run ahead of the hardware prefetcher (see PF_AHEAD) */       \
-            _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                           \
-                _mm_prefetch((const char *)(w + j * K + k + PF_AHEAD / sizeof(WT)), _MM_HINT_T0); \
         _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) wv[j] = LOADW(w + j * K + k); \
         _Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {                             \
             __m256 xv = _mm256_loadu_ps(x + i * K + k);                                    \
@@ -112,6 +113,46 @@ AVX2_INLINE void NAME(const float *x, int64_t K, const WT *w, float *out, int64_
 }
 
 /*
+ * The one-row (GEMV) tile: 1 activation row x NR weight rows, the same
+ * per-element FMA sequence as TILE (acc[j] += x[k..k+8) * w[j][k..k+8) for
+ * k = 0, 8, 16, ... in order, then the masked tail), with the k loop
+ * unrolled by 4 steps so that each weight stream gets one prefetch per
+ * 64-byte line (PF_AHEAD) instead of one per load. Unrolling only changes
+ * the loop structure: every accumulator still sees its FMAs in increasing
+ * k, so the bits are those of TILE with MR = 1.
+ */
+#define GEMV_TILE(NAME, WT, LOADW, LOADW_TAIL, NR)                                         \
+AVX2_INLINE void NAME(const float *x, int64_t K, const WT *w, float *out, int64_t ldo,     \
+                      const float *bias, int accumulate) {                                 \
+    __m256 acc[NR];                                                                        \
+    _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++) acc[j] = _mm256_setzero_ps();     \
+    int64_t k = 0;                                                                         \
+    for (; k + 32 <= K; k += 32) {                                                         \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                               \
+            _Pragma("GCC unroll 2") for (int b = 0; b < (int)(32 * sizeof(WT)); b += 64)   \
+                _mm_prefetch((const char *)(w + j * K + k) + PF_AHEAD + b, _MM_HINT_T0);   \
+        _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {                              \
+            __m256 xv = _mm256_loadu_ps(x + k + 8 * u);                                    \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                           \
+                acc[j] = _mm256_fmadd_ps(xv, LOADW(w + j * K + k + 8 * u), acc[j]);        \
+        }                                                                                  \
+    }                                                                                      \
+    for (; k + 8 <= K; k += 8) {                                                           \
+        __m256 xv = _mm256_loadu_ps(x + k);                                                \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                               \
+            acc[j] = _mm256_fmadd_ps(xv, LOADW(w + j * K + k), acc[j]);                    \
+    }                                                                                      \
+    if (k < K) {                                                                           \
+        const int64_t r = K - k;                                                           \
+        __m256 xv = ld_f32_tail(x + k, r);                                                 \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                               \
+            acc[j] = _mm256_fmadd_ps(xv, LOADW_TAIL(w + j * K + k, r), acc[j]);            \
+    }                                                                                      \
+    _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)                                   \
+        put(out + j, hsum8(acc[j]), bias, j, accumulate);                                  \
+}
+
+/*
  * Tiles: 4x3 (12 accumulators + 3 weight registers + 1 activation register
  * = the 16 ymm registers; 3x4 would need 17 and spill an accumulator) for
  * prefill and batched decode, with 4x2/4x1 for the column tail; 1x4 for
@@ -123,8 +164,8 @@ AVX2_INLINE void NAME(const float *x, int64_t K, const WT *w, float *out, int64_
 TILE(NAME##_4x3, WT, LOADW, LOADW_TAIL, 4, 3)                                              \
 TILE(NAME##_4x2, WT, LOADW, LOADW_TAIL, 4, 2)                                              \
 TILE(NAME##_4x1, WT, LOADW, LOADW_TAIL, 4, 1)                                              \
-TILE(NAME##_1x4, WT, LOADW, LOADW_TAIL, 1, 4)                                              \
-TILE(NAME##_1x1, WT, LOADW, LOADW_TAIL, 1, 1)                                              \
+GEMV_TILE(NAME##_1x4, WT, LOADW, LOADW_TAIL, 4)                                            \
+GEMV_TILE(NAME##_1x1, WT, LOADW, LOADW_TAIL, 1)                                            \
 static AVX2 void NAME(const float *x, int64_t M, int64_t K, const WT *w, int64_t N,       \
                       const float *bias, float *out, int64_t ldo, int accumulate) {        \
     int64_t m = 0;                                                                         \
