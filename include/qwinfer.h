@@ -130,8 +130,8 @@ typedef enum qw_engine_option {
                                         the token budget in one step                  */
     QW_OPT_ENABLE_PREFIX_CACHING = 12, /* int 0/1 (default 1): share KV of full blocks
                                         with equal prefixes between requests          */
-    QW_OPT_MAX_NUM_PARTIAL_PREFILLS = 13, /* int: most sequences prefilling in one
-                                        step (default 4)                              */
+    QW_OPT_MAX_NUM_PARTIAL_PREFILLS = 13, /* int: most sequences per step whose prefill
+                                        chunk leaves it unfinished (default 4)        */
     QW_OPT_LONG_PREFILL_TOKEN_THRESHOLD = 14, /* int: when others wait, a prefill
                                         chunk is capped at this many tokens
                                         (0 = budget / max partial prefills)           */

@@ -71,10 +71,13 @@ static void waiting_remove_at(qwi_sched *s, int32_t i) {
     s->waiting[i] = s->waiting[--s->num_waiting];
 }
 
+/* The best-ranked waiting sequence not passed over in this step, or -1. */
 static int32_t waiting_best(const qwi_sched *s) {
     int32_t best = -1;
-    for (int32_t i = 0; i < s->num_waiting; i++)
+    for (int32_t i = 0; i < s->num_waiting; i++) {
+        if (s->waiting[i]->skipped_step == s->step) continue;
         if (best < 0 || ranks_before(s, s->waiting[i], s->waiting[best])) best = i;
+    }
     return best;
 }
 
@@ -112,7 +115,7 @@ void qwi_sched_remove(qwi_sched *s, qwi_seq *seq) {
 typedef struct step_ctx {
     int32_t budget;
     int32_t num_entries;
-    int32_t num_prefills;     /* entries that are (partial) prefills */
+    int32_t num_prefills;     /* entries whose chunk leaves the prefill unfinished */
     int32_t preempted;
 } step_ctx;
 
@@ -130,7 +133,7 @@ static void unschedule(qwi_sched *s, step_ctx *c, qwi_seq *seq) {
     for (int32_t i = 0; i < c->num_entries; i++) {
         if (s->entries[i].seq != seq) continue;
         c->budget += s->entries[i].num_new_tokens;
-        if (seq->num_tokens - seq->num_computed_tokens > 1) c->num_prefills--;
+        if (s->entries[i].num_new_tokens < seq->num_tokens - seq->num_computed_tokens) c->num_prefills--;
         s->entries[i] = s->entries[--c->num_entries];
         break;
     }
@@ -173,7 +176,9 @@ static bool release_waiting_holders(qwi_sched *s, const qwi_seq *keep) {
 static bool reclaim_idle(qwi_sched *s) { return s->reclaim && s->reclaim(s->reclaim_ctx); }
 
 static void add_entry(qwi_sched *s, step_ctx *c, qwi_seq *seq, int32_t take) {
-    if (seq->num_tokens - seq->num_computed_tokens > 1) c->num_prefills++;
+    /* Only a prefill split across steps is "partial": a prompt that
+     * completes in this step does not hold back the others. */
+    if (take < seq->num_tokens - seq->num_computed_tokens) c->num_prefills++;
     s->entries[c->num_entries].seq = seq;
     s->entries[c->num_entries].num_new_tokens = take;
     c->num_entries++;
@@ -205,21 +210,22 @@ static bool schedule_running(qwi_sched *s, step_ctx *c, qwi_seq *seq, int32_t ta
     return true;
 }
 
-/* Try to admit the best waiting sequence. Returns false when admission
- * should stop for this step. */
-static bool admit_one(qwi_sched *s, step_ctx *c, bool contended) {
+typedef enum admit_result { ADMITTED, PASSED_OVER, STOP } admit_result;
+
+/* Try to admit the best waiting sequence. STOP when admission should end
+ * for this step; PASSED_OVER when only this sequence cannot enter now. */
+static admit_result admit_one(qwi_sched *s, step_ctx *c, bool contended) {
     int32_t wi = waiting_best(s);
-    if (wi < 0) return false;
+    if (wi < 0) return STOP;
     qwi_seq *seq = s->waiting[wi];
     int64_t prio = qwi_sched_effective_priority(s, seq);
 
     /* A slot: preempt a running sequence of strictly worse priority if full. */
     while (s->num_running >= s->cfg.max_num_seqs) {
         qwi_seq *worst = running_worst(s);
-        if (!worst || qwi_sched_effective_priority(s, worst) <= prio) return false;
-        if (!preempt(s, c, worst)) return false;
+        if (!worst || qwi_sched_effective_priority(s, worst) <= prio) return STOP;
+        if (!preempt(s, c, worst)) return STOP;
     }
-    if (c->num_prefills >= s->cfg.max_num_partial_prefills) return false;
 
     const int32_t bs = s->kv->block_size;
     int32_t hits = 0;
@@ -232,10 +238,16 @@ static bool admit_one(qwi_sched *s, step_ctx *c, bool contended) {
         computed = hits * bs;
     }
     int32_t want = seq->num_tokens - computed;
-    if (!s->cfg.chunked_prefill && want > c->budget && want <= s->cfg.max_num_batched_tokens) return false;
+    if (!s->cfg.chunked_prefill && want > c->budget && want <= s->cfg.max_num_batched_tokens) return STOP;
     int32_t take = QWI_MIN(want, c->budget);
     if (want > 1 && contended) take = QWI_MIN(take, s->cfg.long_prefill_threshold);
-    if (take <= 0) return false;
+    if (take <= 0) return STOP;
+    if (take < want && c->num_prefills >= s->cfg.max_num_partial_prefills) {
+        /* A long prompt must wait for a partial-prefill slot; shorter ones
+         * behind it may still complete within this step. */
+        seq->skipped_step = s->step;
+        return PASSED_OVER;
+    }
 
     for (;;) {
         int32_t have = seq->table.num_blocks + hits;
@@ -244,12 +256,12 @@ static bool admit_one(qwi_sched *s, step_ctx *c, bool contended) {
         if (need <= avail) break;
         if (reclaim_idle(s) || release_waiting_holders(s, seq)) continue;
         qwi_seq *worst = running_worst(s);
-        if (!worst || qwi_sched_effective_priority(s, worst) <= prio) return false;
-        if (!preempt(s, c, worst)) return false;
+        if (!worst || qwi_sched_effective_priority(s, worst) <= prio) return STOP;
+        if (!preempt(s, c, worst)) return STOP;
     }
     if (hits > 0) qwi_kv_take_prefix(s->kv, &seq->table, s->hits, hits, last_key);
     if (seq->table.num_blocks == hits) seq->num_computed_tokens = computed;
-    if (qwi_kv_reserve(s->kv, &seq->table, (int64_t)seq->num_computed_tokens + take) != QW_OK) return false;
+    if (qwi_kv_reserve(s->kv, &seq->table, (int64_t)seq->num_computed_tokens + take) != QW_OK) return STOP;
     if (!seq->admitted_once) {
         seq->admitted_once = true;
         seq->num_cached_tokens = seq->num_computed_tokens;
@@ -263,7 +275,7 @@ static bool admit_one(qwi_sched *s, step_ctx *c, bool contended) {
     seq->state = QWI_SEQ_RUNNING;
     s->running[s->num_running++] = seq;
     add_entry(s, c, seq, take);
-    return true;
+    return ADMITTED;
 }
 
 /* Sort the snapshot of running sequences best rank first (insertion sort:
@@ -298,16 +310,18 @@ void qwi_sched_schedule(qwi_sched *s, qwi_sched_output *out) {
             if (seq->state != QWI_SEQ_RUNNING || seq->scheduled_step == s->step) continue;
             bool decode = seq->num_tokens - seq->num_computed_tokens == 1;
             if (decode != (pass == 0)) continue;
-            if (!decode && c.num_prefills >= s->cfg.max_num_partial_prefills) continue;
             int32_t take = chunk_for(s, &c, seq, contended);
             if (take <= 0) continue;
+            if (take < seq->num_tokens - seq->num_computed_tokens &&
+                c.num_prefills >= s->cfg.max_num_partial_prefills)
+                continue;
             schedule_running(s, &c, seq, take);
         }
     }
 
     /* 3. admissions */
     while (c.preempted == 0 && c.budget > 0 && s->num_waiting > 0) {
-        if (!admit_one(s, &c, contended)) break;
+        if (admit_one(s, &c, contended) == STOP) break;
     }
 
     out->entries = s->entries;

@@ -21,7 +21,9 @@
  *
  * Policy of one step (qwi_sched_schedule):
  *   1. Running sequences that decode (one token left), best rank first.
- *   2. Running partial prefills, at most max_num_partial_prefills of them.
+ *   2. Running partial prefills. At most max_num_partial_prefills sequences
+ *      per step get a chunk that leaves their prefill unfinished (a prompt
+ *      that completes within the step does not count).
  *      When others want to prefill too, a prefill chunk is capped at
  *      long_prefill_threshold tokens so a long prompt cannot starve short
  *      ones of the budget.
@@ -30,7 +32,8 @@
  *   sequence is preempted (blocks freed, num_computed reset to 0, back to the
  *   waiting queue; possibly the sequence itself).
  *   3. Waiting sequences, best rank first, while budget, max_num_seqs and
- *      blocks allow, looking up the prefix cache first (the last token is
+ *      blocks allow (one that would exceed the partial-prefill limit is
+ *      passed over for this step, so short prompts behind it still enter), looking up the prefix cache first (the last token is
  *      always recomputed, so logits exist). A waiting sequence may preempt
  *      running ones of strictly worse effective priority to get in. No
  *      admissions after a preemption in steps 1-2: the pool is under
@@ -68,6 +71,7 @@ typedef struct qwi_seq {
     int32_t num_cached_tokens;    /* prefix hits at first admission         */
     bool admitted_once;
     uint64_t scheduled_step;      /* step in which it was last scheduled    */
+    uint64_t skipped_step;        /* step in which admission passed it over */
     void *owner;                  /* the qw_request                         */
 } qwi_seq;
 
@@ -93,7 +97,7 @@ typedef struct qwi_sched_config {
     int32_t max_num_seqs;
     int32_t max_num_batched_tokens;
     bool chunked_prefill;
-    int32_t max_num_partial_prefills;   /* >= 1                              */
+    int32_t max_num_partial_prefills;   /* >= 1: unfinished prefills a step */
     int32_t long_prefill_threshold;     /* 0 = budget / max partial prefills */
     int32_t aging_steps;                /* 0 = no aging                      */
 } qwi_sched_config;

@@ -243,3 +243,24 @@ Test(scheduler, aging_prevents_starvation) {
     cr_assert_gt(admitted_at, 0, "aging must not ignore priority at once");
     teardown(f, added);
 }
+
+Test(scheduler, partial_prefill_limit_counts_unfinished_chunks_only) {
+    fixture *f = setup(200, 16, 40, true);
+    f->s.cfg.max_num_partial_prefills = 1;
+    f->s.cfg.long_prefill_threshold = 30;
+    qwi_sched_output o;
+    add(f, 0, 100, 120);            /* long: cannot finish in one step */
+    add(f, 1, 100, 120);            /* long too: must wait its turn    */
+    for (int i = 2; i < 5; i++) add(f, i, 3, 10);   /* short prompts   */
+    run(f, &o);
+    int partial = 0, shorts = 0;
+    for (int i = 0; i < o.num_entries; i++) {
+        qwi_seq *q = o.entries[i].seq;
+        if (q == &f->seqs[0] || q == &f->seqs[1]) partial++;
+        else shorts++;
+    }
+    cr_assert_eq(partial, 1, "one unfinished prefill per step");
+    cr_assert_eq(shorts, 3, "prompts that complete in the step are not held back by the limit");
+    cr_assert_eq(f->seqs[1].state, QWI_SEQ_WAITING);
+    teardown(f, 5);
+}
