@@ -497,3 +497,51 @@ Test(stats, counters_add_up) {
     qw_engine_destroy(e);
     free(model);
 }
+
+Test(sessions, text_prompts_on_a_session) {
+    char *model = tiny();
+    qw_engine *e = qwt_engine_new(model, NULL);
+    const qw_tokenizer *tok = qw_engine_get_tokenizer(e);
+    cr_assert_not_null(tok, "generated models ship a tokenizer");
+    qw_session *s;
+    cr_assert_eq(qw_session_create(e, &s), QW_OK);
+    const char *turns[2] = {"The quick brown fox", " jumps over the lazy dog"};
+    int32_t gen[2][8];
+    size_t ngen[2];
+    qw_event ev[8];
+    size_t n;
+    for (int t = 0; t < 2; t++) {
+        qw_request *r;
+        qw_request_create(&r);
+        cr_assert_eq(qw_request_set_prompt_text(r, turns[t], strlen(turns[t])), QW_OK);
+        qw_request_set_int(r, QW_REQ_MAX_TOKENS, 5);
+        qw_request_set_int(r, QW_REQ_IGNORE_EOS, 1);
+        qw_request_set_double(r, QW_REQ_TEMPERATURE, 0);
+        qw_request_set_session(r, s);
+        cr_assert_eq(qw_engine_submit(e, r), QW_OK, "%s", qw_last_error());
+        while (qw_engine_has_work(e)) cr_assert_eq(qw_engine_step(e, ev, 8, sizeof ev[0], &n), QW_OK);
+        cr_assert_eq(qw_request_get_tokens(r, gen[t], 8, &ngen[t]), QW_OK);
+        cr_assert_eq(ngen[t], 5);
+        qw_request_release(r);
+    }
+    /* the same conversation as ids in one request */
+    int32_t hist[128];
+    size_t h = 0, k;
+    cr_assert_eq(qw_tokenizer_encode(tok, turns[0], strlen(turns[0]), 1, hist, 64, &k), QW_OK);
+    h += k;
+    memcpy(hist + h, gen[0], 5 * sizeof(int32_t));
+    h += 5;
+    cr_assert_eq(qw_tokenizer_encode(tok, turns[1], strlen(turns[1]), 1, hist + h, 64, &k), QW_OK);
+    h += k;
+    qwt_job j = {.prompt = hist, .num_prompt = (int32_t)h, .max_tokens = 5, .temperature = 0, .seed = -1,
+                 .ignore_eos = 1};
+    qwt_result whole;
+    qwt_run_jobs(e, &j, 1, &whole);
+    cr_assert_arr_eq(whole.tokens, gen[1], 5 * sizeof(int32_t), "text turns on a session == ids in one request");
+    size_t hn;
+    qw_session_get_tokens(s, NULL, 0, &hn);
+    cr_assert_eq(hn, h + 5);
+    qw_session_destroy(s);
+    qw_engine_destroy(e);
+    free(model);
+}

@@ -75,13 +75,20 @@ int qwt_write_file(const char *path, const void *data, size_t len) {
     return (w == len && rc == 0) ? 0 : -1;
 }
 
-char *qwt_model(const char *name, const char *args) {
-    char dir[8192], stamp[8300];
+char *qwt_model(const char *name, const char *args_in) {
+    char dir[8192], stamp[8300], args[4096];
     snprintf(dir, sizeof dir, "%s/testmodels/%s", qwt_build_dir(), name);
     snprintf(stamp, sizeof stamp, "%s/.qwt-args", dir);
+    /* The stamp also records the generator binary's mtime: a rebuilt
+     * generator (new files, new format) regenerates every model. */
+    struct stat gst;
+    long long gen_mtime = stat(qwt_tool("qw-makemodel"), &gst) == 0 ? (long long)gst.st_mtime : 0;
+    snprintf(args, sizeof args, "%s", args_in);
+    char key[4200];
+    snprintf(key, sizeof key, "%s #generator %lld", args_in, gen_mtime);
     size_t n = 0;
     char *old = qwt_read_file(stamp, &n);
-    if (old && strcmp(old, args) == 0) {
+    if (old && strcmp(old, key) == 0) {
         free(old);
         return strdup(dir);
     }
@@ -97,13 +104,13 @@ char *qwt_model(const char *name, const char *args) {
     }
     char stamp_tmp[8500];
     snprintf(stamp_tmp, sizeof stamp_tmp, "%s/.qwt-args", tmp);
-    if (qwt_write_file(stamp_tmp, args, strlen(args)) != 0) return NULL;
+    if (qwt_write_file(stamp_tmp, key, strlen(key)) != 0) return NULL;
     qwt_system("rm -rf '%s'", dir);
     if (rename(tmp, dir) != 0) {
         /* Another process won the race: use theirs if complete. */
         qwt_system("rm -rf '%s'", tmp);
         old = qwt_read_file(stamp, &n);
-        int ok = old && strcmp(old, args) == 0;
+        int ok = old && strcmp(old, key) == 0;
         free(old);
         if (!ok) return NULL;
     }
