@@ -14,6 +14,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 
+#include "utf8.h"
 #include "tokenizer_impl.h"
 
 /* Pieces repeat a lot in real text ("Ġthe", "Ġof", ...). Past this input
@@ -232,28 +233,13 @@ static qw_status encode_segment(enc_ctx *c, const char *s, size_t n) {
     return st;
 }
 
-/* Offset of the first invalid UTF-8 byte (Unicode Table 3-7), or n. */
+/* Offset of the first invalid UTF-8 byte (Unicode Table 3-7), or n; a
+ * sequence cut off by the end of the text counts as invalid. */
 static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
-    size_t i = 0;
+    size_t i = 0, len;
     while (i < n) {
-        unsigned char b = s[i];
-        if (b < 0x80) { i++; continue; }
-        size_t need;
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (b >= 0xC2 && b <= 0xDF) need = 1;
-        else if (b == 0xE0) { need = 2; lo = 0xA0; }
-        else if (b >= 0xE1 && b <= 0xEC) need = 2;
-        else if (b == 0xED) { need = 2; hi = 0x9F; }
-        else if (b >= 0xEE && b <= 0xEF) need = 2;
-        else if (b == 0xF0) { need = 3; lo = 0x90; }
-        else if (b >= 0xF1 && b <= 0xF3) need = 3;
-        else if (b == 0xF4) { need = 3; hi = 0x8F; }
-        else return i;
-        if (i + need >= n) return i;   /* truncated at the end */
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k <= need; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += need + 1;
+        if (qwi_utf8_step(s + i, n - i, &len) != U8_VALID) return i;
+        i += len;
     }
     return n;
 }
