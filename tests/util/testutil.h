@@ -37,4 +37,9 @@ void *qwt_read_file(const char *path, size_t *len);
 /* Write len bytes to path (truncating). Returns 0 on success. */
 int qwt_write_file(const char *path, const void *data, size_t len);
 
+/* The real Qwen tokenizer data (vocab.json, merges.txt, ...): under
+ * $QW_SHARED_DIR, else ../shared (beside the checkout), + data/qwen-tokenizer.
+ * NULL when absent (a user's clone): tests then skip. Static storage. */
+const char *qwt_qwen_tokenizer_dir(void);
+
 #endif
