@@ -242,7 +242,18 @@ static qwi_backend *make_backend(const qwi_model *m, int threads) {
     return b;
 }
 
-static void check_vs_reference(bool qwen2, qwi_dtype dt) {
+/* The backend packs f32/bf16 weights into panels at create unless
+ * QWINFER_CPU_WEIGHTS=mmap (then the row-major kernels read the tensors in
+ * place): the two paths round differently, so each is checked on its own.
+ * Criterion runs every test in its own process, so the variable does not
+ * leak into other tests. */
+static void use_weights(const char *mode) {
+    if (mode) setenv("QWINFER_CPU_WEIGHTS", mode, 1);
+    else unsetenv("QWINFER_CPU_WEIGHTS");
+}
+
+static void check_vs_reference(bool qwen2, qwi_dtype dt, const char *weights) {
+    use_weights(weights);
     qwi_model *m = make_model(qwen2, dt);
     qwi_backend *b = make_backend(m, 2);
     const int V = m->cfg.vocab_size;
@@ -274,13 +285,18 @@ static void check_vs_reference(bool qwen2, qwi_dtype dt) {
     free_model(m);
 }
 
-Test(cpu_forward, qwen3_bf16_matches_double_reference) { check_vs_reference(false, QWI_DTYPE_BF16); }
-Test(cpu_forward, qwen3_f32_matches_double_reference) { check_vs_reference(false, QWI_DTYPE_F32); }
-Test(cpu_forward, qwen2_bias_matches_double_reference) { check_vs_reference(true, QWI_DTYPE_BF16); }
+Test(cpu_forward, qwen3_bf16_matches_double_reference) { check_vs_reference(false, QWI_DTYPE_BF16, NULL); }
+Test(cpu_forward, qwen3_f32_matches_double_reference) { check_vs_reference(false, QWI_DTYPE_F32, NULL); }
+Test(cpu_forward, qwen2_bias_matches_double_reference) { check_vs_reference(true, QWI_DTYPE_BF16, NULL); }
+Test(cpu_forward, f16_matches_double_reference) { check_vs_reference(false, QWI_DTYPE_F16, NULL); }
+Test(cpu_forward, rowmajor_bf16_matches_double_reference) { check_vs_reference(false, QWI_DTYPE_BF16, "mmap"); }
+Test(cpu_forward, rowmajor_f32_matches_double_reference) { check_vs_reference(false, QWI_DTYPE_F32, "mmap"); }
+Test(cpu_forward, rowmajor_qwen2_bias_matches_double_reference) { check_vs_reference(true, QWI_DTYPE_BF16, "mmap"); }
 
 /* A sequence alone in one chunk vs in chunks of 7 batched with others, with
  * 1 and 3 threads: logits bit-identical. */
-Test(cpu_forward, batched_chunked_threaded_bit_identical) {
+static void batched_chunked_threaded(const char *weights) {
+    use_weights(weights);
     qwi_model *m = make_model(false, QWI_DTYPE_BF16);
     const int V = m->cfg.vocab_size;
     int32_t a[40], o1[40], o2[40];
@@ -315,6 +331,9 @@ Test(cpu_forward, batched_chunked_threaded_bit_identical) {
     free(alone); free(alone_dec); free(got);
     free_model(m);
 }
+
+Test(cpu_forward, batched_chunked_threaded_bit_identical) { batched_chunked_threaded(NULL); }
+Test(cpu_forward, rowmajor_batched_chunked_threaded_bit_identical) { batched_chunked_threaded("mmap"); }
 
 Test(cpu_forward, bad_plans_fail_cleanly) {
     qwi_model *m = make_model(false, QWI_DTYPE_BF16);

@@ -49,6 +49,7 @@
 /* Internal: only for measuring the machine's limits. */
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
+#include "cpu/panel.h"
 #include "cpu/threadpool.h"
 
 #pragma weak qw_engine_get_stats
@@ -308,11 +309,19 @@ static double measure_bandwidth(int nthreads, int copy, int reps) {
     return best;
 }
 
+/* Whether the CPU backend will pack its weights into panels (its default;
+ * QWINFER_CPU_WEIGHTS=mmap keeps the row-major file mapping, see
+ * lib/cpu/cpu_backend.c), so that the peak is that of the kernels in use. */
+static int weights_packed(void) {
+    const char *e = getenv("QWINFER_CPU_WEIGHTS");
+    return !(e && !strcmp(e, "mmap"));
+}
+
 /* GEMM FLOP/s of kernel table kt through the backend's own parallel driver
  * on a prefill-sized problem (M x K times N x K bf16 weights, the 0.6B
  * gate/up shape by default), best of reps. */
 static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, int64_t K, int64_t N,
-                           int bf16, int reps) {
+                           int bf16, int panel, int reps) {
     qwi_cpu_pool *pool;
     if (qwi_cpu_pool_create(nthreads, &pool) != QW_OK) die("thread pool: %s", qw_last_error());
     float *x = malloc((size_t)(M * K) * sizeof(float));
@@ -330,11 +339,18 @@ static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, i
             ((float *)w)[i] = f;
         }
     }
+    if (panel) {   /* the layout the backend packs weights into at load */
+        qwi_dtype dt = bf16 ? QWI_DTYPE_BF16 : QWI_DTYPE_F32;
+        void *pw = malloc(qwi_panel_bytes(dt, N, K));
+        if (!pw || !qwi_panel_pack(dt, w, N, K, pw)) die("gemm buffers: out of memory");
+        free(w);
+        w = pw;
+    }
     float *no_f16[1024] = { 0 };
     qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
                        .f16_buf = no_f16, .max_k = K };
     qwi_cpu_linear lin = { .dtype = bf16 ? QWI_DTYPE_BF16 : QWI_DTYPE_F32, .w = w, .bias = NULL,
-                           .n = N, .k = K };
+                           .n = N, .k = K, .panel = panel != 0 };
     qwi_cpu_mm_job job = { &lin, out, 0 };
     double best = 0;
     for (int r = 0; r < reps; r++) {
@@ -853,7 +869,8 @@ int main(int argc, char **argv) {
         L.copy_bw = measure_bandwidth(threads, 1, 3);
         if (!cuda) {
             /* the 0.6B gate/up projection of a 512-token prefill */
-            L.gemm = measure_gemm(qwi_cpu_kernels_select(), threads, 512, 1024, 3072, 1, 3);
+            L.gemm = measure_gemm(qwi_cpu_kernels_select(), threads, 512, 1024, 3072, 1,
+                                  weights_packed(), 3);
         } else {
             L.gemm = NAN;   /* tests/gpu/run.sh measures the cuBLASLt peak */
         }
@@ -865,11 +882,14 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
                 const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(names[i]);
                 if (!kt) continue;
-                double g1 = measure_gemm(kt, 1, 512, 1024, 3072, 1, 3);
-                double gn = threads > 1 ? measure_gemm(kt, threads, 512, 1024, 3072, 1, 3) : g1;
-                double f1 = measure_gemm(kt, threads, 512, 1024, 3072, 0, 3);
-                printf("kernels %-8s bf16 %6.1f GFLOP/s on 1 thread, %6.1f on %d (%.2fx); f32 %6.1f on %d\n",
-                       names[i], g1 / 1e9, gn / 1e9, threads, gn / g1, f1 / 1e9, threads);
+                for (int panel = 1; panel >= 0; panel--) {
+                    double g1 = measure_gemm(kt, 1, 512, 1024, 3072, 1, panel, 3);
+                    double gn = threads > 1 ? measure_gemm(kt, threads, 512, 1024, 3072, 1, panel, 3) : g1;
+                    double f1 = measure_gemm(kt, threads, 512, 1024, 3072, 0, panel, 3);
+                    printf("kernels %-8s %-5s bf16 %6.1f GFLOP/s on 1 thread, %6.1f on %d (%.2fx); "
+                           "f32 %6.1f on %d\n", names[i], panel ? "panel" : "rows", g1 / 1e9, gn / 1e9,
+                           threads, gn / g1, f1 / 1e9, threads);
+                }
             }
         }
     }
@@ -929,8 +949,9 @@ int main(int argc, char **argv) {
                L.kernels, tl);
         if (L.measured)
             printf("machine: read bandwidth %.2f GB/s, copy %.2f GB/s (read+write), "
-                   "peak GEMM %.1f GFLOP/s (bf16 512x1024x3072, %s, %d threads)\n",
-                   L.read_bw / 1e9, L.copy_bw / 1e9, L.gemm / 1e9, L.kernels, threads);
+                   "peak GEMM %.1f GFLOP/s (bf16 512x1024x3072, %s %s, %d threads)\n",
+                   L.read_bw / 1e9, L.copy_bw / 1e9, L.gemm / 1e9, L.kernels,
+                   weights_packed() ? "panel" : "rows", threads);
         printf("workload: mode %s%s%s, %d requests, input %d, output %d (%s), rate %g, concurrency %d, "
                "temperature %g, top-p %g\n", b.a.mode, b.a.scenario[0] ? ", scenario " : "",
                b.a.scenario, b.a.num_requests, b.a.input_len, b.a.output_len, b.a.len_dist, b.a.rate,

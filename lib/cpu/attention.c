@@ -12,6 +12,11 @@ size_t qwi_cpu_attn_scratch_floats(int32_t num_heads, int32_t num_kv_heads, int3
     return group * QWI_CPU_ATTN_TILE + group * (size_t)head_dim + 2 * group;
 }
 
+/* The cache slot of context position p through the block table. */
+static inline int64_t slot_of(const int32_t *bt, int32_t bs, int32_t p) {
+    return (int64_t)bt[p / bs] * bs + p % bs;
+}
+
 void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t r,
                        int32_t g, float *scratch) {
     const int32_t group = a->num_heads / a->num_kv_heads;
@@ -34,10 +39,20 @@ void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t
 
     for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
         int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
-        /* scores of this tile, kept for the V pass */
-        for (int32_t p = t0; p < t1; p++) {
-            int64_t slot = (int64_t)bt[p / bs] * bs + p % bs;
-            const float *k = a->k_cache + slot * kv_stride + (int64_t)g * hd;
+        /* scores of this tile, kept for the V pass; four positions at a time
+         * (dot4 is bit-identical to four dots) */
+        int32_t p = t0;
+        for (; p + 4 <= t1; p += 4) {
+            const float *k4[4];
+            for (int i = 0; i < 4; i++) k4[i] = a->k_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
+            for (int32_t h = 0; h < group; h++) {
+                float d[4];
+                kt->dot4(q + (int64_t)h * hd, k4, hd, d);
+                for (int i = 0; i < 4; i++) scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d[i] * a->scale;
+            }
+        }
+        for (; p < t1; p++) {
+            const float *k = a->k_cache + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
             for (int32_t h = 0; h < group; h++)
                 scores[h * QWI_CPU_ATTN_TILE + (p - t0)] = kt->dot(q + (int64_t)h * hd, k, hd) * a->scale;
         }
@@ -59,9 +74,15 @@ void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t
             }
             sum[h] = l;
         }
-        for (int32_t p = t0; p < t1; p++) {
-            int64_t slot = (int64_t)bt[p / bs] * bs + p % bs;
-            const float *v = a->v_cache + slot * kv_stride + (int64_t)g * hd;
+        /* acc += p * V, positions in order (axpy4 == four axpys) */
+        for (p = t0; p + 4 <= t1; p += 4) {
+            const float *v4[4];
+            for (int i = 0; i < 4; i++) v4[i] = a->v_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
+            for (int32_t h = 0; h < group; h++)
+                kt->axpy4(acc + (int64_t)h * hd, scores + h * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);
+        }
+        for (; p < t1; p++) {
+            const float *v = a->v_cache + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
             for (int32_t h = 0; h < group; h++) {
                 float w = scores[h * QWI_CPU_ATTN_TILE + (p - t0)];
                 kt->axpy(acc + (int64_t)h * hd, w, v, hd);

@@ -122,6 +122,48 @@ void NAME(const float *x, int64_t M, int64_t K, const WT *w, int64_t N,         
 QWR_MATMUL(qwr_matmul_f32, float, ld_f32)
 QWR_MATMUL(qwr_matmul_bf16, uint16_t, ld_bf16)
 
+/*
+ * Portable panel kernels: one chain per output over k in order (a multiply,
+ * then an add). The 16 chains of a panel are independent, so the inner
+ * loop over slots vectorises; for bf16, slot 2i is row i and slot 2i+1 row
+ * 8+i (panel.h), which the store undoes.
+ */
+static inline int64_t panel_row(int bf16, int slot) {
+    return bf16 ? (slot & 1 ? 8 + slot / 2 : slot / 2) : slot;
+}
+
+/* Rows of x per pass over a panel: each weight is widened once per RB rows,
+ * and RB x 16 accumulators still fit the vector registers of SSE2/NEON. */
+#define QWR_PANEL_RB 4
+
+#define QWR_MATMUL_PANEL(NAME, WT, LOAD, IS_BF16)                                          \
+void NAME(const float *x, int64_t M, int64_t K, const WT *w, int64_t N,                    \
+          const float *bias, float *out, int64_t ldo, int accumulate) {                    \
+    for (int64_t n0 = 0; n0 < N; n0 += 16) {                                               \
+        const WT *p = w + (n0 / 16) * K * 16;                                              \
+        for (int64_t m0 = 0; m0 < M; m0 += QWR_PANEL_RB) {                                 \
+            const int rb = (int)QWI_MIN((int64_t)QWR_PANEL_RB, M - m0);                    \
+            float acc[QWR_PANEL_RB][16] = {{0}};                                           \
+            for (int64_t k = 0; k < K; k++) {                                              \
+                float wv[16];                                                              \
+                for (int s = 0; s < 16; s++) wv[s] = LOAD(p, k * 16 + s);                  \
+                for (int r = 0; r < rb; r++) {                                             \
+                    const float xv = x[(m0 + r) * K + k];                                  \
+                    for (int s = 0; s < 16; s++) acc[r][s] += xv * wv[s];                  \
+                }                                                                          \
+            }                                                                              \
+            for (int r = 0; r < rb; r++)                                                   \
+                for (int s = 0; s < 16; s++) {                                             \
+                    int64_t n = n0 + panel_row(IS_BF16, s);                                \
+                    if (n < N) put(out + (m0 + r) * ldo + n, acc[r][s], bias, n, accumulate); \
+                }                                                                          \
+        }                                                                                  \
+    }                                                                                      \
+}
+
+QWR_MATMUL_PANEL(qwr_matmul_f32_panel, float, ld_f32, 0)
+QWR_MATMUL_PANEL(qwr_matmul_bf16_panel, uint16_t, ld_bf16, 1)
+
 void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst) {
     if (dt == QWI_DTYPE_F32) {
         memcpy(dst, src, (size_t)n * sizeof(float));
@@ -187,6 +229,14 @@ void qwr_axpy(float *o, float s, const float *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) o[i] += s * v[i];
 }
 
+void qwr_dot4(const float *a, const float *const b[4], int64_t n, float out[4]) {
+    for (int i = 0; i < 4; i++) out[i] = qwr_dot(a, b[i], n);
+}
+
+void qwr_axpy4(float *o, const float s[4], const float *const v[4], int64_t n) {
+    for (int i = 0; i < 4; i++) qwr_axpy(o, s[i], v[i], n);
+}
+
 void qwr_embed_row(qwi_dtype dt, const void *table, int64_t row, int64_t n, float *out) {
     const char *base = (const char *)table + (size_t)row * (size_t)n * qwi_dtype_size(dt);
     qwr_to_f32(dt, base, n, out);
@@ -196,8 +246,12 @@ static const qwi_cpu_kernels generic = {
     .name = "generic",
     .matmul_f32 = qwr_matmul_f32,
     .matmul_bf16 = qwr_matmul_bf16,
+    .matmul_f32_panel = qwr_matmul_f32_panel,
+    .matmul_bf16_panel = qwr_matmul_bf16_panel,
     .dot = qwr_dot,
     .axpy = qwr_axpy,
+    .dot4 = qwr_dot4,
+    .axpy4 = qwr_axpy4,
 };
 
 const qwi_cpu_kernels *qwi_cpu_kernels_generic(void) { return &generic; }

@@ -20,6 +20,15 @@
  * within rounding (not bit-identical) of the portable table. Mixing tables
  * would break batched == alone, so the backend asks qwi_cpu_kernels_select()
  * once and every op of the process uses that one table.
+ *
+ * Panel kernels (matmul_*_panel) take weights in the panel layout of
+ * cpu/panel.h and have a different, simpler contract: each output element is
+ * one chain over k = 0, 1, ..., K-1 in order, acc = step(acc, x[k], w[k])
+ * starting from 0 (the portable step is a multiply then an add, the ISA
+ * tables' a fused multiply-add), then bias and accumulate as for the
+ * row-major kernels. No lanes, no tree: again independent of M, N, the tile
+ * and the thread. A weight is either row-major or packed for the life of a
+ * backend, so every output element always takes the same path.
  */
 #ifndef QWI_CPU_KERNELS_H
 #define QWI_CPU_KERNELS_H
@@ -46,10 +55,22 @@ typedef struct qwi_cpu_kernels {
     const char *name;
     qwr_matmul_f32_fn matmul_f32;
     qwr_matmul_u16_fn matmul_bf16;   /* f16 weights go through f32 after conversion */
+    /* The same products with w in the panel layout (cpu/panel.h): w points
+     * at the panel that holds output column 0 of the call (so the caller's
+     * first column is a multiple of 16) and N may end inside a panel. */
+    qwr_matmul_f32_fn matmul_f32_panel;
+    qwr_matmul_u16_fn matmul_bf16_panel;
     float (*dot)(const float *a, const float *b, int64_t n);
     /* o[i] += s * v[i] for i in [0, n): element-wise, so the result of an
      * element never depends on n or its index (attention's P.V). */
     void (*axpy)(float *o, float s, const float *v, int64_t n);
+    /* Attention's batched forms, bit-identical to the single calls:
+     * out[i] = dot(a, b[i], n) for i < 4, computed side by side (one dot is
+     * a single FMA chain per lane, too short to hide the FMA latency);
+     * and the four axpys o += s[0]*v[0], ..., o += s[3]*v[3] in that order,
+     * o loaded and stored once. */
+    void (*dot4)(const float *a, const float *const b[4], int64_t n, float out[4]);
+    void (*axpy4)(float *o, const float s[4], const float *const v[4], int64_t n);
 } qwi_cpu_kernels;
 
 /* The kernel table of this process: the widest variant the CPU supports
@@ -68,12 +89,24 @@ const qwi_cpu_kernels *qwi_cpu_kernels_generic(void);
 const qwi_cpu_kernels *qwi_cpu_kernels_avx2(void);
 const qwi_cpu_kernels *qwi_cpu_kernels_avx512(void);
 
+/* The AVX2+FMA panel kernels (x86-64 builds only; call them only where
+ * qwi_cpu_kernels_avx2() is not NULL). The AVX-512 table shares them. */
+void qwi_avx2_matmul_f32_panel(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
+                               const float *bias, float *out, int64_t ldo, int accumulate);
+void qwi_avx2_matmul_bf16_panel(const float *x, int64_t M, int64_t K, const uint16_t *w,
+                                int64_t N, const float *bias, float *out, int64_t ldo,
+                                int accumulate);
+
 /* The table named name ("generic", "avx2", "avx512"), or NULL if unknown
  * or not available here. */
 const qwi_cpu_kernels *qwi_cpu_kernels_by_name(const char *name);
 
 /* o[i] += s * v[i] (the portable axpy: a multiply, then an add). */
 void qwr_axpy(float *o, float s, const float *v, int64_t n);
+
+/* The portable dot4/axpy4: four qwr_dot / qwr_axpy calls. */
+void qwr_dot4(const float *a, const float *const b[4], int64_t n, float out[4]);
+void qwr_axpy4(float *o, const float s[4], const float *const v[4], int64_t n);
 
 /* sum a[i]*b[i] in the lane order of the contract above. */
 float qwr_dot(const float *a, const float *b, int64_t n);
@@ -83,6 +116,12 @@ void qwr_matmul_f32(const float *x, int64_t M, int64_t K, const float *w, int64_
                     const float *bias, float *out, int64_t ldo, int accumulate);
 void qwr_matmul_bf16(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
                      const float *bias, float *out, int64_t ldo, int accumulate);
+
+/* Reference panel matmuls of the generic table (same arguments, w packed). */
+void qwr_matmul_f32_panel(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
+                          const float *bias, float *out, int64_t ldo, int accumulate);
+void qwr_matmul_bf16_panel(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
+                           const float *bias, float *out, int64_t ldo, int accumulate);
 
 /* Convert n elements of dtype dt at src to f32 in dst (exact for all three). */
 void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst);

@@ -196,6 +196,189 @@ static AVX2 void NAME(const float *x, int64_t M, int64_t K, const WT *w, int64_t
 MATMUL(avx2_matmul_f32, float, ld_f32, ld_f32_tail)
 MATMUL(avx2_matmul_bf16, uint16_t, ld_bf16, ld_bf16_tail)
 
+/* ---- panel kernels (weights in the layout of cpu/panel.h) ---------------- */
+
+/*
+ * Contract of the panel kernels of this table: each output is one chain
+ * acc = fma(x[k], w[k], acc) over k = 0 .. K-1 in order from 0, then the
+ * bias and accumulate of put(). Tiles differ only in how many chains run
+ * side by side, so the bits never depend on M, N, the tile or the thread.
+ *
+ * A panel step loads the 16 weights of one k (f32: two 8-float loads; bf16:
+ * one 32-byte load split by a shift and a mask, see panel.h) into `lo`
+ * (columns 0..7) and `hi` (columns 8..15).
+ */
+AVX2_INLINE void pstep_f32(const float *p, __m256 *lo, __m256 *hi) {
+    *lo = _mm256_loadu_ps(p);
+    *hi = _mm256_loadu_ps(p + 8);
+}
+
+AVX2_INLINE void pstep_bf16(const uint16_t *p, __m256 *lo, __m256 *hi) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    *lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* Store one panel's 16 results of one row: nn (<= 16) valid columns. Full
+ * panels use vector adds, which are the same IEEE operations as put(). */
+AVX2_INLINE void pstore(float *o, __m256 lo, __m256 hi, const float *bias, int64_t nn,
+                        int accumulate) {
+    if (nn == 16) {
+        if (bias) {
+            lo = _mm256_add_ps(lo, _mm256_loadu_ps(bias));
+            hi = _mm256_add_ps(hi, _mm256_loadu_ps(bias + 8));
+        }
+        if (accumulate) {
+            lo = _mm256_add_ps(_mm256_loadu_ps(o), lo);
+            hi = _mm256_add_ps(_mm256_loadu_ps(o + 8), hi);
+        }
+        _mm256_storeu_ps(o, lo);
+        _mm256_storeu_ps(o + 8, hi);
+        return;
+    }
+    float t[16];
+    _mm256_storeu_ps(t, lo);
+    _mm256_storeu_ps(t + 8, hi);
+    for (int64_t j = 0; j < nn; j++) put(o + j, t[j], bias, j, accumulate);
+}
+
+/* Bytes ahead that a weight stream is prefetched in the memory-bound
+ * shapes (M = 1 and the first row tile of each panel). */
+#ifndef PANEL_PF_AHEAD
+#define PANEL_PF_AHEAD 1024
+#endif
+
+/*
+ * MR rows x one panel: 2*MR accumulators (MR <= 6 keeps 12 + lo/hi + the
+ * broadcast within the 16 ymm registers). pf != 0: prefetch the panel
+ * stream (the first row tile to touch it reads it from memory).
+ */
+#define PANEL_TILE(NAME, WT, PSTEP, MR)                                                    \
+AVX2_INLINE void NAME(const float *x, int64_t K, const WT *p, float *out, int64_t ldo,     \
+                      const float *bias, int64_t nn, int accumulate, int pf) {             \
+    __m256 a0[MR], a1[MR];                                                                 \
+    _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                 \
+        a0[i] = _mm256_setzero_ps();                                                       \
+        a1[i] = _mm256_setzero_ps();                                                       \
+    }                                                                                      \
+    for (int64_t k = 0; k < K; k++) {                                                      \
+        if (pf && (k & 3) == 0)                                                            \
+            _mm_prefetch((const char *)(p + k * 16) + PANEL_PF_AHEAD, _MM_HINT_T0);        \
+        __m256 lo, hi;                                                                     \
+        PSTEP(p + k * 16, &lo, &hi);                                                       \
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                             \
+            __m256 b = _mm256_broadcast_ss(x + i * K + k);                                 \
+            a0[i] = _mm256_fmadd_ps(b, lo, a0[i]);                                         \
+            a1[i] = _mm256_fmadd_ps(b, hi, a1[i]);                                         \
+        }                                                                                  \
+    }                                                                                      \
+    _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)                                   \
+        pstore(out + i * ldo, a0[i], a1[i], bias, nn, accumulate);                         \
+}
+
+/*
+ * One row x NP panels (GEMV): 2*NP independent chains, NP weight streams,
+ * each prefetched once per 64 bytes. Columns past nn are computed (the
+ * panel is zero-padded) but not stored.
+ */
+#define PANEL_GEMV(NAME, WT, PSTEP, NP)                                                    \
+AVX2_INLINE void NAME(const float *x, int64_t K, const WT *p, float *out,                  \
+                      const float *bias, int64_t nn, int accumulate) {                     \
+    __m256 a0[NP], a1[NP];                                                                 \
+    _Pragma("GCC unroll 4") for (int j = 0; j < NP; j++) {                                 \
+        a0[j] = _mm256_setzero_ps();                                                       \
+        a1[j] = _mm256_setzero_ps();                                                       \
+    }                                                                                      \
+    const int64_t stride = K * 16;                                                         \
+    const int64_t pf_every = 64 / (int64_t)(16 * sizeof(WT)); /* k per 64 bytes */         \
+    for (int64_t k = 0; k < K; k++) {                                                      \
+        if (k % pf_every == 0)                                                             \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NP; j++)                           \
+                _mm_prefetch((const char *)(p + j * stride + k * 16) + PANEL_PF_AHEAD,     \
+                             _MM_HINT_T0);                                                 \
+        __m256 b = _mm256_broadcast_ss(x + k);                                             \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NP; j++) {                             \
+            __m256 lo, hi;                                                                 \
+            PSTEP(p + j * stride + k * 16, &lo, &hi);                                      \
+            a0[j] = _mm256_fmadd_ps(b, lo, a0[j]);                                         \
+            a1[j] = _mm256_fmadd_ps(b, hi, a1[j]);                                         \
+        }                                                                                  \
+    }                                                                                      \
+    _Pragma("GCC unroll 4") for (int j = 0; j < NP; j++) {                                 \
+        int64_t left = nn - 16 * j;                                                        \
+        if (left <= 0) break;                                                              \
+        pstore(out + 16 * j, a0[j], a1[j], bias ? bias + 16 * j : NULL, QWI_MIN(left, 16), \
+               accumulate);                                                                \
+    }                                                                                      \
+}
+
+/*
+ * The driver. M == 1: panels four (then two, one) at a time, never reading
+ * a panel past the last one of N. M > 1: panel
+ * outer, row tiles inner, so a panel (K*32 or K*64 bytes) is read from
+ * memory once per call and from cache by the other row tiles. Rows are cut
+ * into 6-row tiles, the last 7..8 rows as 4+3 / 4+4 so that no tile is
+ * narrower than needed (a 1- or 2-row tile has too few chains to hide the
+ * FMA latency).
+ */
+#define MATMUL_PANEL(NAME, WT, PSTEP)                                                      \
+PANEL_TILE(NAME##_t6, WT, PSTEP, 6)                                                        \
+PANEL_TILE(NAME##_t5, WT, PSTEP, 5)                                                        \
+PANEL_TILE(NAME##_t4, WT, PSTEP, 4)                                                        \
+PANEL_TILE(NAME##_t3, WT, PSTEP, 3)                                                        \
+PANEL_TILE(NAME##_t2, WT, PSTEP, 2)                                                        \
+PANEL_TILE(NAME##_t1, WT, PSTEP, 1)                                                        \
+PANEL_GEMV(NAME##_g4, WT, PSTEP, 4)                                                        \
+PANEL_GEMV(NAME##_g2, WT, PSTEP, 2)                                                        \
+PANEL_GEMV(NAME##_g1, WT, PSTEP, 1)                                                        \
+AVX2 void NAME(const float *x, int64_t M, int64_t K, const WT *w, int64_t N,              \
+               const float *bias, float *out, int64_t ldo, int accumulate) {               \
+    const int64_t stride = K * 16;                                                         \
+    if (M == 1) {                                                                          \
+        int64_t n = 0;                                                                     \
+        for (; N - n > 48; n += 64)                                                        \
+            NAME##_g4(x, K, w + (n / 16) * stride, out + n, bias ? bias + n : NULL,        \
+                      N - n, accumulate);                                                  \
+        for (; N - n > 16; n += 32)                                                        \
+            NAME##_g2(x, K, w + (n / 16) * stride, out + n, bias ? bias + n : NULL,        \
+                      N - n, accumulate);                                                  \
+        for (; n < N; n += 16)                                                             \
+            NAME##_g1(x, K, w + (n / 16) * stride, out + n, bias ? bias + n : NULL,        \
+                      N - n, accumulate);                                                  \
+        return;                                                                            \
+    }                                                                                      \
+    for (int64_t n = 0; n < N; n += 16) {                                                  \
+        const WT *p = w + (n / 16) * stride;                                               \
+        const float *b = bias ? bias + n : NULL;                                           \
+        const int64_t nn = QWI_MIN(N - n, 16);                                             \
+        int64_t m = 0;                                                                     \
+        int pf = 1;                                                                        \
+        for (; M - m > 8 || M - m == 6; m += 6, pf = 0)                                    \
+            NAME##_t6(x + m * K, K, p, out + m * ldo + n, ldo, b, nn, accumulate, pf);     \
+        switch (M - m) {                                                                   \
+        case 8:                                                                            \
+            NAME##_t4(x + m * K, K, p, out + m * ldo + n, ldo, b, nn, accumulate, pf);     \
+            NAME##_t4(x + (m + 4) * K, K, p, out + (m + 4) * ldo + n, ldo, b, nn,          \
+                      accumulate, 0);                                                      \
+            break;                                                                         \
+        case 7:                                                                            \
+            NAME##_t4(x + m * K, K, p, out + m * ldo + n, ldo, b, nn, accumulate, pf);     \
+            NAME##_t3(x + (m + 4) * K, K, p, out + (m + 4) * ldo + n, ldo, b, nn,          \
+                      accumulate, 0);                                                      \
+            break;                                                                         \
+        case 5: NAME##_t5(x + m * K, K, p, out + m * ldo + n, ldo, b, nn, accumulate, pf); break; \
+        case 4: NAME##_t4(x + m * K, K, p, out + m * ldo + n, ldo, b, nn, accumulate, pf); break; \
+        case 3: NAME##_t3(x + m * K, K, p, out + m * ldo + n, ldo, b, nn, accumulate, pf); break; \
+        case 2: NAME##_t2(x + m * K, K, p, out + m * ldo + n, ldo, b, nn, accumulate, pf); break; \
+        case 1: NAME##_t1(x + m * K, K, p, out + m * ldo + n, ldo, b, nn, accumulate, pf); break; \
+        default: break;                                                                    \
+        }                                                                                  \
+    }                                                                                      \
+}
+
+MATMUL_PANEL(qwi_avx2_matmul_f32_panel, float, pstep_f32)
+MATMUL_PANEL(qwi_avx2_matmul_bf16_panel, uint16_t, pstep_bf16)
+
 /* The 1x1 tile's arithmetic: attention scores use it, so they follow the
  * same contract as the matmuls of this table. */
 static AVX2 float avx2_dot(const float *a, const float *b, int64_t n) {
@@ -215,12 +398,47 @@ static AVX2 void avx2_axpy(float *o, float s, const float *v, int64_t n) {
     for (; i < n; i++) o[i] = __builtin_fmaf(s, v[i], o[i]);
 }
 
+/* Four avx2_dot chains side by side: the same per-lane FMA sequence for
+ * each b[i], so out[i] == avx2_dot(a, b[i], n) bit for bit. */
+static AVX2 void avx2_dot4(const float *a, const float *const b[4], int64_t n, float out[4]) {
+    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                      _mm256_setzero_ps() };
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 av = _mm256_loadu_ps(a + k);
+        for (int i = 0; i < 4; i++) acc[i] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b[i] + k), acc[i]);
+    }
+    if (k < n) {
+        __m256 av = ld_f32_tail(a + k, n - k);
+        for (int i = 0; i < 4; i++) acc[i] = _mm256_fmadd_ps(av, ld_f32_tail(b[i] + k, n - k), acc[i]);
+    }
+    for (int i = 0; i < 4; i++) out[i] = hsum8(acc[i]);
+}
+
+/* o += s[0]*v[0] ... s[3]*v[3], each element's four FMAs in that order. */
+static AVX2 void avx2_axpy4(float *o, const float s[4], const float *const v[4], int64_t n) {
+    __m256 sv[4];
+    for (int i = 0; i < 4; i++) sv[i] = _mm256_set1_ps(s[i]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_loadu_ps(o + i);
+        for (int j = 0; j < 4; j++) acc = _mm256_fmadd_ps(sv[j], _mm256_loadu_ps(v[j] + i), acc);
+        _mm256_storeu_ps(o + i, acc);
+    }
+    for (; i < n; i++)
+        for (int j = 0; j < 4; j++) o[i] = __builtin_fmaf(s[j], v[j][i], o[i]);
+}
+
 static const qwi_cpu_kernels avx2_table = {
     .name = "avx2",
     .matmul_f32 = avx2_matmul_f32,
     .matmul_bf16 = avx2_matmul_bf16,
+    .matmul_f32_panel = qwi_avx2_matmul_f32_panel,
+    .matmul_bf16_panel = qwi_avx2_matmul_bf16_panel,
     .dot = avx2_dot,
     .axpy = avx2_axpy,
+    .dot4 = avx2_dot4,
+    .axpy4 = avx2_axpy4,
 };
 
 const qwi_cpu_kernels *qwi_cpu_kernels_avx2(void) {

@@ -156,12 +156,29 @@ static AVX512 void avx512_axpy(float *o, float s, const float *v, int64_t n) {
     for (; i < n; i++) o[i] = __builtin_fmaf(s, v[i], o[i]);
 }
 
+/* dot4/axpy4 as four single calls: bit-identical by construction (this
+ * table could not be run where it was written, so it is not unrolled). */
+static AVX512 void avx512_dot4(const float *a, const float *const b[4], int64_t n, float out[4]) {
+    for (int i = 0; i < 4; i++) out[i] = avx512_dot(a, b[i], n);
+}
+
+static AVX512 void avx512_axpy4(float *o, const float s[4], const float *const v[4], int64_t n) {
+    for (int i = 0; i < 4; i++) avx512_axpy(o, s[i], v[i], n);
+}
+
 static const qwi_cpu_kernels avx512_table = {
     .name = "avx512",
     .matmul_f32 = avx512_matmul_f32,
     .matmul_bf16 = avx512_matmul_bf16,
+    /* The AVX2 panel kernels: they already run near the FMA peak of a
+     * 256-bit machine, and a zmm version could not be run on any machine
+     * this was written on (see docs/benchmarks.md). */
+    .matmul_f32_panel = qwi_avx2_matmul_f32_panel,
+    .matmul_bf16_panel = qwi_avx2_matmul_bf16_panel,
     .dot = avx512_dot,
     .axpy = avx512_axpy,
+    .dot4 = avx512_dot4,
+    .axpy4 = avx512_axpy4,
 };
 
 const qwi_cpu_kernels *qwi_cpu_kernels_avx512(void) {

@@ -27,6 +27,15 @@ static void mm_task(void *p, int64_t t, int thread) {
     int64_t K = c->K;
     const float *bias = lin->bias ? lin->bias + n0 : NULL;
     float *out = job->out + n0;
+    if (lin->panel) {   /* n0 is a multiple of 16 here: see qwi_cpu_matmul */
+        if (lin->dtype == QWI_DTYPE_F32)
+            c->cx->kt->matmul_f32_panel(c->x, c->M, K, (const float *)lin->w + n0 * K, nn, bias,
+                                        out, lin->n, job->accumulate);
+        else
+            c->cx->kt->matmul_bf16_panel(c->x, c->M, K, (const uint16_t *)lin->w + n0 * K, nn,
+                                         bias, out, lin->n, job->accumulate);
+        return;
+    }
     switch (lin->dtype) {
     case QWI_DTYPE_F32:
         c->cx->kt->matmul_f32(c->x, c->M, K, (const float *)lin->w + n0 * K, nn, bias, out,
@@ -59,9 +68,11 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
     mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs };
     int64_t total_n = 0;
     size_t esize = 4;
+    bool panel = false;
     for (int j = 0; j < njobs; j++) {
         total_n += jobs[j].lin->n;
         if (qwi_dtype_size(jobs[j].lin->dtype) < esize) esize = 2;
+        panel |= jobs[j].lin->panel;
     }
     /* Column block: about 64 KiB of weights (stays in L2 while the row tiles
      * sweep it), but small enough to give every thread several tasks. The
@@ -72,6 +83,9 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
     int64_t per_thread = QWI_DIV_UP(total_n, 4 * (int64_t)cx->nthreads);
     if (cx->nthreads > 1) cols = QWI_MIN(cols, QWI_MAX(per_thread, 4));
     cols = (cols + 3) & ~(int64_t)3;           /* keep the 1x4 column tile whole */
+    /* Packed weights: tasks start on a panel, and M = 1 streams four panels
+     * at a time, so whole 64-row blocks unless that starves a thread. */
+    if (panel) cols = total_n >= 8 * 64 * (int64_t)cx->nthreads ? 64 : (cols + 15) & ~(int64_t)15;
     cols = QWI_MIN(cols, QWI_CPU_MM_MAX_COLS);
     c.cols = cols;
     int64_t acc = 0;

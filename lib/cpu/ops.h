@@ -13,8 +13,8 @@
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
 
-/* Largest number of weight rows one matmul task covers; also the height of
- * the per-thread f16 conversion buffer. */
+/* Largest number of weight rows one matmul task covers (a multiple of the
+ * 16-row panel); also the height of the per-thread f16 conversion buffer. */
 #define QWI_CPU_MM_MAX_COLS 64
 
 /* What the drivers share: the pool, the kernel table and per-thread scratch
@@ -27,12 +27,14 @@ typedef struct qwi_cpu_ctx {
     int64_t max_k;               /* largest K any f16 matmul will use            */
 } qwi_cpu_ctx;
 
-/* A linear layer's weight: [n][k] of dtype, optional f32 bias [n]. */
+/* A linear layer's weight: [n][k] of dtype, row-major or (panel) in the
+ * panel layout of cpu/panel.h (f32/bf16 only); optional f32 bias [n]. */
 typedef struct qwi_cpu_linear {
     qwi_dtype dtype;
     const void *w;
     const float *bias;
     int64_t n, k;
+    bool panel;
 } qwi_cpu_linear;
 
 /* One output of a (possibly fused) matmul call. */
