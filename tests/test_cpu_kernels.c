@@ -12,6 +12,7 @@
 #include "cpu/attention.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
+#include "cpu/panel.h"
 #include "cpu/threadpool.h"
 #include "dtype.h"
 
@@ -96,7 +97,7 @@ static void check_matmul(env *e, qwi_dtype dt, int64_t M, int64_t N, int64_t K, 
     float *out = frand(M * N, 1.0);
     float *init = malloc((size_t)(M * N) * sizeof(float));
     memcpy(init, out, (size_t)(M * N) * sizeof(float));
-    qwi_cpu_linear lin = { .dtype = dt, .w = w.data, .bias = bias, .n = N, .k = K };
+    qwi_cpu_linear lin = { .dtype = dt, .w = w.data, .bias = bias, .n = N, .k = K, .panel = false };
     qwi_cpu_mm_job job = { &lin, out, accumulate };
     qwi_cpu_matmul(&e->cx, x, M, K, &job, 1);
     for (int64_t m = 0; m < M; m++)
@@ -143,7 +144,8 @@ Test(cpu_kernels, matmul_fused_jobs) {
     const int64_t M = 6, K = 37, N1 = 19, N2 = 45;
     float *x = frand(M * K, 1.0);
     tw w1 = make_weight(QWI_DTYPE_BF16, N1 * K), w2 = make_weight(QWI_DTYPE_F32, N2 * K);
-    qwi_cpu_linear l1 = { QWI_DTYPE_BF16, w1.data, NULL, N1, K }, l2 = { QWI_DTYPE_F32, w2.data, NULL, N2, K };
+    qwi_cpu_linear l1 = { .dtype = QWI_DTYPE_BF16, .w = w1.data, .n = N1, .k = K, .panel = false };
+    qwi_cpu_linear l2 = { .dtype = QWI_DTYPE_F32, .w = w2.data, .n = N2, .k = K, .panel = false };
     float *o1 = malloc(M * N1 * 4), *o2 = malloc(M * N2 * 4), *s1 = malloc(M * N1 * 4), *s2 = malloc(M * N2 * 4);
     qwi_cpu_mm_job both[2] = { { &l1, o1, 0 }, { &l2, o2, 0 } };
     qwi_cpu_matmul(&e.cx, x, M, K, both, 2);
@@ -165,7 +167,8 @@ Test(cpu_kernels, matmul_deterministic_across_batch_and_threads) {
     for (int dt = 0; dt < 3; dt++) {
         tw w = make_weight((qwi_dtype)dt, N * K);
         float *bias = frand(N, 1.0);
-        qwi_cpu_linear lin = { (qwi_dtype)dt, w.data, bias, N, K };
+        qwi_cpu_linear lin = { .dtype = (qwi_dtype)dt, .w = w.data, .bias = bias, .n = N, .k = K,
+                               .panel = false };
         float *ref = malloc(R * N * 4), *got = malloc(R * N * 4);
         env e1;
         env_init(&e1, 1, K);
@@ -194,6 +197,50 @@ Test(cpu_kernels, matmul_deterministic_across_batch_and_threads) {
         free_weight(&w);
     }
     free(x);
+}
+
+/* ---- panel layout ------------------------------------------------------------ */
+
+/* Packing an [n][k] weight and reading it back element by element gives the
+ * source values; the rows that pad the last panel read +0 (the pack must
+ * write them: dst starts as garbage); f16 and empty shapes have no form. */
+Test(cpu_kernels, panel_pack_round_trip) {
+    static const int64_t ns[] = { 1, 15, 16, 17, 40, 67 };
+    static const int64_t ks[] = { 1, 7, 33 };
+    static const qwi_dtype dts[] = { QWI_DTYPE_F32, QWI_DTYPE_BF16 };
+    for (int d = 0; d < 2; d++)
+        for (size_t a = 0; a < 6; a++)
+            for (size_t b = 0; b < 3; b++) {
+                const qwi_dtype dt = dts[d];
+                const int64_t n = ns[a], k = ks[b], padded = QWI_DIV_UP(n, QWI_PANEL) * QWI_PANEL;
+                tw w = make_weight(dt, n * k);
+                size_t bytes = qwi_panel_bytes(dt, n, k);
+                cr_assert_eq(bytes, (size_t)(padded * k) * qwi_dtype_size(dt), "dt %d n %lld k %lld",
+                             dt, (long long)n, (long long)k);
+                void *p = malloc(bytes);
+                memset(p, 0xA5, bytes);
+                cr_assert(qwi_panel_pack(dt, w.data, n, k, p));
+                for (int64_t r = 0; r < padded; r++)
+                    for (int64_t c = 0; c < k; c++) {
+                        float got = qwi_panel_get(dt, p, k, r, c);
+                        float want = r < n ? w.exact[r * k + c] : 0.0f;
+                        cr_assert(memcmp(&got, &want, sizeof got) == 0,
+                                  "dt %d n %lld k %lld (%lld,%lld): %g vs %g", dt, (long long)n,
+                                  (long long)k, (long long)r, (long long)c, got, want);
+                    }
+                free(p);
+                free_weight(&w);
+            }
+    cr_assert_eq(qwi_panel_bytes(QWI_DTYPE_F16, 16, 16), 0);
+    cr_assert_eq(qwi_panel_bytes(QWI_DTYPE_F32, 0, 16), 0);
+    cr_assert_eq(qwi_panel_bytes(QWI_DTYPE_BF16, -3, 16), 0);
+    cr_assert_eq(qwi_panel_bytes(QWI_DTYPE_F32, 16, 0), 0);
+    cr_assert_eq(qwi_panel_bytes(QWI_DTYPE_BF16, 16, -1), 0);
+    uint16_t src[32] = { 0 }, dst[16 * 2];
+    memset(dst, 0x5A, sizeof dst);
+    cr_assert_not(qwi_panel_pack(QWI_DTYPE_F16, src, 1, 2, dst));
+    for (size_t i = 0; i < sizeof dst / sizeof dst[0]; i++)
+        cr_assert_eq(dst[i], 0x5A5A, "f16 pack wrote dst[%zu]", i);
 }
 
 /* ---- row kernels ------------------------------------------------------------ */
