@@ -1,15 +1,34 @@
 /*
  * attention.c - see attention.h.
+ *
+ * One query row's attention is three steps on a small state (running max,
+ * running sum and the P.V accumulator of each q head of one kv head):
+ * row_begin, row_tile for each context tile in order, row_end. The
+ * single-row entry point runs them directly; the parallel driver runs a
+ * block of consecutive rows of one sequence tile by tile, so each K/V tile
+ * is read from memory once for the whole block instead of once per row
+ * (flash-attention's reuse; without it a long prefill re-read the whole
+ * context from memory for every row). Both call the same functions in the
+ * same per-row order, so a row's result is bit-identical either way.
  */
 #include <math.h>
 #include <string.h>
 
 #include "cpu/attention.h"
 
-size_t qwi_cpu_attn_scratch_floats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) {
-    size_t group = (size_t)(num_heads / num_kv_heads);
+/* Rows per query block: the block's accumulators (QWI_CPU_ATTN_ROWS x group
+ * x head_dim floats) and one K/V tile (TILE x head_dim x 2 floats) stay in
+ * L2 while the block sweeps the context. */
+#define QWI_CPU_ATTN_ROWS 16
+
+/* Floats of one row's state. */
+static size_t row_state_floats(int32_t group, int32_t head_dim) {
     /* scores [group][TILE], accumulators [group][head_dim], max and sum [group] */
-    return group * QWI_CPU_ATTN_TILE + group * (size_t)head_dim + 2 * group;
+    return (size_t)group * QWI_CPU_ATTN_TILE + (size_t)group * (size_t)head_dim + 2 * (size_t)group;
+}
+
+size_t qwi_cpu_attn_scratch_floats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) {
+    return QWI_CPU_ATTN_ROWS * row_state_floats(num_heads / num_kv_heads, head_dim);
 }
 
 /* The cache slot of context position p through the block table. */
@@ -17,101 +36,158 @@ static inline int64_t slot_of(const int32_t *bt, int32_t bs, int32_t p) {
     return (int64_t)bt[p / bs] * bs + p % bs;
 }
 
-void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t r,
-                       int32_t g, float *scratch) {
+typedef struct row_state {
+    const float *q;       /* the row's q heads of kv head g  */
+    const int32_t *bt;    /* the row's block table           */
+    int32_t ctx;          /* positions 0 .. ctx-1 attended   */
+    float *scores, *acc, *mx, *sum;
+} row_state;
+
+static void row_begin(const qwi_cpu_attn *a, int32_t r, int32_t g, float *mem, row_state *s) {
+    const int32_t group = a->num_heads / a->num_kv_heads, hd = a->head_dim;
+    s->q = a->q + r * (int64_t)a->num_heads * hd + (int64_t)g * group * hd;
+    s->bt = a->block_tables + (int64_t)a->row_seq[r] * a->max_blocks_per_seq;
+    s->ctx = a->positions[r] + 1;
+    s->scores = mem;
+    s->acc = s->scores + (size_t)group * QWI_CPU_ATTN_TILE;
+    s->mx = s->acc + (size_t)group * hd;
+    s->sum = s->mx + group;
+    for (int32_t h = 0; h < group; h++) {
+        s->mx[h] = -INFINITY;
+        s->sum[h] = 0.0f;
+    }
+    memset(s->acc, 0, (size_t)group * hd * sizeof(float));
+}
+
+/* Context tile [t0, min(ctx, t0 + TILE)) of one row; t0 < ctx. */
+static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, int32_t t0,
+                     row_state *st) {
     const int32_t group = a->num_heads / a->num_kv_heads;
     const int32_t hd = a->head_dim, bs = a->block_size;
     const int64_t kv_stride = (int64_t)a->num_kv_heads * hd;   /* one slot */
-    const int64_t q_stride = (int64_t)a->num_heads * hd;
-    float *scores = scratch;                                    /* [group][TILE] */
-    float *acc = scores + (size_t)group * QWI_CPU_ATTN_TILE;    /* [group][hd]   */
-    float *mx = acc + (size_t)group * hd;
-    float *sum = mx + group;
-    const float *q = a->q + r * q_stride + (int64_t)g * group * hd;
-    const int32_t *bt = a->block_tables + (int64_t)a->row_seq[r] * a->max_blocks_per_seq;
-    const int32_t ctx = a->positions[r] + 1;
+    const int32_t t1 = QWI_MIN(st->ctx, t0 + QWI_CPU_ATTN_TILE);
+    const float *q = st->q;
+    const int32_t *bt = st->bt;
+    float *scores = st->scores, *acc = st->acc, *mx = st->mx, *sum = st->sum;
 
-    for (int32_t h = 0; h < group; h++) {
-        mx[h] = -INFINITY;
-        sum[h] = 0.0f;
-    }
-    memset(acc, 0, (size_t)group * hd * sizeof(float));
-
-    for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
-        int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
-        /* scores of this tile, kept for the V pass; four positions at a time
-         * (dot4 is bit-identical to four dots) */
-        int32_t p = t0;
-        for (; p + 4 <= t1; p += 4) {
-            const float *k4[4];
-            for (int i = 0; i < 4; i++) k4[i] = a->k_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
-            for (int32_t h = 0; h < group; h++) {
-                float d[4];
-                kt->dot4(q + (int64_t)h * hd, k4, hd, d);
-                for (int i = 0; i < 4; i++) scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d[i] * a->scale;
-            }
-        }
-        for (; p < t1; p++) {
-            const float *k = a->k_cache + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
-            for (int32_t h = 0; h < group; h++)
-                scores[h * QWI_CPU_ATTN_TILE + (p - t0)] = kt->dot(q + (int64_t)h * hd, k, hd) * a->scale;
-        }
+    /* scores of this tile, kept for the V pass; four positions at a time
+     * (dot4 is bit-identical to four dots) */
+    int32_t p = t0;
+    for (; p + 4 <= t1; p += 4) {
+        const float *k4[4];
+        for (int i = 0; i < 4; i++) k4[i] = a->k_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
         for (int32_t h = 0; h < group; h++) {
-            float *s = scores + h * QWI_CPU_ATTN_TILE;
-            float m = mx[h];
-            for (int32_t i = 0; i < t1 - t0; i++) m = s[i] > m ? s[i] : m;
-            /* online softmax: rescale what earlier tiles accumulated */
-            float alpha = expf(mx[h] - m);
-            if (alpha != 1.0f) {
-                sum[h] *= alpha;
-                for (int32_t d = 0; d < hd; d++) acc[h * hd + d] *= alpha;
-            }
-            mx[h] = m;
-            float l = sum[h];
-            for (int32_t i = 0; i < t1 - t0; i++) {
-                s[i] = expf(s[i] - m);
-                l += s[i];
-            }
-            sum[h] = l;
-        }
-        /* acc += p * V, positions in order (axpy4 == four axpys) */
-        for (p = t0; p + 4 <= t1; p += 4) {
-            const float *v4[4];
-            for (int i = 0; i < 4; i++) v4[i] = a->v_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
-            for (int32_t h = 0; h < group; h++)
-                kt->axpy4(acc + (int64_t)h * hd, scores + h * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);
-        }
-        for (; p < t1; p++) {
-            const float *v = a->v_cache + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
-            for (int32_t h = 0; h < group; h++) {
-                float w = scores[h * QWI_CPU_ATTN_TILE + (p - t0)];
-                kt->axpy(acc + (int64_t)h * hd, w, v, hd);
-            }
+            float d[4];
+            kt->dot4(q + (int64_t)h * hd, k4, hd, d);
+            for (int i = 0; i < 4; i++) scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d[i] * a->scale;
         }
     }
-    float *out = a->out + r * q_stride + (int64_t)g * group * hd;
+    for (; p < t1; p++) {
+        const float *k = a->k_cache + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
+        for (int32_t h = 0; h < group; h++)
+            scores[h * QWI_CPU_ATTN_TILE + (p - t0)] = kt->dot(q + (int64_t)h * hd, k, hd) * a->scale;
+    }
     for (int32_t h = 0; h < group; h++) {
-        float inv = 1.0f / sum[h];
-        for (int32_t d = 0; d < hd; d++) out[h * hd + d] = acc[h * hd + d] * inv;
+        float *s = scores + h * QWI_CPU_ATTN_TILE;
+        float m = mx[h];
+        for (int32_t i = 0; i < t1 - t0; i++) m = s[i] > m ? s[i] : m;
+        /* online softmax: rescale what earlier tiles accumulated */
+        float alpha = expf(mx[h] - m);
+        if (alpha != 1.0f) {
+            sum[h] *= alpha;
+            for (int32_t d = 0; d < hd; d++) acc[h * hd + d] *= alpha;
+        }
+        mx[h] = m;
+        float l = sum[h];
+        for (int32_t i = 0; i < t1 - t0; i++) {
+            s[i] = expf(s[i] - m);
+            l += s[i];
+        }
+        sum[h] = l;
     }
+    /* acc += p * V, positions in order (axpy4 == four axpys) */
+    for (p = t0; p + 4 <= t1; p += 4) {
+        const float *v4[4];
+        for (int i = 0; i < 4; i++) v4[i] = a->v_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
+        for (int32_t h = 0; h < group; h++)
+            kt->axpy4(acc + (int64_t)h * hd, scores + h * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);
+    }
+    for (; p < t1; p++) {
+        const float *v = a->v_cache + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
+        for (int32_t h = 0; h < group; h++) {
+            float w = scores[h * QWI_CPU_ATTN_TILE + (p - t0)];
+            kt->axpy(acc + (int64_t)h * hd, w, v, hd);
+        }
+    }
+}
+
+static void row_end(const qwi_cpu_attn *a, int32_t r, int32_t g, const row_state *s) {
+    const int32_t group = a->num_heads / a->num_kv_heads, hd = a->head_dim;
+    float *out = a->out + r * (int64_t)a->num_heads * hd + (int64_t)g * group * hd;
+    for (int32_t h = 0; h < group; h++) {
+        float inv = 1.0f / s->sum[h];
+        for (int32_t d = 0; d < hd; d++) out[h * hd + d] = s->acc[h * hd + d] * inv;
+    }
+}
+
+void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t r,
+                       int32_t g, float *scratch) {
+    row_state s;
+    row_begin(a, r, g, scratch, &s);
+    for (int32_t t0 = 0; t0 < s.ctx; t0 += QWI_CPU_ATTN_TILE) row_tile(a, kt, g, t0, &s);
+    row_end(a, r, g, &s);
+}
+
+/* Rows r0 .. r0+n-1 (n <= QWI_CPU_ATTN_ROWS) of one sequence, tile by tile:
+ * every row runs exactly qwr_attention_row's steps, interleaved by tile. */
+static void attention_block(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t r0,
+                            int32_t n, int32_t g, float *scratch) {
+    const size_t per_row = row_state_floats(a->num_heads / a->num_kv_heads, a->head_dim);
+    row_state s[QWI_CPU_ATTN_ROWS];
+    int32_t ctx = 0;
+    for (int32_t i = 0; i < n; i++) {
+        row_begin(a, r0 + i, g, scratch + (size_t)i * per_row, &s[i]);
+        ctx = QWI_MAX(ctx, s[i].ctx);
+    }
+    for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE)
+        for (int32_t i = 0; i < n; i++)
+            if (t0 < s[i].ctx) row_tile(a, kt, g, t0, &s[i]);
+    for (int32_t i = 0; i < n; i++) row_end(a, r0 + i, g, &s[i]);
 }
 
 typedef struct attn_ctx {
     const qwi_cpu_attn *a;
     const qwi_cpu_kernels *kt;
     float *const *scratch;
+    int32_t rows;        /* rows per task (<= QWI_CPU_ATTN_ROWS) */
 } attn_ctx;
 
+/* Task t: kv head t % num_kv_heads of rows [b*rows, (b+1)*rows), b = t /
+ * num_kv_heads, cut where the sequence changes: rows of one sequence share
+ * its block table, so a run of them reuses each K/V tile. */
 static void attn_task(void *p, int64_t t, int thread) {
     const attn_ctx *c = p;
-    int32_t r = (int32_t)(t / c->a->num_kv_heads), g = (int32_t)(t % c->a->num_kv_heads);
-    qwr_attention_row(c->a, c->kt, r, g, c->scratch[thread]);
+    const qwi_cpu_attn *a = c->a;
+    const int32_t g = (int32_t)(t % a->num_kv_heads);
+    const int32_t r_begin = (int32_t)(t / a->num_kv_heads) * c->rows;
+    const int32_t r_end = QWI_MIN(a->num_tokens, r_begin + c->rows);
+    for (int32_t r0 = r_begin; r0 < r_end;) {
+        int32_t r1 = r0 + 1;
+        while (r1 < r_end && a->row_seq[r1] == a->row_seq[r0]) r1++;
+        attention_block(a, c->kt, r0, r1 - r0, g, c->scratch[thread]);
+        r0 = r1;
+    }
 }
 
 void qwi_cpu_attention(qwi_cpu_pool *pool, const qwi_cpu_kernels *kt, float *const *scratch,
                        const qwi_cpu_attn *a) {
-    attn_ctx c = { .a = a, .kt = kt, .scratch = scratch };
-    qwi_cpu_pool_run(pool, (int64_t)a->num_tokens * a->num_kv_heads, attn_task, &c);
+    /* Enough tasks to balance the threads (each row's work differs with
+     * its context length), as many rows per task as that allows. */
+    const int64_t want_tasks = 32 * (int64_t)qwi_cpu_pool_size(pool);
+    int64_t rows = (int64_t)a->num_tokens * a->num_kv_heads / want_tasks;
+    rows = QWI_MAX((int64_t)1, QWI_MIN((int64_t)QWI_CPU_ATTN_ROWS, rows));
+    attn_ctx c = { .a = a, .kt = kt, .scratch = scratch, .rows = (int32_t)rows };
+    qwi_cpu_pool_run(pool, QWI_DIV_UP((int64_t)a->num_tokens, rows) * a->num_kv_heads, attn_task, &c);
 }
 
 void qwi_cpu_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,
