@@ -553,6 +553,22 @@ static void batched_vector_ops(const char *name) {
             cr_assert(memcmp(&o1[i], &o2[i], sizeof o1[i]) == 0,
                       "%s axpy4 n %lld at %lld: %a vs 4 axpys %a", name, (long long)n, (long long)i,
                       o1[i], o2[i]);
+        /* the two-head forms: each head as the single forms give it */
+        float *a1 = frand(n), out0[4], out1[4], ref1[4];
+        kt->dot4x2(a, a1, b, n, out0, out1);
+        kt->dot4(a1, b, n, ref1);
+        cr_assert(memcmp(out0, out, sizeof out) == 0, "%s dot4x2 head 0 n %lld", name, (long long)n);
+        cr_assert(memcmp(out1, ref1, sizeof ref1) == 0, "%s dot4x2 head 1 n %lld", name, (long long)n);
+        const float s1[4] = { (float)urand(), 0.5f, (float)urand(), (float)urand() };
+        float *p0 = frand(n), *p1 = frand(n), *q0 = malloc((size_t)n * 4), *q1 = malloc((size_t)n * 4);
+        memcpy(q0, p0, (size_t)n * 4);
+        memcpy(q1, p1, (size_t)n * 4);
+        kt->axpy4x2(p0, p1, s, s1, b, n);
+        kt->axpy4(q0, s, b, n);
+        kt->axpy4(q1, s1, b, n);
+        cr_assert(memcmp(p0, q0, (size_t)n * 4) == 0, "%s axpy4x2 head 0 n %lld", name, (long long)n);
+        cr_assert(memcmp(p1, q1, (size_t)n * 4) == 0, "%s axpy4x2 head 1 n %lld", name, (long long)n);
+        free(a1); free(p0); free(p1); free(q0); free(q1);
         free(a); free(base); free(o1); free(o2);
     }
 }

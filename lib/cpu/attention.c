@@ -70,13 +70,22 @@ static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g
     const int32_t *bt = st->bt;
     float *scores = st->scores, *acc = st->acc, *mx = st->mx, *sum = st->sum;
 
-    /* scores of this tile, kept for the V pass; four positions at a time
-     * (dot4 is bit-identical to four dots) */
+    /* scores of this tile, kept for the V pass; four positions (and two
+     * heads) at a time: dot4/dot4x2 are bit-identical to single dots */
     int32_t p = t0;
     for (; p + 4 <= t1; p += 4) {
         const float *k4[4];
         for (int i = 0; i < 4; i++) k4[i] = a->k_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
-        for (int32_t h = 0; h < group; h++) {
+        int32_t h = 0;
+        for (; h + 2 <= group; h += 2) {   /* GQA: two heads per K load */
+            float d0[4], d1[4];
+            kt->dot4x2(q + (int64_t)h * hd, q + (int64_t)(h + 1) * hd, k4, hd, d0, d1);
+            for (int i = 0; i < 4; i++) {
+                scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d0[i] * a->scale;
+                scores[(h + 1) * QWI_CPU_ATTN_TILE + (p + i - t0)] = d1[i] * a->scale;
+            }
+        }
+        for (; h < group; h++) {
             float d[4];
             kt->dot4(q + (int64_t)h * hd, k4, hd, d);
             for (int i = 0; i < 4; i++) scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d[i] * a->scale;
@@ -109,7 +118,12 @@ static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g
     for (p = t0; p + 4 <= t1; p += 4) {
         const float *v4[4];
         for (int i = 0; i < 4; i++) v4[i] = a->v_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
-        for (int32_t h = 0; h < group; h++)
+        int32_t h = 0;
+        for (; h + 2 <= group; h += 2)
+            kt->axpy4x2(acc + (int64_t)h * hd, acc + (int64_t)(h + 1) * hd,
+                        scores + h * QWI_CPU_ATTN_TILE + (p - t0),
+                        scores + (h + 1) * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);
+        for (; h < group; h++)
             kt->axpy4(acc + (int64_t)h * hd, scores + h * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);
     }
     for (; p < t1; p++) {

@@ -237,6 +237,18 @@ void qwr_axpy4(float *o, const float s[4], const float *const v[4], int64_t n) {
     for (int i = 0; i < 4; i++) qwr_axpy(o, s[i], v[i], n);
 }
 
+void qwr_dot4x2(const float *a0, const float *a1, const float *const b[4], int64_t n,
+                float out0[4], float out1[4]) {
+    qwr_dot4(a0, b, n, out0);
+    qwr_dot4(a1, b, n, out1);
+}
+
+void qwr_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4],
+                 const float *const v[4], int64_t n) {
+    qwr_axpy4(o0, s0, v, n);
+    qwr_axpy4(o1, s1, v, n);
+}
+
 void qwr_embed_row(qwi_dtype dt, const void *table, int64_t row, int64_t n, float *out) {
     const char *base = (const char *)table + (size_t)row * (size_t)n * qwi_dtype_size(dt);
     qwr_to_f32(dt, base, n, out);
@@ -252,6 +264,8 @@ static const qwi_cpu_kernels generic = {
     .axpy = qwr_axpy,
     .dot4 = qwr_dot4,
     .axpy4 = qwr_axpy4,
+    .dot4x2 = qwr_dot4x2,
+    .axpy4x2 = qwr_axpy4x2,
 };
 
 const qwi_cpu_kernels *qwi_cpu_kernels_generic(void) { return &generic; }

@@ -71,6 +71,13 @@ typedef struct qwi_cpu_kernels {
      * o loaded and stored once. */
     void (*dot4)(const float *a, const float *const b[4], int64_t n, float out[4]);
     void (*axpy4)(float *o, const float s[4], const float *const v[4], int64_t n);
+    /* The same for two q heads of one GQA group sharing the K/V rows (each
+     * row loaded once for both): dot4 of a0 into out0 and of a1 into out1;
+     * axpy4 of (o0, s0) and of (o1, s1). Bit-identical to the single forms. */
+    void (*dot4x2)(const float *a0, const float *a1, const float *const b[4], int64_t n,
+                   float out0[4], float out1[4]);
+    void (*axpy4x2)(float *o0, float *o1, const float s0[4], const float s1[4],
+                    const float *const v[4], int64_t n);
 } qwi_cpu_kernels;
 
 /* The kernel table of this process: the widest variant the CPU supports
@@ -107,6 +114,10 @@ void qwr_axpy(float *o, float s, const float *v, int64_t n);
 /* The portable dot4/axpy4: four qwr_dot / qwr_axpy calls. */
 void qwr_dot4(const float *a, const float *const b[4], int64_t n, float out[4]);
 void qwr_axpy4(float *o, const float s[4], const float *const v[4], int64_t n);
+void qwr_dot4x2(const float *a0, const float *a1, const float *const b[4], int64_t n,
+                float out0[4], float out1[4]);
+void qwr_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4],
+                 const float *const v[4], int64_t n);
 
 /* sum a[i]*b[i] in the lane order of the contract above. */
 float qwr_dot(const float *a, const float *b, int64_t n);

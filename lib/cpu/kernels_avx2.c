@@ -429,6 +429,60 @@ static AVX2 void avx2_axpy4(float *o, const float s[4], const float *const v[4],
         for (int j = 0; j < 4; j++) o[i] = __builtin_fmaf(s[j], v[j][i], o[i]);
 }
 
+/* dot4 for two heads: 8 chains, each K row loaded once for both. */
+static AVX2 void avx2_dot4x2(const float *a0, const float *a1, const float *const b[4], int64_t n,
+                             float out0[4], float out1[4]) {
+    __m256 c0[4], c1[4];
+    for (int i = 0; i < 4; i++) c0[i] = c1[i] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 x0 = _mm256_loadu_ps(a0 + k), x1 = _mm256_loadu_ps(a1 + k);
+        for (int i = 0; i < 4; i++) {
+            __m256 bv = _mm256_loadu_ps(b[i] + k);
+            c0[i] = _mm256_fmadd_ps(x0, bv, c0[i]);
+            c1[i] = _mm256_fmadd_ps(x1, bv, c1[i]);
+        }
+    }
+    if (k < n) {
+        __m256 x0 = ld_f32_tail(a0 + k, n - k), x1 = ld_f32_tail(a1 + k, n - k);
+        for (int i = 0; i < 4; i++) {
+            __m256 bv = ld_f32_tail(b[i] + k, n - k);
+            c0[i] = _mm256_fmadd_ps(x0, bv, c0[i]);
+            c1[i] = _mm256_fmadd_ps(x1, bv, c1[i]);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        out0[i] = hsum8(c0[i]);
+        out1[i] = hsum8(c1[i]);
+    }
+}
+
+/* axpy4 for two heads: two independent FMA chains per V load. */
+static AVX2 void avx2_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4],
+                              const float *const v[4], int64_t n) {
+    __m256 w0[4], w1[4];
+    for (int j = 0; j < 4; j++) {
+        w0[j] = _mm256_set1_ps(s0[j]);
+        w1[j] = _mm256_set1_ps(s1[j]);
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a0 = _mm256_loadu_ps(o0 + i), a1 = _mm256_loadu_ps(o1 + i);
+        for (int j = 0; j < 4; j++) {
+            __m256 vv = _mm256_loadu_ps(v[j] + i);
+            a0 = _mm256_fmadd_ps(w0[j], vv, a0);
+            a1 = _mm256_fmadd_ps(w1[j], vv, a1);
+        }
+        _mm256_storeu_ps(o0 + i, a0);
+        _mm256_storeu_ps(o1 + i, a1);
+    }
+    for (; i < n; i++)
+        for (int j = 0; j < 4; j++) {
+            o0[i] = __builtin_fmaf(s0[j], v[j][i], o0[i]);
+            o1[i] = __builtin_fmaf(s1[j], v[j][i], o1[i]);
+        }
+}
+
 static const qwi_cpu_kernels avx2_table = {
     .name = "avx2",
     .matmul_f32 = avx2_matmul_f32,
@@ -439,6 +493,8 @@ static const qwi_cpu_kernels avx2_table = {
     .axpy = avx2_axpy,
     .dot4 = avx2_dot4,
     .axpy4 = avx2_axpy4,
+    .dot4x2 = avx2_dot4x2,
+    .axpy4x2 = avx2_axpy4x2,
 };
 
 const qwi_cpu_kernels *qwi_cpu_kernels_avx2(void) {

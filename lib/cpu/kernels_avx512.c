@@ -166,6 +166,18 @@ static AVX512 void avx512_axpy4(float *o, const float s[4], const float *const v
     for (int i = 0; i < 4; i++) avx512_axpy(o, s[i], v[i], n);
 }
 
+static AVX512 void avx512_dot4x2(const float *a0, const float *a1, const float *const b[4],
+                                 int64_t n, float out0[4], float out1[4]) {
+    avx512_dot4(a0, b, n, out0);
+    avx512_dot4(a1, b, n, out1);
+}
+
+static AVX512 void avx512_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4],
+                                  const float *const v[4], int64_t n) {
+    avx512_axpy4(o0, s0, v, n);
+    avx512_axpy4(o1, s1, v, n);
+}
+
 static const qwi_cpu_kernels avx512_table = {
     .name = "avx512",
     .matmul_f32 = avx512_matmul_f32,
@@ -179,6 +191,8 @@ static const qwi_cpu_kernels avx512_table = {
     .axpy = avx512_axpy,
     .dot4 = avx512_dot4,
     .axpy4 = avx512_axpy4,
+    .dot4x2 = avx512_dot4x2,
+    .axpy4x2 = avx512_axpy4x2,
 };
 
 const qwi_cpu_kernels *qwi_cpu_kernels_avx512(void) {
