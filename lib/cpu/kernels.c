@@ -132,27 +132,55 @@ static inline int64_t panel_row(int bf16, int slot) {
     return bf16 ? (slot & 1 ? 8 + slot / 2 : slot / 2) : slot;
 }
 
-/* Rows of x per pass over a panel: each weight is widened once per RB rows,
- * and RB x 16 accumulators still fit the vector registers of SSE2/NEON. */
-#define QWR_PANEL_RB 4
+/* The portable panel loop: up to QWR_PANEL_ROWS rows of x at a time, and
+ * the panel widened to f32 QWR_PANEL_KC values of k at a time into a small
+ * buffer, so each weight is converted once per 64 rows rather than once per
+ * row. Each output's chain still runs over k in order, so the blocking
+ * changes no bit. */
+/* Four f32 lanes as a GCC/Clang vector: SSE2 or NEON registers, IEEE
+ * element-wise operations (no contraction in ISO C mode), so a[q] + x * w
+ * is the scalar multiply-then-add of the contract, four at a time. */
+typedef float qwr_v4 __attribute__((vector_size(16)));
+
+#define QWR_PANEL_ROWS 64
+#define QWR_PANEL_KC 64
 
 #define QWR_MATMUL_PANEL(NAME, WT, LOAD, IS_BF16)                                          \
 void NAME(const float *x, int64_t M, int64_t K, const WT *w, int64_t N,                    \
           const float *bias, float *out, int64_t ldo, int accumulate) {                    \
+    float acc[QWR_PANEL_ROWS][16];                                                         \
+    float wv[QWR_PANEL_KC][16];                                                            \
     for (int64_t n0 = 0; n0 < N; n0 += 16) {                                               \
         const WT *p = w + (n0 / 16) * K * 16;                                              \
-        for (int64_t m0 = 0; m0 < M; m0 += QWR_PANEL_RB) {                                 \
-            const int rb = (int)QWI_MIN((int64_t)QWR_PANEL_RB, M - m0);                    \
-            float acc[QWR_PANEL_RB][16] = {{0}};                                           \
-            for (int64_t k = 0; k < K; k++) {                                              \
-                float wv[16];                                                              \
-                for (int s = 0; s < 16; s++) wv[s] = LOAD(p, k * 16 + s);                  \
-                for (int r = 0; r < rb; r++) {                                             \
-                    const float xv = x[(m0 + r) * K + k];                                  \
-                    for (int s = 0; s < 16; s++) acc[r][s] += xv * wv[s];                  \
+        for (int64_t m0 = 0; m0 < M; m0 += QWR_PANEL_ROWS) {                               \
+            const int64_t rb = QWI_MIN((int64_t)QWR_PANEL_ROWS, M - m0);                   \
+            memset(acc, 0, sizeof acc);                                                    \
+            for (int64_t k0 = 0; k0 < K; k0 += QWR_PANEL_KC) {                             \
+                const int64_t kc = QWI_MIN((int64_t)QWR_PANEL_KC, K - k0);                 \
+                for (int64_t k = 0; k < kc; k++)                                           \
+                    for (int s = 0; s < 16; s++) wv[k][s] = LOAD(p, (k0 + k) * 16 + s);    \
+                for (int64_t r = 0; r < rb; r += 2) {                                      \
+                    /* two rows: eight independent 4-lane chains hide the add latency */  \
+                    const int64_t r1 = r + 1 < rb ? r + 1 : r;                             \
+                    const float *x0 = x + (m0 + r) * K + k0, *x1 = x + (m0 + r1) * K + k0; \
+                    qwr_v4 a0[4], a1[4];                                                   \
+                    memcpy(a0, acc[r], sizeof a0);                                         \
+                    memcpy(a1, acc[r1], sizeof a1);                                        \
+                    for (int64_t k = 0; k < kc; k++) {                                     \
+                        qwr_v4 w4[4];                                                      \
+                        memcpy(w4, wv[k], sizeof w4);                                      \
+                        const qwr_v4 b0 = { x0[k], x0[k], x0[k], x0[k] };                  \
+                        const qwr_v4 b1 = { x1[k], x1[k], x1[k], x1[k] };                  \
+                        a0[0] = a0[0] + b0 * w4[0]; a1[0] = a1[0] + b1 * w4[0];            \
+                        a0[1] = a0[1] + b0 * w4[1]; a1[1] = a1[1] + b1 * w4[1];            \
+                        a0[2] = a0[2] + b0 * w4[2]; a1[2] = a1[2] + b1 * w4[2];            \
+                        a0[3] = a0[3] + b0 * w4[3]; a1[3] = a1[3] + b1 * w4[3];            \
+                    }                                                                      \
+                    memcpy(acc[r], a0, sizeof a0);                                         \
+                    memcpy(acc[r1], a1, sizeof a1); /* r1 == r: the same chain, twice */  \
                 }                                                                          \
             }                                                                              \
-            for (int r = 0; r < rb; r++)                                                   \
+            for (int64_t r = 0; r < rb; r++)                                               \
                 for (int s = 0; s < 16; s++) {                                             \
                     int64_t n = n0 + panel_row(IS_BF16, s);                                \
                     if (n < N) put(out + (m0 + r) * ldo + n, acc[r][s], bias, n, accumulate); \
