@@ -31,7 +31,10 @@ DEP_LIBS   := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
 OPT      ?= -O2
 SANITIZE ?=
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes
-CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -fPIC -fvisibility=hidden -pthread \
+# -ffp-contract=off: the kernels' determinism contracts (lib/cpu/kernels.h)
+# say where a multiply and an add are fused; GCC in ISO C mode already never
+# contracts on its own, clang would (and aarch64 has FMA in its baseline).
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -ffp-contract=off -fPIC -fvisibility=hidden -pthread \
               -Iinclude -iquote lib $(DEP_CFLAGS) $(SANITIZE) $(CFLAGS)
 LDLIBS_ALL := $(DEP_LIBS) -lm -pthread $(LDLIBS)
 
