@@ -81,6 +81,13 @@ typedef struct qwi_backend_config {
  * K and V, f32). */
 size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size);
 
+/* Whether the CPU backend copies matmul weights of weight_bytes into
+ * huge-page memory at create, packing f32/bf16 ones into panels (see
+ * pack_weights in cpu/cpu_backend.c): QWINFER_CPU_WEIGHTS=copy yes, =mmap
+ * no, otherwise when they take at most half of MemAvailable. The one place
+ * that rule lives; qw-bench asks it to measure the kernels the engine uses. */
+bool qwi_cpu_weights_copied(size_t weight_bytes);
+
 /* Create the CPU backend over a loaded model (borrowed: must outlive the
  * backend). Allocates the KV pool and all scratch up front, so forward()
  * does no allocation. On failure *out is NULL and nothing leaks. */

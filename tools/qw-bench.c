@@ -47,6 +47,7 @@
 #include "qwinfer.h"
 
 /* Internal: only for measuring the machine's limits. */
+#include "backend.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "cpu/panel.h"
@@ -307,14 +308,6 @@ static double measure_bandwidth(int nthreads, int copy, int reps) {
     free(src);
     free(dst);
     return best;
-}
-
-/* Whether the CPU backend will pack its weights into panels (its default;
- * QWINFER_CPU_WEIGHTS=mmap keeps the row-major file mapping, see
- * lib/cpu/cpu_backend.c), so that the peak is that of the kernels in use. */
-static int weights_packed(void) {
-    const char *e = getenv("QWINFER_CPU_WEIGHTS");
-    return !(e && !strcmp(e, "mmap"));
 }
 
 /* GEMM FLOP/s of kernel table kt through the backend's own parallel driver
@@ -784,6 +777,7 @@ typedef struct limits {
     double read_bw, copy_bw, gemm;
     const char *kernels;
     int measured;
+    int panel;                   /* the CPU backend will pack the weights into panels */
 } limits;
 
 static void report(bench *b, const char *label, const results *r, const limits *L, int first, int last) {
@@ -862,7 +856,10 @@ int main(int argc, char **argv) {
     load_model_info(b.a.model, cuda, &b.mi);
     int threads = b.a.threads > 0 ? b.a.threads : affinity_threads();
 
-    limits L = { .kernels = cuda ? "cuda" : qwi_cpu_kernels_select()->name };
+    /* the layout the backend will give these weights (file size: close
+     * enough to the matmul bytes for the backend's half-of-RAM rule) */
+    limits L = { .kernels = cuda ? "cuda" : qwi_cpu_kernels_select()->name,
+                 .panel = qwi_cpu_weights_copied((size_t)b.mi.weight_bytes) };
     if (b.a.limits) {
         if (!b.a.json) fprintf(stderr, "qw-bench: measuring machine limits...\n");
         L.read_bw = measure_bandwidth(threads, 0, 5);
@@ -870,7 +867,7 @@ int main(int argc, char **argv) {
         if (!cuda) {
             /* the 0.6B gate/up projection of a 512-token prefill */
             L.gemm = measure_gemm(qwi_cpu_kernels_select(), threads, 512, 1024, 3072, 1,
-                                  weights_packed(), 3);
+                                  L.panel, 3);
         } else {
             L.gemm = NAN;   /* tests/gpu/run.sh measures the cuBLASLt peak */
         }
@@ -951,7 +948,7 @@ int main(int argc, char **argv) {
             printf("machine: read bandwidth %.2f GB/s, copy %.2f GB/s (read+write), "
                    "peak GEMM %.1f GFLOP/s (bf16 512x1024x3072, %s %s, %d threads)\n",
                    L.read_bw / 1e9, L.copy_bw / 1e9, L.gemm / 1e9, L.kernels,
-                   weights_packed() ? "panel" : "rows", threads);
+                   L.panel ? "panel" : "rows", threads);
         printf("workload: mode %s%s%s, %d requests, input %d, output %d (%s), rate %g, concurrency %d, "
                "temperature %g, top-p %g\n", b.a.mode, b.a.scenario[0] ? ", scenario " : "",
                b.a.scenario, b.a.num_requests, b.a.input_len, b.a.output_len, b.a.len_dist, b.a.rate,

@@ -288,10 +288,16 @@ static size_t copy_bytes(const qwi_cpu_linear *l) {
     return p ? p : (size_t)l->n * (size_t)l->k * qwi_dtype_size(l->dtype);
 }
 
-static void pack_weights(cpu_backend *b) {
+bool qwi_cpu_weights_copied(size_t weight_bytes) {
     const char *env = getenv("QWINFER_CPU_WEIGHTS");
-    if (env && strcmp(env, "mmap") == 0) return;
-    const bool force = env && strcmp(env, "copy") == 0;
+    if (env && strcmp(env, "mmap") == 0) return false;
+    if (env && strcmp(env, "copy") == 0) return true;
+    size_t avail = mem_available();
+    return avail != 0 && weight_bytes <= avail / 2;
+}
+
+static void pack_weights(cpu_backend *b) {
+    if (!qwi_cpu_weights_copied(0)) return;   /* mmap asked for: skip the sizing too */
     const int nl = b->cfg.num_layers;
     const size_t nlin = (size_t)nl * 7 + 1;
     qwi_cpu_linear **ls = malloc(nlin * sizeof *ls);
@@ -307,8 +313,7 @@ static void pack_weights(cpu_backend *b) {
     for (size_t i = 0; i < n; i++) total += (copy_bytes(ls[i]) + 63) & ~(size_t)63;
     const size_t huge = (size_t)2 << 20;
     size_t len = (total + huge - 1) & ~(huge - 1);
-    size_t avail = mem_available();
-    if (!force && (avail == 0 || total > avail / 2)) {
+    if (!qwi_cpu_weights_copied(total)) {
         free(ls);
         return;
     }
