@@ -40,16 +40,20 @@ static size_t u8_lossy(const unsigned char *s, size_t n, int final, char *out, s
     return i;
 }
 
+/* Ids up to the model's vocabulary are valid (id_limit, see
+ * tokenizer_impl.h); those past the tokenizer's own name no token. */
 static qw_status check_id(const qwi_tokenizer *t, int32_t id, size_t index) {
-    if (id < 0 || id >= t->vocab_size)
+    if (id < 0 || id >= t->id_limit)
         return qwi_fail(QW_ERR_TOKEN_OUT_OF_RANGE,
                         "tokenizer: token id %d at index %zu is outside the vocabulary [0, %d)",
-                        (int)id, index, (int)t->vocab_size);
+                        (int)id, index, (int)t->id_limit);
     return QW_OK;
 }
 
+/* 1 if a valid id adds no bytes: a special token under skip_special, or an
+ * id past the tokenizer's table (a padding row of the model's embedding). */
 static int skipped(const qwi_tokenizer *t, int32_t id, int skip_special) {
-    return skip_special && (t->flags[id] & QWI_TOKF_SPECIAL);
+    return id >= t->vocab_size || (skip_special && (t->flags[id] & QWI_TOKF_SPECIAL));
 }
 
 qw_status qwi_tokenizer_decode(const qwi_tokenizer *t, const int32_t *ids, size_t n,

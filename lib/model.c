@@ -2,7 +2,6 @@
  * model.c - Qwen3/Qwen2 config parsing and the weight layout it implies
  * (see model.h). Names and shapes follow the Hugging Face checkpoints.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,22 +9,23 @@
 
 #include <jansson.h>
 
+#include "file.h"
 #include "model.h"
 
 /* Load a JSON object from <dir>/<name>. Missing file -> QW_ERR_IO (or, when
- * optional, QW_OK with *out NULL); bad JSON or not an object -> FORMAT. */
+ * optional, QW_OK with *out NULL), as is a FIFO or directory of that name
+ * (file.h); bad JSON or not an object -> FORMAT. */
 static qw_status qwi_json_load_obj(const char *dir, const char *name, bool optional,
                                    char *path, size_t path_cap, json_t **out) {
     *out = NULL;
     snprintf(path, path_cap, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (optional && errno == ENOENT) return QW_OK;
-        return qwi_fail(QW_ERR_IO, "open %s: %s", path, strerror(errno));
-    }
+    char *text = NULL;
+    size_t len = 0;
+    qw_status st = qwi_file_read(path, optional, &text, &len);
+    if (st != QW_OK || !text) return st;
     json_error_t jerr;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    fclose(f);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
     if (!root)
         return qwi_fail(QW_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", path, jerr.text,
                         jerr.line);
@@ -43,9 +43,13 @@ static json_t *qwi_json_opt(json_t *obj, const char *key) {
     return json_is_null(v) ? NULL : v;
 }
 
-/* An integer in [lo, hi]: required (missing -> FORMAT) unless def is given. */
-static qw_status qwi_cfg_int(json_t *obj, const char *path, const char *key, bool required,
-                             int32_t def, int64_t lo, int64_t hi, int32_t *out) {
+/* An integer in [lo, hi]: required (missing -> FORMAT) unless def is given.
+ * Values in [lo, hi] above limit are well-formed but beyond what qwinfer
+ * sizes memory for: QW_ERR_UNSUPPORTED naming the limit, so no absurd value
+ * from a file ever reaches the size arithmetic of the engine or a backend. */
+static qw_status qwi_cfg_int_lim(json_t *obj, const char *path, const char *key, bool required,
+                                 int32_t def, int64_t lo, int64_t hi, int64_t limit,
+                                 int32_t *out) {
     json_t *v = required ? json_object_get(obj, key) : qwi_json_opt(obj, key);
     if (!v) {
         if (required) return qwi_fail(QW_ERR_FORMAT, "%s: required key \"%s\" missing", path, key);
@@ -58,13 +62,22 @@ static qw_status qwi_cfg_int(json_t *obj, const char *path, const char *key, boo
     if (n < lo || n > hi)
         return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" = %lld out of range [%lld, %lld]", path, key,
                         (long long)n, (long long)lo, (long long)hi);
+    if (n > limit)
+        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: \"%s\" = %lld is above qwinfer's limit of %lld",
+                        path, key, (long long)n, (long long)limit);
     *out = (int32_t)n;
     return QW_OK;
 }
 
-/* A finite number > 0 (integer or real). */
+/* qwi_cfg_int_lim without a limit of its own beyond hi. */
+static qw_status qwi_cfg_int(json_t *obj, const char *path, const char *key, bool required,
+                             int32_t def, int64_t lo, int64_t hi, int32_t *out) {
+    return qwi_cfg_int_lim(obj, path, key, required, def, lo, hi, hi, out);
+}
+
+/* A finite number > 0 (integer or real), at most max (UNSUPPORTED above). */
 static qw_status qwi_cfg_pos_real(json_t *obj, const char *path, const char *key, bool required,
-                                  double def, double *out) {
+                                  double def, double max, double *out) {
     json_t *v = required ? json_object_get(obj, key) : qwi_json_opt(obj, key);
     if (!v) {
         if (required) return qwi_fail(QW_ERR_FORMAT, "%s: required key \"%s\" missing", path, key);
@@ -77,6 +90,9 @@ static qw_status qwi_cfg_pos_real(json_t *obj, const char *path, const char *key
     if (!isfinite(d) || d <= 0)
         return qwi_fail(QW_ERR_FORMAT, "%s: \"%s\" = %g out of range (positive and finite)", path,
                         key, d);
+    if (d > max)
+        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: \"%s\" = %g is above qwinfer's limit of %g", path,
+                        key, d, max);
     *out = d;
     return QW_OK;
 }
@@ -188,27 +204,32 @@ static qw_status qwi_cfg_parse(json_t *root, const char *path, qwi_config *c) {
     if ((st = qwi_cfg_unsupported(root, path)) != QW_OK) return st;
 
     const int64_t big = INT32_MAX;
-    if ((st = qwi_cfg_int(root, path, "vocab_size", true, 0, 1, big, &c->vocab_size)) ||
-        (st = qwi_cfg_int(root, path, "hidden_size", true, 0, 1, big, &c->hidden_size)) ||
-        (st = qwi_cfg_int(root, path, "intermediate_size", true, 0, 1, big,
-                          &c->intermediate_size)) ||
-        (st = qwi_cfg_int(root, path, "num_hidden_layers", true, 0, 1, big, &c->num_layers)) ||
-        (st = qwi_cfg_int(root, path, "num_attention_heads", true, 0, 1, big, &c->num_heads)) ||
-        (st = qwi_cfg_pos_real(root, path, "rms_norm_eps", true, 0, &c->rms_norm_eps)))
+    if ((st = qwi_cfg_int_lim(root, path, "vocab_size", true, 0, 1, big, QWI_CFG_MAX_VOCAB,
+                              &c->vocab_size)) ||
+        (st = qwi_cfg_int_lim(root, path, "hidden_size", true, 0, 1, big, QWI_CFG_MAX_HIDDEN,
+                              &c->hidden_size)) ||
+        (st = qwi_cfg_int_lim(root, path, "intermediate_size", true, 0, 1, big,
+                              QWI_CFG_MAX_INTERMEDIATE, &c->intermediate_size)) ||
+        (st = qwi_cfg_int_lim(root, path, "num_hidden_layers", true, 0, 1, big,
+                              QWI_CFG_MAX_LAYERS, &c->num_layers)) ||
+        (st = qwi_cfg_int_lim(root, path, "num_attention_heads", true, 0, 1, big,
+                              QWI_CFG_MAX_HEADS, &c->num_heads)) ||
+        (st = qwi_cfg_pos_real(root, path, "rms_norm_eps", true, 0, QWI_CFG_MAX_RMS_EPS,
+                               &c->rms_norm_eps)))
         return st;
-    if ((st = qwi_cfg_int(root, path, "num_key_value_heads", false, c->num_heads, 1, big,
-                          &c->num_kv_heads)))
+    if ((st = qwi_cfg_int_lim(root, path, "num_key_value_heads", false, c->num_heads, 1, big,
+                              QWI_CFG_MAX_HEADS, &c->num_kv_heads)))
         return st;
     if (!qwi_json_opt(root, "head_dim") && c->hidden_size % c->num_heads != 0)
         return qwi_fail(QW_ERR_FORMAT, "%s: hidden_size %d is not a multiple of "
                         "num_attention_heads %d and head_dim is not given", path,
                         c->hidden_size, c->num_heads);
-    if ((st = qwi_cfg_int(root, path, "head_dim", false, c->hidden_size / c->num_heads, 1, big,
-                          &c->head_dim)) ||
-        (st = qwi_cfg_int(root, path, "max_position_embeddings", false, 32768, 1, big,
-                          &c->max_position_embeddings)) ||
+    if ((st = qwi_cfg_int_lim(root, path, "head_dim", false, c->hidden_size / c->num_heads, 1,
+                              big, QWI_CFG_MAX_HEAD_DIM, &c->head_dim)) ||
+        (st = qwi_cfg_int_lim(root, path, "max_position_embeddings", false, 32768, 1, big,
+                              QWI_CFG_MAX_POSITIONS, &c->max_position_embeddings)) ||
         (st = qwi_cfg_pos_real(root, path, "rope_theta", false, q3 ? 1000000.0 : 10000.0,
-                               &c->rope_theta)) ||
+                               QWI_CFG_MAX_ROPE_THETA, &c->rope_theta)) ||
         (st = qwi_cfg_bool(root, path, "tie_word_embeddings", false, &c->tie_word_embeddings)))
         return st;
     if (q3) {
@@ -230,13 +251,15 @@ static qw_status qwi_cfg_parse(json_t *root, const char *path, qwi_config *c) {
 /* Parse <dir>/config.json (+ optional generation_config.json). On success
  * fills *cfg; on failure *cfg is unchanged and the message names file and key. */
 qw_status qwi_config_load(const char *dir, qwi_config *cfg) {
+    qw_status st = qwi_file_check_dir(dir, "the model path (QW_OPT_MODEL_PATH)");
+    if (st != QW_OK) return st;
     size_t cap = strlen(dir) + 32;
     char *path = malloc(cap);
     if (!path) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "config: out of memory");
     qwi_config c;
     memset(&c, 0, sizeof c);
     json_t *root = NULL;
-    qw_status st = qwi_json_load_obj(dir, "config.json", false, path, cap, &root);
+    st = qwi_json_load_obj(dir, "config.json", false, path, cap, &root);
     if (st == QW_OK) st = qwi_cfg_parse(root, path, &c);
     json_decref(root);
     root = NULL;

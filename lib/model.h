@@ -12,6 +12,22 @@
 
 #define QWI_MAX_EOS 8
 
+/* The largest config.json values qwinfer loads (QW_ERR_UNSUPPORTED above,
+ * naming the key and the limit). Each is several times the largest released
+ * Qwen/Llama-class model's, and together they keep every size the engine and
+ * the backends derive from a config (KV bytes per block, plan buffers, RoPE
+ * tables, per-layer tensors) far from 32- and 64-bit overflow.
+ * QWI_CFG_MAX_POSITIONS equals the upper bound of QW_OPT_MAX_MODEL_LEN. */
+#define QWI_CFG_MAX_VOCAB        (1 << 20)   /* Qwen3: 151936, Gemma 3: 262144 */
+#define QWI_CFG_MAX_HIDDEN       (1 << 16)   /* Llama 3 405B: 16384            */
+#define QWI_CFG_MAX_INTERMEDIATE (1 << 18)   /* Llama 3 405B: 53248            */
+#define QWI_CFG_MAX_LAYERS       1024        /* Llama 3 405B: 126              */
+#define QWI_CFG_MAX_HEADS        1024        /* Llama 3 405B: 128              */
+#define QWI_CFG_MAX_HEAD_DIM     1024        /* Qwen3: 128, Gemma 2: 256       */
+#define QWI_CFG_MAX_POSITIONS    (1 << 24)   /* Qwen2.5-1M: 1010000            */
+#define QWI_CFG_MAX_ROPE_THETA   1e12        /* Qwen2.5-1M: 1e7                */
+#define QWI_CFG_MAX_RMS_EPS      1.0         /* real models: 1e-6 .. 1e-5      */
+
 typedef struct qwi_config {
     int32_t vocab_size;
     int32_t hidden_size;
@@ -58,9 +74,12 @@ typedef struct qwi_model {
 } qwi_model;
 
 /* Parse <dir>/config.json (and generation_config.json if present) into cfg.
- * Required keys missing or of the wrong type -> QW_ERR_FORMAT naming the key;
+ * Required keys missing, of the wrong type or out of their type's range ->
+ * QW_ERR_FORMAT naming the key; values above the QWI_CFG_MAX_* limits and
  * architectures other than Qwen3ForCausalLM/Qwen2ForCausalLM ->
- * QW_ERR_UNSUPPORTED. */
+ * QW_ERR_UNSUPPORTED naming the key (and limit). A NULL or empty dir ->
+ * QW_ERR_INVALID_ARGUMENT; a missing config.json or one that is not a
+ * regular file -> QW_ERR_IO naming it. */
 qw_status qwi_config_load(const char *dir, qwi_config *cfg);
 
 /* Load config and map weights, checking that every expected tensor is present

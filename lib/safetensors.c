@@ -7,7 +7,6 @@
  * then the data section; offsets are relative to the data section.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +16,16 @@
 
 #include <jansson.h>
 
+#include "file.h"
 #include "safetensors.h"
 
 /* The reference implementation refuses headers over 100 MB; a larger length
  * is a corrupt file, and refusing it early avoids parsing garbage. */
 #define QWI_ST_MAX_HEADER (100u * 1024u * 1024u)
+
+/* No real dimension comes near 2^40 elements; with every dimension below it
+ * a shape's element count is only overflow-checked, never trusted. */
+#define QWI_ST_MAX_DIM ((uint64_t)1 << 40)
 
 typedef struct qwi_st_file {
     char *path;             /* owned; qwi_tensor.file points here          */
@@ -132,6 +136,12 @@ static qw_status qwi_st_parse_entry(const char *path, const char *name, json_t *
             return qwi_fail(QW_ERR_FORMAT, "%s: tensor %s: shape[%zu] is not a non-negative integer",
                             path, name, i);
         uint64_t n = (uint64_t)json_integer_value(d);
+        /* A zero dimension makes numel 0 whatever the others say, so the
+         * byte-count check alone would let an absurd one through. */
+        if (n > QWI_ST_MAX_DIM)
+            return qwi_fail(QW_ERR_FORMAT, "%s: tensor %s: shape[%zu] = %llu is absurd (limit %llu; "
+                            "sizes computed from it could overflow)", path, name, i,
+                            (unsigned long long)n, (unsigned long long)QWI_ST_MAX_DIM);
         if (n != 0 && numel > UINT64_MAX / n)
             return qwi_fail(QW_ERR_FORMAT, "%s: tensor %s: shape overflows", path, name);
         numel *= n;
@@ -286,33 +296,25 @@ static qw_status qwi_st_add_file(qwi_st_set *set, const char *path) {
     if (!f->path) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "safetensors: out of memory");
     set->num_files++; /* from here on qwi_st_close frees it */
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return qwi_fail(QW_ERR_IO, "open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
+    int fd;
+    uint64_t size;
+    qw_status st = qwi_file_open(path, false, &fd, &size);
+    if (st != QW_OK) return st;
+    if (size < 8) {
         close(fd);
-        return qwi_fail(QW_ERR_IO, "stat %s: %s", path, strerror(e));
+        return qwi_fail(QW_ERR_FORMAT, "%s: %llu bytes, too short for a safetensors file",
+                        path, (unsigned long long)size);
     }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return qwi_fail(QW_ERR_IO, "%s: not a regular file", path);
-    }
-    if (sb.st_size < 8) {
-        close(fd);
-        return qwi_fail(QW_ERR_FORMAT, "%s: %lld bytes, too short for a safetensors file",
-                        path, (long long)sb.st_size);
-    }
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
+    if (size > SIZE_MAX) {
         close(fd);
         return qwi_fail(QW_ERR_IO, "%s: too large to map", path);
     }
-    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd); /* the mapping keeps the file alive */
     if (m == MAP_FAILED) return qwi_fail(QW_ERR_IO, "mmap %s: %s", path, strerror(e));
     f->map = m;
-    f->map_len = (size_t)sb.st_size;
+    f->map_len = (size_t)size;
     return qwi_st_parse_header(set, f);
 }
 
@@ -357,12 +359,16 @@ static bool qwi_st_shard_name_ok(const char *s) {
 }
 
 static qw_status qwi_st_open_index(const char *dir, const char *index_path, qwi_st_set *set) {
+    char *text = NULL;
+    size_t len = 0;
+    qw_status st = qwi_file_read(index_path, false, &text, &len);
+    if (st != QW_OK) return st;
     json_error_t jerr;
-    json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
     if (!root)
         return qwi_fail(QW_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", index_path,
                         jerr.text, jerr.line);
-    qw_status st = QW_OK;
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     if (!json_is_object(wm)) {
         st = qwi_fail(QW_ERR_FORMAT, "%s: \"weight_map\" missing or not an object", index_path);
@@ -424,6 +430,8 @@ done:
  * Neither present -> QW_ERR_IO naming dir. *out as in qwi_st_open_file. */
 qw_status qwi_st_open_dir(const char *dir, qwi_st_set **out) {
     *out = NULL;
+    qw_status dst = qwi_file_check_dir(dir, "the model path (QW_OPT_MODEL_PATH)");
+    if (dst != QW_OK) return dst;
     char *index_path = qwi_path_join(dir, "model.safetensors.index.json");
     char *single_path = qwi_path_join(dir, "model.safetensors");
     qwi_st_set *set = NULL;

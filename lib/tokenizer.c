@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <xxhash.h>
 
+#include "file.h"
 #include "tokenizer_impl.h"
 
 /* Qwen2/2.5/3's pre-tokenizer (the Split regex of their tokenizer.json),
@@ -26,6 +27,7 @@ typedef struct tok_entry {
     size_t len;
     int32_t id;
     int added, special;
+    const char *src;   /* the file it came from, for messages */
 } tok_entry;
 
 typedef struct entry_list {
@@ -34,7 +36,7 @@ typedef struct entry_list {
 } entry_list;
 
 static int entries_push(entry_list *l, const char *s, size_t len, int64_t id, int added,
-                        int special) {
+                        int special, const char *src) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 1024;
         tok_entry *v = realloc(l->v, cap * sizeof *v);
@@ -42,7 +44,7 @@ static int entries_push(entry_list *l, const char *s, size_t len, int64_t id, in
         l->v = v;
         l->cap = cap;
     }
-    l->v[l->n++] = (tok_entry){s, len, (int32_t)id, added, special};
+    l->v[l->n++] = (tok_entry){s, len, (int32_t)id, added, special, src};
     return 0;
 }
 
@@ -162,11 +164,27 @@ static int added_cmp(const void *a, const void *b) {
 static qw_status build_vocab(qwi_tokenizer *t, entry_list *el, const char *src) {
     int64_t max_id = -1;
     size_t total = 0, n_added = 0;
+    /* The tables are sized by the largest id, so ids are bounded before
+     * anything is allocated: by the model's vocabulary when there is one,
+     * else by the number of tokens (HF allows holes, not a 3 KB file
+     * claiming 2^31 ids). */
+    int64_t bound = t->id_limit > 0 ? t->id_limit
+                                    : QWI_MIN((int64_t)QWI_TOK_MAX_IDS,
+                                              2 * (int64_t)el->n + QWI_TOK_ID_SLACK);
     for (size_t i = 0; i < el->n; i++) {
         tok_entry *e = &el->v[i];
         if (e->id < 0)
             return qwi_fail(QW_ERR_FORMAT, "%s: token \"%.*s\" has a negative id", src,
                             (int)QWI_MIN(e->len, 64), e->s);
+        if (e->id >= bound) {
+            if (t->id_limit > 0)
+                return qwi_fail(QW_ERR_FORMAT, "%s: token \"%.*s\" has id %d, outside the model's "
+                                "vocabulary [0, %d) (config.json vocab_size)", e->src,
+                                (int)QWI_MIN(e->len, 64), e->s, (int)e->id, (int)t->id_limit);
+            return qwi_fail(QW_ERR_FORMAT, "%s: token \"%.*s\" has id %d, but the tokenizer files "
+                            "hold %zu tokens: ids must stay below %lld", e->src,
+                            (int)QWI_MIN(e->len, 64), e->s, (int)e->id, el->n, (long long)bound);
+        }
         if (e->len == 0)
             return qwi_fail(QW_ERR_FORMAT, "%s: token id %d is an empty string", src,
                             (int)e->id);
@@ -309,20 +327,16 @@ static qw_status merge_add(qwi_tokenizer *t, const char *a, size_t al, const cha
 
 /* ---- files ------------------------------------------------------------------- */
 
-static int file_exists(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    fclose(f);
-    return 1;
-}
-
 static qw_status load_json(const char *path, json_t **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return qwi_fail(QW_ERR_IO, "open %s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    *out = NULL;
+    qw_status st = qwi_file_read(path, false, &text, &len);
+    if (st != QW_OK) return st;
     json_error_t err;
     /* Duplicate keys would silently drop tokens: reject them. */
-    *out = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
-    fclose(f);
+    *out = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    free(text);
     if (!*out)
         return qwi_fail(QW_ERR_FORMAT, "%s: bad JSON at line %d column %d: %s", path, err.line,
                         err.column, err.text);
@@ -342,7 +356,7 @@ static qw_status vocab_from_object(json_t *vocab, entry_list *el, const char *sr
         if (id < 0 || id > INT32_MAX - 1)
             return qwi_fail(QW_ERR_FORMAT, "%s: vocab entry \"%.64s\" has id %lld out of range",
                             src, key, (long long)id);
-        if (entries_push(el, key, strlen(key), id, 0, 0))
+        if (entries_push(el, key, strlen(key), id, 0, 0, src))
             return qwi_fail(QW_ERR_OUT_OF_MEMORY, "%s: out of memory", src);
     }
     return QW_OK;
@@ -358,7 +372,8 @@ static qw_status added_from_object(json_t *o, int64_t id, entry_list *el, const 
         return qwi_fail(QW_ERR_FORMAT, "%s: added token \"%.64s\" has id %lld out of range", src,
                         json_string_value(c), (long long)id);
     json_t *sp = json_object_get(o, "special");
-    if (entries_push(el, json_string_value(c), json_string_length(c), id, 1, json_is_true(sp)))
+    if (entries_push(el, json_string_value(c), json_string_length(c), id, 1, json_is_true(sp),
+                     src))
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "%s: out of memory", src);
     return QW_OK;
 }
@@ -476,7 +491,7 @@ static qw_status load_vocab_merges(qwi_tokenizer *t, const char *vocab_path,
     qw_status st = load_json(vocab_path, &vocab);
     if (st) goto done;
     if ((st = vocab_from_object(vocab, &el, vocab_path))) goto done;
-    if (file_exists(config_path)) {
+    if (qwi_file_exists(config_path)) {
         if ((st = load_json(config_path, &config))) goto done;
         json_t *dec = json_object_get(config, "added_tokens_decoder");
         const char *key;
@@ -495,24 +510,10 @@ static qw_status load_vocab_merges(qwi_tokenizer *t, const char *vocab_path,
     }
     if ((st = build_vocab(t, &el, vocab_path))) goto done;
 
-    FILE *f = fopen(merges_path, "rb");
-    if (!f) {
-        st = qwi_fail(QW_ERR_IO, "open %s: %s", merges_path, strerror(errno));
-        goto done;
-    }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    text = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)sz, f) : 0;
-    fclose(f);
-    if (!text || got != (size_t)sz) {
-        st = qwi_fail(text ? QW_ERR_IO : QW_ERR_OUT_OF_MEMORY, "read %s", merges_path);
-        goto done;
-    }
-    text[sz] = '\0';
+    size_t sz = 0;
+    if ((st = qwi_file_read(merges_path, false, &text, &sz))) goto done;
     size_t lines = 0;
-    for (long i = 0; i < sz; i++) lines += text[i] == '\n';
+    for (size_t i = 0; i < sz; i++) lines += text[i] == '\n';
     if ((st = merges_alloc(t, lines + 1, merges_path))) goto done;
     char *p = text, *end = text + sz;
     for (size_t line = 1; p < end; line++) {
@@ -546,30 +547,40 @@ done:
     return st;
 }
 
-qw_status qwi_tokenizer_load_dir(const char *dir, qwi_tokenizer **out) {
+/* Load for qwi_tokenizer_load_dir (model_vocab 0) and
+ * qwi_tokenizer_load_dir_for_model (model_vocab > 0). */
+static qw_status load_dir(const char *dir, int32_t model_vocab, qwi_tokenizer **out) {
     if (!out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "tokenizer: NULL out");
     *out = NULL;
-    if (!dir) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "tokenizer: NULL directory");
+    qw_status st = qwi_file_check_dir(dir, "tokenizer: the directory path");
+    if (st != QW_OK) return st;
     size_t dl = strlen(dir);
     char *p1 = malloc(dl + 32), *p2 = malloc(dl + 32), *p3 = malloc(dl + 32);
     qwi_tokenizer *t = calloc(1, sizeof *t);
-    qw_status st;
     if (!p1 || !p2 || !p3 || !t) {
         st = qwi_fail(QW_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
         goto done;
     }
+    t->id_limit = model_vocab;   /* the bound build_vocab checks ids against */
     snprintf(p1, dl + 32, "%s/tokenizer.json", dir);
-    if (file_exists(p1)) {
+    /* Existence picks the file set; a name that exists but is not a regular
+     * file (a FIFO, a directory) is then refused by the open, not skipped. */
+    if (qwi_file_exists(p1)) {
         st = load_tokenizer_json(t, p1);
     } else {
         snprintf(p1, dl + 32, "%s/vocab.json", dir);
         snprintf(p2, dl + 32, "%s/merges.txt", dir);
         snprintf(p3, dl + 32, "%s/tokenizer_config.json", dir);
-        if (file_exists(p1) && file_exists(p2))
+        if (qwi_file_exists(p1) && qwi_file_exists(p2))
             st = load_vocab_merges(t, p1, p2, p3);
         else
             st = qwi_fail(QW_ERR_IO, "%s: no tokenizer.json, nor vocab.json with merges.txt", dir);
     }
+    if (st == QW_OK) {
+        t->src = strdup(p1);
+        if (!t->src) st = qwi_fail(QW_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    }
+    if (st == QW_OK && t->id_limit <= 0) t->id_limit = t->vocab_size;
 done:
     free(p1);
     free(p2);
@@ -582,8 +593,24 @@ done:
     return QW_OK;
 }
 
+/* A standalone tokenizer: ids bounded by the files' own token count. */
+qw_status qwi_tokenizer_load_dir(const char *dir, qwi_tokenizer **out) {
+    return load_dir(dir, 0, out);
+}
+
+/* A model's tokenizer: ids bounded by, and decodable up to, model_vocab. */
+qw_status qwi_tokenizer_load_dir_for_model(const char *dir, int32_t model_vocab,
+                                           qwi_tokenizer **out) {
+    if (model_vocab <= 0) {
+        if (out) *out = NULL;
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "tokenizer: model vocabulary %d", (int)model_vocab);
+    }
+    return load_dir(dir, model_vocab, out);
+}
+
 void qwi_tokenizer_free(qwi_tokenizer *t) {
     if (!t) return;
+    free(t->src);
     free(t->flags);
     free(t->str_off);
     free(t->str_len);

@@ -28,6 +28,13 @@
 
 typedef struct qwi_tokenizer qwi_tokenizer;
 
+/* Token ids a standalone tokenizer accepts: below 2 * (tokens in its files)
+ * + QWI_TOK_ID_SLACK, and below QWI_TOK_MAX_IDS, since the per-id tables are
+ * sized by the largest id. A model's tokenizer is bounded by the model's
+ * vocab_size instead. */
+#define QWI_TOK_MAX_IDS (1 << 24)
+#define QWI_TOK_ID_SLACK 65536
+
 /* Load the tokenizer of a Hugging Face model directory.
  * Looks for, in order:
  *   - dir/tokenizer.json (model.vocab, model.merges as "a b" strings or
@@ -36,11 +43,25 @@ typedef struct qwi_tokenizer qwi_tokenizer;
  *   - dir/vocab.json + dir/merges.txt, with added tokens from
  *     dir/tokenizer_config.json's added_tokens_decoder when that file exists.
  * On success *out is owned by the caller (qwi_tokenizer_free). On failure
- * *out is NULL, nothing leaks, and the status is QW_ERR_IO when no tokenizer
- * file is found or one cannot be read, QW_ERR_FORMAT (message naming the
- * file and entry) for bad JSON, a merge naming an unknown token, a duplicate
- * or negative id, or a vocabulary lacking a byte token; QW_ERR_OUT_OF_MEMORY. */
+ * *out is NULL, nothing leaks, and the status is QW_ERR_INVALID_ARGUMENT for
+ * a NULL or empty dir, QW_ERR_IO when no tokenizer file is found or one
+ * cannot be read or is not a regular file (a FIFO, a directory),
+ * QW_ERR_FORMAT (message naming the file and entry) for bad JSON, a merge
+ * naming an unknown token, a duplicate or negative id, an id beyond the
+ * bound above QWI_TOK_MAX_IDS (naming the token and id), or a vocabulary
+ * lacking a byte token; QW_ERR_UNSUPPORTED for a non-BPE model;
+ * QW_ERR_OUT_OF_MEMORY. Ids in [vocab size, ...) are out of range for
+ * decode. */
 qw_status qwi_tokenizer_load_dir(const char *dir, qwi_tokenizer **out);
+
+/* The same for the tokenizer of a model with model_vocab ids (> 0, else
+ * QW_ERR_INVALID_ARGUMENT): every id in the files must be below model_vocab
+ * (QW_ERR_FORMAT naming the file, token and id, checked before any table is
+ * sized), and decode and the detokenizer accept ids in [vocab size,
+ * model_vocab) as tokens that decode to nothing, as Hugging Face does for
+ * the padding rows of a model's embedding that the model can still sample. */
+qw_status qwi_tokenizer_load_dir_for_model(const char *dir, int32_t model_vocab,
+                                           qwi_tokenizer **out);
 
 /* Free a tokenizer. NULL is a no-op. No other thread may be using it. */
 void qwi_tokenizer_free(qwi_tokenizer *tok);
@@ -58,8 +79,12 @@ int32_t qwi_tokenizer_vocab_size(const qwi_tokenizer *tok);
  * On success *ids is a malloc'd array of *n ids (NULL when *n is 0) that the
  * caller frees with free(). On failure *ids is NULL and *n is 0:
  * QW_ERR_INVALID_ARGUMENT for NULL arguments or text that is not valid UTF-8
- * (the message gives the byte offset), QW_ERR_OUT_OF_MEMORY, QW_ERR_INTERNAL
- * for a regex engine failure. Thread-safe. */
+ * (the message gives the byte offset), QW_ERR_OUT_OF_MEMORY (also when the
+ * regex engine runs out of memory), QW_ERR_UNSUPPORTED when the
+ * pre-tokenizer regex of the tokenizer file hits PCRE2's match, depth or
+ * heap limit on this text (a pattern that backtracks catastrophically; the
+ * message names the file and the byte offset), QW_ERR_INTERNAL for any other
+ * regex engine failure. Thread-safe. */
 qw_status qwi_tokenizer_encode(const qwi_tokenizer *tok, const char *text, size_t len,
                                int parse_special, int32_t **ids, size_t *n);
 
@@ -68,8 +93,9 @@ qw_status qwi_tokenizer_encode(const qwi_tokenizer *tok, const char *text, size_
  * sequence is replaced by U+FFFD (one per maximal invalid subpart, like
  * Python's errors="replace" and Rust's from_utf8_lossy). skip_special: leave
  * out added tokens marked `special`. On success *out is a malloc'd
- * NUL-terminated string of *len bytes (caller frees with free()). Ids < 0 or
- * >= vocab size give QW_ERR_TOKEN_OUT_OF_RANGE (message names the index);
+ * NUL-terminated string of *len bytes (caller frees with free()). Ids in
+ * [vocab size, model vocab) of a model's tokenizer add nothing; ids < 0 or
+ * beyond that give QW_ERR_TOKEN_OUT_OF_RANGE (message names the index);
  * *out is then NULL. Thread-safe. */
 qw_status qwi_tokenizer_decode(const qwi_tokenizer *tok, const int32_t *ids, size_t n,
                                int skip_special, char **out, size_t *len);

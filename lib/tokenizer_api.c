@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "engine.h"
+#include "file.h"
 #include "tokenizer_api.h"
 
 static qw_status handle_new(qwi_tokenizer *impl, bool engine_owned, qw_tokenizer **out) {
@@ -34,8 +34,7 @@ static bool dir_has(const char *dir, const char *name) {
     char *p = malloc(n);
     if (!p) return true;   /* let the loader report the failure */
     snprintf(p, n, "%s/%s", dir, name);
-    struct stat st;
-    bool ok = stat(p, &st) == 0;
+    bool ok = qwi_file_exists(p);   /* of any type: the loader refuses a FIFO */
     free(p);
     return ok;
 }
@@ -46,14 +45,9 @@ qw_status qwi_tokenizer_open_model_dir(const char *dir, int32_t model_vocab, qw_
     if (!dir_has(dir, "tokenizer.json") && !dir_has(dir, "vocab.json") && !dir_has(dir, "merges.txt"))
         return QW_OK;
     qwi_tokenizer *impl = NULL;
-    qw_status st = qwi_tokenizer_load_dir(dir, &impl);
+    /* Bounded by the model's vocabulary before any table is sized. */
+    qw_status st = qwi_tokenizer_load_dir_for_model(dir, model_vocab, &impl);
     if (st != QW_OK) return qwi_fail_prefix(st, "the model's tokenizer");
-    int32_t nv = qwi_tokenizer_vocab_size(impl);
-    if (nv > model_vocab) {
-        qwi_tokenizer_free(impl);
-        return qwi_fail(QW_ERR_FORMAT, "the model's tokenizer in %s has %d ids but config.json's vocab_size is %d",
-                        dir, nv, model_vocab);
-    }
     return handle_new(impl, true, out);
 }
 

@@ -18,9 +18,10 @@ struct qw_tokenizer {
 /* The tokenizer of a model directory for an engine of model_vocab ids.
  * *out is NULL (and QW_OK) when the directory has no tokenizer file
  * (neither tokenizer.json nor vocab.json nor merges.txt); a tokenizer file
- * that is there but malformed or unreadable, or a tokenizer with more ids
- * than the model, is an error whose message names the file. The result is
- * engine-owned: free it with qwi_tokenizer_handle_free. */
+ * that is there but malformed, unreadable or not a regular file, or a
+ * token id >= model_vocab, is an error whose message names the file. Ids in
+ * [tokenizer size, model_vocab) decode to nothing (the embedding's padding
+ * rows). The result is engine-owned: free it with qwi_tokenizer_handle_free. */
 qw_status qwi_tokenizer_open_model_dir(const char *dir, int32_t model_vocab, qw_tokenizer **out);
 
 /* Free a handle whatever its owner. NULL is a no-op. */

@@ -42,6 +42,8 @@ typedef struct enc_ctx {
     size_t sym_cap;
     /* regex */
     pcre2_match_data *md;
+    size_t seg_base;        /* offset in the caller's text of the stretch matched */
+    int seg_nfc;            /* 1 when that stretch was NFC-normalised (offsets shift) */
     piece_slot *cache;      /* NULL for short inputs */
 } enc_ctx;
 
@@ -170,6 +172,26 @@ static int bpe_piece(enc_ctx *c, const unsigned char *s, size_t n) {
 
 /* ---- pre-tokenizer ------------------------------------------------------------ */
 
+/* The status of a failed match. The limits are hit by a pattern that
+ * backtracks catastrophically on this text: the regex comes from the
+ * tokenizer file, so that is the file's problem, not a qwinfer bug. */
+static qw_status regex_failure(const enc_ctx *c, int rc, size_t from) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(rc, msg, sizeof msg);
+    size_t at = c->seg_base + (c->seg_nfc ? 0 : from);
+    if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+        rc == PCRE2_ERROR_HEAPLIMIT)
+        return qwi_fail(QW_ERR_UNSUPPORTED,
+                        "tokenizer: the pre-tokenizer regex of %s gave up on this text near byte "
+                        "%zu (%s): the pattern backtracks catastrophically", c->t->src, at,
+                        (const char *)msg);
+    if (rc == PCRE2_ERROR_NOMEMORY)
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY, "tokenizer: the pre-tokenizer regex ran out of "
+                        "memory near byte %zu", at);
+    return qwi_fail(QW_ERR_INTERNAL, "tokenizer: pre-tokenizer regex failed near byte %zu: %s",
+                    at, (const char *)msg);
+}
+
 static qw_status pretok_bpe(enc_ctx *c, const char *s, size_t n) {
     const qwi_tokenizer *t = c->t;
     size_t gap = 0, from = 0;
@@ -185,12 +207,7 @@ static qw_status pretok_bpe(enc_ctx *c, const char *s, size_t n) {
             rc = pcre2_match(t->re, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, c->md, NULL);
         }
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            return qwi_fail(QW_ERR_INTERNAL, "tokenizer: pre-tokenizer regex failed: %s",
-                            (const char *)msg);
-        }
+        if (rc < 0) return regex_failure(c, rc, from);
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t m0 = ov[0], m1 = ov[1];
         if (m1 == m0) {
@@ -210,9 +227,12 @@ oom:
     return qwi_fail(QW_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
 }
 
-/* NFC then pre-tokenize one stretch of text between added tokens. */
-static qw_status encode_segment(enc_ctx *c, const char *s, size_t n) {
+/* NFC then pre-tokenize one stretch of text between added tokens; base is
+ * its offset in the caller's text, for messages. */
+static qw_status encode_segment(enc_ctx *c, const char *s, size_t n, size_t base) {
     if (n == 0) return QW_OK;
+    c->seg_base = base;
+    c->seg_nfc = 0;
     /* Code points below U+0300 (lead bytes < 0xCC) are all NFC-stable and
      * none of them combines with a neighbour, so such text is its own NFC:
      * skip utf8proc's copy for ASCII and most Latin text. */
@@ -228,6 +248,7 @@ static qw_status encode_segment(enc_ctx *c, const char *s, size_t n) {
         return qwi_fail(r == UTF8PROC_ERROR_NOMEM ? QW_ERR_OUT_OF_MEMORY : QW_ERR_INVALID_ARGUMENT,
                         "tokenizer: NFC normalisation failed: %s", utf8proc_errmsg(r));
     }
+    c->seg_nfc = 1;
     qw_status st = pretok_bpe(c, (const char *)nfc, (size_t)r);
     free(nfc);
     return st;
@@ -286,7 +307,7 @@ qw_status qwi_tokenizer_encode(const qwi_tokenizer *t, const char *text, size_t 
             }
         }
         if (!hit) { i++; continue; }
-        if ((st = encode_segment(&c, text + seg, i - seg))) goto done;
+        if ((st = encode_segment(&c, text + seg, i - seg, seg))) goto done;
         if (out_push(&c, hit->id)) {
             st = qwi_fail(QW_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
             goto done;
@@ -294,7 +315,7 @@ qw_status qwi_tokenizer_encode(const qwi_tokenizer *t, const char *text, size_t 
         i += hit->len;
         seg = i;
     }
-    st = encode_segment(&c, text + seg, len - seg);
+    st = encode_segment(&c, text + seg, len - seg, seg);
 done:
     pcre2_match_data_free(c.md);
     free(c.cache);

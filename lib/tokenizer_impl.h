@@ -31,6 +31,13 @@ typedef struct qwi_added_token {
 
 struct qwi_tokenizer {
     int32_t vocab_size;       /* max id + 1                                  */
+    /* Ids in [vocab_size, id_limit) decode to nothing: the engine's
+     * tokenizer gets the model's vocab_size here, because a model samples
+     * its embedding's padding rows (Qwen3: 151669..151935) as Hugging Face
+     * does and decodes them to "". A standalone tokenizer has
+     * id_limit == vocab_size. */
+    int32_t id_limit;
+    char *src;                /* the file loaded, for messages (owned)      */
     uint8_t *flags;           /* [vocab_size] QWI_TOKF_*                     */
 
     /* Per id: the HF string form (byte-level unicode for regular tokens,
