@@ -186,10 +186,10 @@ static void add_entry(qwi_sched *s, step_ctx *c, qwi_seq *seq, int32_t take) {
     seq->scheduled_step = s->step;
 }
 
-/* Tokens of seq to schedule now: what is left, within the budget, capped at
- * the long-prefill threshold when other sequences want to prefill too. */
-static int32_t chunk_for(const qwi_sched *s, const step_ctx *c, const qwi_seq *seq, bool contended) {
-    int32_t want = seq->num_tokens - seq->num_computed_tokens;
+/* Tokens to schedule now of the want a sequence has left: within the
+ * budget, capped at the long-prefill threshold when other sequences want to
+ * prefill too. Admission without chunked prefill does not come here. */
+static int32_t chunk_for(const qwi_sched *s, const step_ctx *c, int32_t want, bool contended) {
     int32_t take = QWI_MIN(want, c->budget);
     if (want > 1 && contended) take = QWI_MIN(take, s->cfg.long_prefill_threshold);
     return take;
@@ -238,9 +238,17 @@ static admit_result admit_one(qwi_sched *s, step_ctx *c, bool contended) {
         computed = hits * bs;
     }
     int32_t want = seq->num_tokens - computed;
-    if (!s->cfg.chunked_prefill && want > c->budget && want <= s->cfg.max_num_batched_tokens) return STOP;
-    int32_t take = QWI_MIN(want, c->budget);
-    if (want > 1 && contended) take = QWI_MIN(take, s->cfg.long_prefill_threshold);
+    int32_t take;
+    if (!s->cfg.chunked_prefill && want <= s->cfg.max_num_batched_tokens) {
+        /* No chunking: the prompt runs whole or waits, with what queues
+         * behind it, for a step whose budget holds all of it. (Only a
+         * sequence preempted after growing past the whole budget is cut
+         * below, or it could never run again.) */
+        if (want > c->budget) return STOP;
+        take = want;
+    } else {
+        take = chunk_for(s, c, want, contended);
+    }
     if (take <= 0) return STOP;
     if (take < want && c->num_prefills >= s->cfg.max_num_partial_prefills) {
         /* A long prompt must wait for a partial-prefill slot; shorter ones
@@ -310,7 +318,10 @@ void qwi_sched_schedule(qwi_sched *s, qwi_sched_output *out) {
             if (seq->state != QWI_SEQ_RUNNING || seq->scheduled_step == s->step) continue;
             bool decode = seq->num_tokens - seq->num_computed_tokens == 1;
             if (decode != (pass == 0)) continue;
-            int32_t take = chunk_for(s, &c, seq, contended);
+            /* Without chunking a running sequence has more than one token
+             * left only when it is the recompute of a preempted sequence
+             * longer than the budget (see admit_one): chunked as usual. */
+            int32_t take = chunk_for(s, &c, seq->num_tokens - seq->num_computed_tokens, contended);
             if (take <= 0) continue;
             if (take < seq->num_tokens - seq->num_computed_tokens &&
                 c.num_prefills >= s->cfg.max_num_partial_prefills)

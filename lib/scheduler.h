@@ -38,6 +38,11 @@
  *      running ones of strictly worse effective priority to get in. No
  *      admissions after a preemption in steps 1-2: the pool is under
  *      pressure.
+ *   Without chunked prefill nothing is cut: a waiting prompt is admitted
+ *   whole, or it (and what queues behind it) waits for a step whose budget
+ *   holds all of it. The one exception is a sequence preempted after
+ *   growing past the whole budget: its recompute is chunked as above, or it
+ *   could never run again.
  * No deadlock: submit refuses any sequence that cannot fit the whole pool
  * alone, and preemption and reclaiming can always empty the pool for the
  * best-ranked sequence.
@@ -60,7 +65,9 @@ typedef struct qwi_seq {
     int32_t num_tokens;           /* all tokens so far                      */
     int32_t num_prompt_tokens;    /* tokens before generation began         */
     int32_t num_computed_tokens;  /* tokens whose KV is in the cache        */
-    int32_t capacity;             /* max tokens                             */
+    int32_t capacity;             /* entries of tokens[]: grows as tokens
+                                     arrive (qwi_request_grow); the table's
+                                     array always covers this many tokens   */
     qwi_block_table table;
     qwi_seq_state state;
     int32_t priority;             /* lower runs first                       */

@@ -37,10 +37,23 @@ static qw_status session_new(qw_engine *e, qw_session **out) {
         free(s);
         return st;
     }
+    atomic_init(&s->refs, 1);
     s->engine = e;
     s->last_used = e->sched.step;
     *out = s;
     return QW_OK;
+}
+
+void qwi_session_ref(qw_session *s) { atomic_fetch_add(&s->refs, 1); }
+
+void qwi_session_unref(qw_session *s) {
+    if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+    /* The host's reference is dropped only by qw_session_destroy, so the
+     * history and KV are already gone. */
+    free(s->tokens);
+    qwi_block_table_destroy(&s->table);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
 }
 
 QW_API qw_status qw_session_create(qw_engine *e, qw_session **out) {
@@ -57,19 +70,31 @@ QW_API qw_status qw_session_create(qw_engine *e, qw_session **out) {
 
 QW_API qw_status qw_session_destroy(qw_session *s) {
     if (!s) return QW_OK;
+    /* Check and mark dead under one lock hold: a submit on another thread
+     * either made the session busy first (refused here) or finds it dead
+     * (refused there); never both, never neither. */
     pthread_mutex_lock(&s->mu);
-    bool busy = s->busy;
-    pthread_mutex_unlock(&s->mu);
-    if (busy)
+    if (s->dead) {
+        pthread_mutex_unlock(&s->mu);
+        return qwi_fail(QW_ERR_INVALID_STATE, "qw_session_destroy: the session was already destroyed");
+    }
+    if (s->busy) {
+        pthread_mutex_unlock(&s->mu);
         return qwi_fail(QW_ERR_SESSION_BUSY, "qw_session_destroy: a request of the session is still queued or running");
-    if (s->engine) {
-        qwi_kv_release(&s->engine->kv, &s->table);
-        list_unlink(s->engine, s);
+    }
+    s->dead = true;
+    qw_engine *e = s->engine;
+    free(s->tokens);
+    s->tokens = NULL;
+    s->num_tokens = s->capacity = 0;
+    pthread_mutex_unlock(&s->mu);
+    /* The table and the list are step-thread state. */
+    if (e) {
+        qwi_kv_release(&e->kv, &s->table);
+        list_unlink(e, s);
     }
     qwi_block_table_destroy(&s->table);
-    free(s->tokens);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
+    qwi_session_unref(s);
     return QW_OK;
 }
 
@@ -77,28 +102,35 @@ QW_API qw_status qw_session_fork(qw_session *src, qw_session **out) {
     if (!out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_session_fork: out is NULL");
     *out = NULL;
     if (!src) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_session_fork: session is NULL");
-    qw_engine *e = src->engine;
-    if (!e) return qwi_fail(QW_ERR_INVALID_STATE, "qw_session_fork: the session's engine was destroyed");
+
+    /* Check idle and copy the history under one lock hold: a submit on
+     * another thread may make the session busy and reallocate its history
+     * the moment the lock is free. The KV below is step-thread state: a
+     * request submitted since borrows it only at the next step. */
     pthread_mutex_lock(&src->mu);
-    bool busy = src->busy;
+    qw_engine *e = src->engine;
+    qw_status st = QW_OK;
+    int32_t *hist = NULL, num_hist = src->num_tokens;
+    if (src->dead)
+        st = qwi_fail(QW_ERR_INVALID_STATE, "qw_session_fork: the session was destroyed");
+    else if (!e)
+        st = qwi_fail(QW_ERR_INVALID_STATE, "qw_session_fork: the session's engine was destroyed");
+    else if (src->busy)
+        st = qwi_fail(QW_ERR_SESSION_BUSY, "qw_session_fork: the session has a request queued or running");
+    else if (num_hist > 0 && !(hist = malloc(sizeof(int32_t) * (size_t)num_hist)))
+        st = qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_session_fork: history of %d tokens", num_hist);
+    else if (num_hist > 0)
+        memcpy(hist, src->tokens, sizeof(int32_t) * (size_t)num_hist);
     pthread_mutex_unlock(&src->mu);
-    if (busy) return qwi_fail(QW_ERR_SESSION_BUSY, "qw_session_fork: the session has a request queued or running");
+    if (st != QW_OK) return st;
 
     qw_session *s;
-    qw_status st = session_new(e, &s);
-    if (st != QW_OK) return st;
-    if (src->num_tokens > 0) {
-        s->tokens = malloc(sizeof(int32_t) * (size_t)src->capacity);
-        if (!s->tokens) {
-            qwi_block_table_destroy(&s->table);
-            pthread_mutex_destroy(&s->mu);
-            free(s);
-            return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_session_fork: history of %d tokens", src->num_tokens);
-        }
-        memcpy(s->tokens, src->tokens, sizeof(int32_t) * (size_t)src->num_tokens);
-        s->num_tokens = src->num_tokens;
-        s->capacity = src->capacity;
+    if ((st = session_new(e, &s)) != QW_OK) {
+        free(hist);
+        return st;
     }
+    s->tokens = hist;
+    s->num_tokens = s->capacity = num_hist;
 
     /* Full blocks are immutable: share them. */
     const int32_t bs = e->block_size;
@@ -136,9 +168,17 @@ QW_API qw_status qw_session_fork(qw_session *src, qw_session **out) {
 QW_API qw_status qw_session_get_tokens(const qw_session *s, int32_t *buf, size_t cap, size_t *n_out) {
     if (!s || !n_out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_session_get_tokens: session or n_out is NULL");
     if (cap > 0 && !buf) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_session_get_tokens: buf is NULL with cap %zu", cap);
-    size_t n = (size_t)s->num_tokens;
+    /* Under the lock: a submit on another thread may reallocate the history. */
+    qw_session *ms = (qw_session *)s;
+    pthread_mutex_lock(&ms->mu);
+    if (ms->dead) {
+        pthread_mutex_unlock(&ms->mu);
+        return qwi_fail(QW_ERR_INVALID_STATE, "qw_session_get_tokens: the session was destroyed");
+    }
+    size_t n = (size_t)ms->num_tokens;
     size_t copy = n < cap ? n : cap;
-    if (copy) memcpy(buf, s->tokens, copy * sizeof *buf);
+    if (copy) memcpy(buf, ms->tokens, copy * sizeof *buf);
+    pthread_mutex_unlock(&ms->mu);
     *n_out = n;
     return QW_OK;
 }
@@ -148,6 +188,17 @@ QW_API qw_status qw_request_set_session(qw_request *req, qw_session *session) {
     if (atomic_load(&req->submit_claimed))
         return qwi_fail(QW_ERR_INVALID_STATE, "qw_request_set_session: request %llu is already submitted",
                         (unsigned long long)req->id);
+    if (session == req->session) return QW_OK;
+    if (session) {
+        pthread_mutex_lock(&session->mu);
+        bool dead = session->dead;
+        pthread_mutex_unlock(&session->mu);
+        if (dead) return qwi_fail(QW_ERR_INVALID_STATE, "qw_request_set_session: the session was destroyed");
+        /* The request's reference keeps the memory alive, so a submit racing
+         * qw_session_destroy finds the session dead instead of freed. */
+        qwi_session_ref(session);
+    }
+    if (req->session) qwi_session_unref(req->session);
     req->session = session;
     return QW_OK;
 }
