@@ -3,7 +3,7 @@
  * report throughput. Written against the public header only.
  *
  *   qw-generate --model DIR [--device cpu] [--threads N]
- *               [--prompt TEXT [--chat [--think]] | --prompt-ids 1,2,3]
+ *               [--prompt TEXT [--chat [--no-think | --think]] | --prompt-ids 1,2,3]
  *               [--num-requests N] [--max-tokens N] [--temperature T]
  *               [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *               [--max-num-seqs N] [--max-batched-tokens N] [--kv-blocks N]
@@ -18,7 +18,8 @@
  *
  * --prompt TEXT sends text (the model directory must have a tokenizer);
  * with --chat it is a user message rendered with Qwen3's chat template,
- * answering without thinking unless --think. When the model has a
+ * which lets the model think first, as Qwen3's official template does,
+ * unless --no-think (--think says the default explicitly). When the model has a
  * tokenizer, the output is printed as text: streamed as it is generated for
  * one request, one line per token event ("[req i] piece") for several, and
  * each request's whole text in the summary.
@@ -38,13 +39,13 @@ typedef struct args {
     long shared_prefix, session_turns;
     long long seed;
     double temperature, top_p, min_p;
-    int quiet, chat, think;
+    int quiet, chat, think, no_think;
 } args;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: qw-generate --model DIR [--device cpu] [--threads N]\n"
-            "                   [--prompt TEXT [--chat [--think]] | --prompt-ids 1,2,3]\n"
+            "                   [--prompt TEXT [--chat [--no-think | --think]] | --prompt-ids 1,2,3]\n"
             "                   [--num-requests N] [--max-tokens N] [--temperature T]\n"
             "                   [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                   [--max-num-seqs N] [--max-batched-tokens N] [--kv-blocks N]\n"
@@ -82,8 +83,8 @@ static int parse_args(int argc, char **argv, args *a) {
                 .max_batched = -1, .kv_blocks = -1};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
-        if (!strcmp(f, "--quiet") || !strcmp(f, "--chat") || !strcmp(f, "--think")) {
-            *(f[2] == 'q' ? &a->quiet : f[2] == 'c' ? &a->chat : &a->think) = 1;
+        if (!strcmp(f, "--quiet") || !strcmp(f, "--chat") || !strcmp(f, "--think") || !strcmp(f, "--no-think")) {
+            *(f[2] == 'q' ? &a->quiet : f[2] == 'c' ? &a->chat : f[2] == 't' ? &a->think : &a->no_think) = 1;
             continue;
         }
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -138,12 +139,16 @@ static int parse_args(int argc, char **argv, args *a) {
         fprintf(stderr, "qw-generate: give --prompt or --prompt-ids, not both\n");
         return -1;
     }
-    if ((a->chat || a->think) && !a->prompt) {
-        fprintf(stderr, "qw-generate: --chat and --think need --prompt TEXT\n");
+    if ((a->chat || a->think || a->no_think) && !a->prompt) {
+        fprintf(stderr, "qw-generate: --chat, --think and --no-think need --prompt TEXT\n");
         return -1;
     }
-    if (a->think && !a->chat) {
-        fprintf(stderr, "qw-generate: --think needs --chat\n");
+    if ((a->think || a->no_think) && !a->chat) {
+        fprintf(stderr, "qw-generate: --think and --no-think need --chat\n");
+        return -1;
+    }
+    if (a->think && a->no_think) {
+        fprintf(stderr, "qw-generate: give --think or --no-think, not both\n");
         return -1;
     }
     return 0;
@@ -241,7 +246,9 @@ static qw_status make_request(const args *a, long i, const int32_t *ids, size_t 
             st = qw_chat_create(&chat);
             if (st == QW_OK) st = qw_chat_add_message(chat, QW_CHAT_USER, a->prompt, strlen(a->prompt));
             if (st == QW_OK)
-                st = qw_request_set_chat(r, chat, QW_CHAT_ADD_GENERATION_PROMPT | (a->think ? QW_CHAT_ENABLE_THINKING : 0));
+                st = qw_request_set_chat(r, chat, QW_CHAT_ADD_GENERATION_PROMPT |
+                                                      (a->think ? QW_CHAT_ENABLE_THINKING : 0) |
+                                                      (a->no_think ? QW_CHAT_DISABLE_THINKING : 0));
             qw_chat_destroy(chat);
         } else {
             st = qw_request_set_prompt_text(r, a->prompt, strlen(a->prompt));

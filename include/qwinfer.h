@@ -95,7 +95,8 @@ typedef enum qw_status {
     QW_ERR_BUFFER_TOO_SMALL = 11, /* caller buffer/element size too small  */
     QW_ERR_INTERNAL = 12,         /* a bug in qwinfer; please report       */
     QW_ERR_EMPTY_PROMPT = 13,     /* request has no prompt tokens          */
-    QW_ERR_SESSION_BUSY = 14      /* the session already runs a request    */
+    QW_ERR_SESSION_BUSY = 14,     /* the session already runs a request    */
+    QW_ERR_QUEUE_FULL = 15        /* QW_OPT_MAX_WAITING_REQUESTS reached   */
 } qw_status;
 
 /* A static English name for a status ("QW_ERR_IO: input/output error").
@@ -122,9 +123,15 @@ typedef enum qw_engine_option {
     QW_OPT_MAX_NUM_SEQS = 4,       /* int: most sequences in one step (default 256)   */
     QW_OPT_MAX_NUM_BATCHED_TOKENS = 5, /* int: token budget of one step (default 2048)*/
     QW_OPT_BLOCK_SIZE = 6,         /* int: tokens per KV block (default 16; 1..1024)  */
-    QW_OPT_KV_CACHE_BYTES = 7,     /* int: KV pool size in bytes (0 = default)        */
+    QW_OPT_KV_CACHE_BYTES = 7,     /* int: KV pool size in bytes (0 = default: CPU from
+                                        QW_OPT_KV_CACHE_MEMORY_FRACTION, CUDA from
+                                        QW_OPT_GPU_MEMORY_UTILIZATION); overrides
+                                        the fraction                                  */
     QW_OPT_NUM_KV_BLOCKS = 8,      /* int: KV pool size in blocks; overrides bytes    */
-    QW_OPT_MAX_MODEL_LEN = 9,      /* int: max tokens of a sequence (0 = from config) */
+    QW_OPT_MAX_MODEL_LEN = 9,      /* int: max tokens of a sequence (0 = from config,
+                                        capped to what the KV pool holds); a value
+                                        set here that the pool cannot hold for one
+                                        sequence fails qw_engine_create               */
     QW_OPT_SEED = 10,              /* int: engine seed for requests without a seed    */
     QW_OPT_ENABLE_CHUNKED_PREFILL = 11, /* int 0/1 (default 1): if 0, a prompt must fit
                                         the token budget in one step                  */
@@ -138,8 +145,20 @@ typedef enum qw_engine_option {
     QW_OPT_PRIORITY_AGING_STEPS = 15,  /* int: a request's effective priority improves
                                         by 1 every this many steps since it arrived,
                                         so nothing starves (default 256; 0 = off)     */
-    QW_OPT_GPU_MEMORY_UTILIZATION = 16 /* double in (0,1]: GPU memory fraction for
+    QW_OPT_GPU_MEMORY_UTILIZATION = 16, /* double in (0,1]: GPU memory fraction for
                                         weights + KV (default 0.9); cuda only         */
+    QW_OPT_KV_CACHE_MEMORY_FRACTION = 17, /* double in (0,1]: CPU KV pool = this
+                                        fraction of available RAM (MemAvailable)
+                                        after the weights (default 0.5); cpu only     */
+    QW_OPT_MAX_WAITING_REQUESTS = 18, /* int: most requests submitted and not yet
+                                        admitted to the running batch for the first
+                                        time (preempted ones do not count); submit
+                                        beyond it gives QW_ERR_QUEUE_FULL
+                                        (default 0 = unbounded)                       */
+    QW_OPT_CHECK_WEIGHTS = 19      /* int 0/1 (default 1): at qw_engine_create, scan
+                                        every weight for NaN/infinity and fail with
+                                        QW_ERR_FORMAT naming the tensor and element;
+                                        0 skips the scan (one read of the weights)    */
 } qw_engine_option;
 
 /* Create an options object with every default. *out owned by the caller, freed
@@ -151,7 +170,8 @@ QW_API void qw_engine_options_destroy(qw_engine_options *opts);
  * on failure the object is unchanged. */
 QW_API qw_status qw_engine_options_set_int(qw_engine_options *opts,
                                            qw_engine_option key, int64_t value);
-/* Set a double option (QW_OPT_GPU_MEMORY_UTILIZATION). */
+/* Set a double option (QW_OPT_GPU_MEMORY_UTILIZATION,
+ * QW_OPT_KV_CACHE_MEMORY_FRACTION). */
 QW_API qw_status qw_engine_options_set_double(qw_engine_options *opts,
                                               qw_engine_option key, double value);
 /* Set a string option; the string is copied. On failure nothing changes. */
@@ -167,7 +187,17 @@ typedef struct qw_engine qw_engine;
 /* Load the model and create an engine. opts is only read (the caller may
  * destroy it right after). On success *out is owned by the caller and freed
  * with qw_engine_destroy(). On failure *out is NULL, nothing is leaked and
- * qw_last_error() names the file/tensor/option at fault. */
+ * qw_last_error() names the file/tensor/option at fault. Model files:
+ * QW_ERR_INVALID_ARGUMENT for an empty QW_OPT_MODEL_PATH; QW_ERR_IO for a
+ * missing or unreadable file, or one that is not a regular file (a FIFO or
+ * a directory named config.json is refused at once, never waited on);
+ * QW_ERR_FORMAT for malformed JSON, safetensors headers or shapes, and (with
+ * QW_OPT_CHECK_WEIGHTS, the default) a NaN or infinite weight, naming the
+ * tensor and element; QW_ERR_UNSUPPORTED for an architecture, dtype or
+ * config.json size beyond what qwinfer runs (e.g. max_position_embeddings
+ * above 16777216 or vocab_size above 1048576: the message names the key and
+ * the limit). A tokenizer file in the directory is loaded too (see
+ * qw_engine_get_tokenizer). */
 QW_API qw_status qw_engine_create(const qw_engine_options *opts, qw_engine **out);
 
 /* Destroy an engine. Requests still in it are finished with
@@ -176,7 +206,10 @@ QW_API qw_status qw_engine_create(const qw_engine_options *opts, qw_engine **out
  * engine (including submit/cancel) during or after this call. */
 QW_API void qw_engine_destroy(qw_engine *engine);
 
-/* Model facts, for hosts that build prompts. Return 0 for a NULL engine. */
+/* Model facts, for hosts that build prompts. Return 0 for a NULL engine.
+ * The max model length is QW_OPT_MAX_MODEL_LEN when set, else the model's
+ * max_position_embeddings capped to what the KV pool holds for one
+ * sequence (docs/api.md, "KV cache sizing"). */
 QW_API int32_t qw_engine_vocab_size(const qw_engine *engine);
 QW_API int32_t qw_engine_max_model_len(const qw_engine *engine);
 /* Number of KV blocks in the pool, and how many no request or session holds
@@ -222,7 +255,8 @@ typedef enum qw_finish_reason {
     QW_FINISH_STOP = 1,       /* EOS or a stop token was generated             */
     QW_FINISH_LENGTH = 2,     /* max tokens or max model length reached        */
     QW_FINISH_CANCELLED = 3,  /* qw_engine_cancel() or engine destroyed        */
-    QW_FINISH_ERROR = 4,      /* the backend failed; see the step's status     */
+    QW_FINISH_ERROR = 4,      /* the backend failed or memory ran out; see the
+                                 step's status                                 */
     QW_FINISH_TIMEOUT = 5     /* QW_REQ_MAX_QUEUE_MS or QW_REQ_DEADLINE_MS     */
 } qw_finish_reason;
 
@@ -248,7 +282,8 @@ QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, d
 /* Extra token ids that end generation (copied; replaces an earlier list).
  * The stop token is included in the output. Only before submission. */
 QW_API qw_status qw_request_set_stop_tokens(qw_request *req, const int32_t *ids, size_t n);
-/* Opaque host pointer, returned in every event of this request. */
+/* Opaque host pointer, returned in every event of this request. Only
+ * before submission (QW_ERR_INVALID_STATE after), like every setter. */
 QW_API qw_status qw_request_set_user_data(qw_request *req, void *user_data);
 QW_API void *qw_request_get_user_data(const qw_request *req);
 
@@ -290,7 +325,12 @@ QW_API qw_status qw_request_get_stats(const qw_request *req, qw_request_stats *o
  * own reference; the request joins the batch at the next step. Validated here:
  * a prompt (QW_ERR_EMPTY_PROMPT), token ids within the vocabulary
  * (QW_ERR_TOKEN_OUT_OF_RANGE), prompt + max tokens within the max model length
- * (QW_ERR_TOO_LONG), and a KV need within the whole pool (QW_ERR_KV_CAPACITY).
+ * (QW_ERR_TOO_LONG), a KV need within the whole pool (QW_ERR_KV_CAPACITY),
+ * and room in the queue when QW_OPT_MAX_WAITING_REQUESTS is set
+ * (QW_ERR_QUEUE_FULL). Without QW_REQ_MAX_TOKENS a request may generate up
+ * to the max model length (which never exceeds what the KV pool holds for
+ * one sequence). Memory for the request's tokens and KV blocks grows as
+ * tokens arrive, so a queued request costs little more than its prompt.
  * A request can be submitted once (QW_ERR_INVALID_STATE after). On failure
  * the request is untouched and may be fixed and submitted again. */
 QW_API qw_status qw_engine_submit(qw_engine *engine, qw_request *req);
@@ -317,16 +357,26 @@ QW_API qw_status qw_session_create(qw_engine *engine, qw_session **out);
 
 /* Free a session and its KV blocks. QW_ERR_SESSION_BUSY (nothing freed)
  * while one of its requests is queued or running: cancel it and step until
- * it finished first. NULL is a no-op. Step thread. */
+ * it finished first. NULL is a no-op. Step thread; a qw_engine_submit of a
+ * request on this session may race it from any thread: either the submit
+ * came first (QW_ERR_SESSION_BUSY here) or it fails with
+ * QW_ERR_INVALID_STATE ("session was destroyed"). A request set to the
+ * session keeps its memory alive until the request is freed or set to
+ * another session, so destroying it again meanwhile is detected
+ * (QW_ERR_INVALID_STATE); after that, as with free(), it is undefined. */
 QW_API qw_status qw_session_destroy(qw_session *session);
 
 /* A new session with the same history, sharing its full KV blocks (copy on
  * write is never needed: full blocks are immutable) and a copy of the
  * partial last block, for branching and parallel sampling. The source must
- * be idle (QW_ERR_SESSION_BUSY). Step thread. */
+ * be idle (QW_ERR_SESSION_BUSY). Step thread; a submit on the source may
+ * race it from any thread (the fork then gets the history from before it,
+ * or QW_ERR_SESSION_BUSY). A destroyed source: QW_ERR_INVALID_STATE. */
 QW_API qw_status qw_session_fork(qw_session *session, qw_session **out);
 
-/* Copy the history into buf[0..cap); *n_out gets its full length. */
+/* Copy the history into buf[0..cap); *n_out gets its full length. Step
+ * thread (where histories change); a submit on the session may race it from
+ * any thread. A destroyed session: QW_ERR_INVALID_STATE. */
 QW_API qw_status qw_session_get_tokens(const qw_session *session, int32_t *buf,
                                        size_t cap, size_t *n_out);
 
@@ -335,7 +385,11 @@ QW_API qw_status qw_session_get_tokens(const qw_session *session, int32_t *buf,
  * the history when it finishes. Max tokens and the max model length count
  * the whole history. One request at a time per session: submitting a second
  * while one is queued or running gives QW_ERR_SESSION_BUSY. The session must
- * belong to the engine the request is submitted to. */
+ * belong to the engine the request is submitted to. The request keeps the
+ * session's memory alive (not its history or KV) until it is freed or set
+ * to another session (NULL: none), so a submit after the session was
+ * destroyed fails cleanly with QW_ERR_INVALID_STATE; so does setting a
+ * session already destroyed (while another request still keeps it). */
 QW_API qw_status qw_request_set_session(qw_request *req, qw_session *session);
 
 /* ---------------------------------------------------------------------------
@@ -389,18 +443,25 @@ typedef struct qw_event {
 /* Run one scheduling step: apply submissions and cancellations, schedule
  * decode tokens then prefill chunks under the token budget, run the model,
  * sample, and write at most cap events of event_size bytes each into events.
+ * cap must be at least 1: cap 0 gives QW_ERR_BUFFER_TOO_SMALL and does
+ * nothing (such a step could never deliver the events it makes).
  * Pass sizeof(qw_event) as event_size: a larger size (a newer header) is
  * accepted and the extra bytes are zeroed; a size smaller than this library's
  * first qw_event gives QW_ERR_BUFFER_TOO_SMALL. *n_out gets the number written.
  * Events that do not fit are kept and delivered first by the next call, which
- * then does no model work; so a loop of steps never loses an event.
- * Step thread only. On a backend failure the requests of that step finish
- * with QW_FINISH_ERROR, their events are delivered and the engine stays usable. */
+ * then does no model work; so a loop of steps never loses an event, and
+ * every successful call delivers an event or advances the work, so a loop
+ * on qw_engine_has_work() ends. Step thread only. On a backend failure the requests of that step finish
+ * with QW_FINISH_ERROR, their events are delivered and the engine stays usable.
+ * When host memory runs out growing one request's token arrays, that request
+ * finishes with QW_FINISH_ERROR on its token's event (the token is kept),
+ * the step returns QW_ERR_OUT_OF_MEMORY naming it, and the others go on. */
 QW_API qw_status qw_engine_step(qw_engine *engine, void *events, size_t cap,
                                 size_t event_size, size_t *n_out);
 
 /* 1 if any request is queued, running, or has undelivered events (another
- * qw_engine_step would do something); 0 otherwise or for NULL. Step thread. */
+ * qw_engine_step with cap >= 1 would do something); 0 otherwise or for NULL.
+ * Step thread. */
 QW_API int qw_engine_has_work(qw_engine *engine);
 
 /* ---------------------------------------------------------------------------
@@ -421,9 +482,12 @@ typedef struct qw_tokenizer qw_tokenizer;
  * added_tokens_decoder). Needs no weights or config.json. On success *out is
  * owned by the caller and freed with qw_tokenizer_destroy(). On failure *out
  * is NULL, nothing leaks, and qw_last_error() names the file (and entry) at
- * fault: QW_ERR_IO when no tokenizer file is found or one is unreadable,
- * QW_ERR_FORMAT for bad JSON, a merge naming an unknown token, duplicate ids,
- * QW_ERR_INVALID_ARGUMENT for NULL arguments. Thread-safe. */
+ * fault: QW_ERR_IO when no tokenizer file is found or one is unreadable or
+ * not a regular file (a FIFO or directory is refused at once), QW_ERR_FORMAT
+ * for bad JSON, a merge naming an unknown token, duplicate ids, or a token id
+ * out of proportion to the files (at or above 2 x their token count + 65536,
+ * or 2^24: the message names the token and id), QW_ERR_INVALID_ARGUMENT for
+ * NULL arguments or an empty dir. Thread-safe. */
 QW_API qw_status qw_tokenizer_create_from_dir(const char *dir, qw_tokenizer **out);
 
 /* Free a tokenizer made by qw_tokenizer_create_from_dir. NULL is a no-op, and
@@ -446,8 +510,10 @@ QW_API int32_t qw_tokenizer_vocab_size(const qw_tokenizer *tok);
  * ids may be NULL with cap 0 to ask for the count. On failure *n_out is 0 and
  * ids is unspecified: QW_ERR_INVALID_ARGUMENT for NULL arguments or text that
  * is not valid UTF-8 (the message gives the byte offset),
- * QW_ERR_OUT_OF_MEMORY. Thread-safe: any number of threads may encode with
- * one tokenizer at once. */
+ * QW_ERR_OUT_OF_MEMORY, QW_ERR_UNSUPPORTED when the pre-tokenizer regex of
+ * the tokenizer file backtracks past PCRE2's match limit on this text (the
+ * message names the file). Thread-safe: any number of threads may encode
+ * with one tokenizer at once. */
 QW_API qw_status qw_tokenizer_encode(const qw_tokenizer *tok, const char *text, size_t len,
                                      int parse_special, int32_t *ids, size_t cap,
                                      size_t *n_out);
@@ -458,10 +524,15 @@ QW_API qw_status qw_tokenizer_encode(const qw_tokenizer *tok, const char *text, 
  * terminator); buf[0..cap) gets the first min(len, cap - 1) bytes and a NUL
  * when cap > 0. QW_OK even when cap <= *len_out: the text was cut (possibly
  * inside a character); call again with cap > *len_out. buf may be NULL with
- * cap 0 to ask for the length. On failure *len_out is 0 and buf is untouched:
- * QW_ERR_TOKEN_OUT_OF_RANGE for an id < 0 or >= qw_tokenizer_vocab_size (the
- * message gives its index), QW_ERR_INVALID_ARGUMENT, QW_ERR_OUT_OF_MEMORY.
- * Thread-safe. */
+ * cap 0 to ask for the length. Ids the engine can sample beyond the
+ * tokenizer's own (the model's embedding padding: Qwen3's 151669..151935,
+ * ids in [qw_tokenizer_vocab_size, qw_engine_vocab_size)) decode to nothing
+ * with the engine's tokenizer, as in Hugging Face, so decode of generated ids
+ * always equals their streamed pieces. On failure *len_out is 0 and buf is
+ * untouched: QW_ERR_TOKEN_OUT_OF_RANGE for an id < 0 or beyond every
+ * vocabulary (>= qw_engine_vocab_size for the engine's tokenizer, >=
+ * qw_tokenizer_vocab_size for a standalone one; the message gives its index),
+ * QW_ERR_INVALID_ARGUMENT, QW_ERR_OUT_OF_MEMORY. Thread-safe. */
 QW_API qw_status qw_tokenizer_decode(const qw_tokenizer *tok, const int32_t *ids, size_t n,
                                      int skip_special, char *buf, size_t cap,
                                      size_t *len_out);
@@ -478,8 +549,10 @@ QW_API qw_status qw_tokenizer_token_id(const qw_tokenizer *tok, const char *toke
 QW_API int qw_tokenizer_is_special(const qw_tokenizer *tok, int32_t id);
 
 /* The engine's tokenizer, loaded from the model directory at
- * qw_engine_create (a malformed tokenizer file there makes the create fail
- * with a message naming the file; a directory without one is fine). Borrowed:
+ * qw_engine_create (a malformed tokenizer file there, or one with a token id
+ * >= the model's vocab_size, makes the create fail with a message naming the
+ * file; a directory without one is fine). Its decode accepts every id the
+ * model can sample (see qw_tokenizer_decode). Borrowed:
  * valid until qw_engine_destroy, never destroyed by the caller. NULL when the
  * model has no tokenizer, or for a NULL engine. Thread-safe, like the
  * tokenizer itself. */
@@ -500,14 +573,20 @@ typedef enum qw_chat_role {
     QW_CHAT_TOOL = 3        /* a tool's result                               */
 } qw_chat_role;
 
-/* Flags of qw_chat_render and qw_request_set_chat (bitwise or). */
+/* Flags of qw_chat_render and qw_request_set_chat (bitwise or). As in
+ * Qwen3's official template, the model thinks unless told not to: with
+ * neither thinking flag it thinks first (no think block is appended). */
 typedef enum qw_chat_flag {
     QW_CHAT_ADD_GENERATION_PROMPT = 1, /* end with "<|im_start|>assistant\n"
                                           for the model to answer            */
-    QW_CHAT_ENABLE_THINKING = 2        /* let Qwen3 think first; without this
-                                          flag (and with the generation prompt)
-                                          the empty block "<think>\n\n</think>\n\n"
-                                          is appended: a non-thinking answer */
+    QW_CHAT_ENABLE_THINKING = 2,       /* let Qwen3 think first (the default;
+                                          this flag only says it explicitly) */
+    QW_CHAT_DISABLE_THINKING = 4       /* a non-thinking answer: with the
+                                          generation prompt, the empty block
+                                          "<think>\n\n</think>\n\n" is appended
+                                          (the template's enable_thinking=false).
+                                          With QW_CHAT_ENABLE_THINKING:
+                                          QW_ERR_INVALID_ARGUMENT            */
 } qw_chat_flag;
 
 /* Create an empty conversation. *out is owned by the caller and freed with
@@ -541,7 +620,8 @@ QW_API size_t qw_chat_num_messages(const qw_chat *chat);
  * full length to *len_out; QW_OK even when cut (call again with
  * cap > *len_out); buf may be NULL with cap 0 to ask for the length. On
  * failure *len_out is 0: QW_ERR_INVALID_ARGUMENT (NULL arguments, unknown
- * flag bits), QW_ERR_OUT_OF_MEMORY. The chat is only read. */
+ * flag bits, both QW_CHAT_ENABLE_THINKING and QW_CHAT_DISABLE_THINKING),
+ * QW_ERR_OUT_OF_MEMORY. The chat is only read. */
 QW_API qw_status qw_chat_render(const qw_chat *chat, uint32_t flags, char *buf, size_t cap,
                                 size_t *len_out);
 

@@ -111,10 +111,15 @@ qw_status qwi_chat_render_alloc(const qw_chat *chat, uint32_t flags, char **out,
     *out = NULL;
     *len = 0;
     if (!chat) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s: chat is NULL", fn);
-    if (flags & ~(uint32_t)(QW_CHAT_ADD_GENERATION_PROMPT | QW_CHAT_ENABLE_THINKING))
-        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s: unknown chat flags 0x%x", fn, (unsigned)flags);
+    const uint32_t known = QW_CHAT_ADD_GENERATION_PROMPT | QW_CHAT_ENABLE_THINKING | QW_CHAT_DISABLE_THINKING;
+    if (flags & ~known)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s: unknown chat flags 0x%x", fn, (unsigned)(flags & ~known));
+    if ((flags & QW_CHAT_ENABLE_THINKING) && (flags & QW_CHAT_DISABLE_THINKING))
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT,
+                        "%s: QW_CHAT_ENABLE_THINKING and QW_CHAT_DISABLE_THINKING are both set", fn);
+    /* Qwen3's template thinks unless enable_thinking is false. */
     return qwi_chat_render(chat->msgs, chat->n, (const char *const *)chat->tools, chat->n_tools,
-                           (flags & QW_CHAT_ADD_GENERATION_PROMPT) != 0, (flags & QW_CHAT_ENABLE_THINKING) != 0,
+                           (flags & QW_CHAT_ADD_GENERATION_PROMPT) != 0, (flags & QW_CHAT_DISABLE_THINKING) == 0,
                            out, len);
 }
 

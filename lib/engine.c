@@ -3,12 +3,15 @@
  * (DESIGN.md "One step"): drain the inbox, schedule, plan, forward, append
  * and stop, emit events.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
+#include "kv_budget.h"
 #include "options.h"
 #include "tokenizer_api.h"
+#include "weights_check.h"
 
 /* ---- small containers ------------------------------------------------------ */
 
@@ -105,25 +108,23 @@ static qw_status create_backend(qw_engine *e, const qw_engine_options *o, int32_
     return qwi_fail(QW_ERR_INVALID_ARGUMENT, "device \"%s\": expected \"cpu\" or \"cuda:N\"", dev);
 }
 
-/* Number of KV blocks: explicit count, else bytes / bytes-per-block, capped
- * at what max_num_seqs full-length sequences could ever use. */
+/* Number of blocks of the CPU KV pool (kv_budget.h): explicit count, else
+ * bytes, else QW_OPT_KV_CACHE_MEMORY_FRACTION of the RAM available after
+ * the weights; never more than max_num_seqs full-length sequences use. */
 static qw_status size_kv_pool(qw_engine *e, const qw_engine_options *o, int32_t *num_blocks) {
-    size_t per_block = qwi_cpu_kv_bytes_per_block(&e->model->cfg, e->block_size);
-    int64_t max_useful = (int64_t)e->max_num_seqs * QWI_DIV_UP(e->max_model_len, e->block_size);
-    int64_t n;
-    if (o->num_kv_blocks > 0) {
-        n = o->num_kv_blocks;
-    } else {
-        int64_t bytes = o->kv_cache_bytes > 0 ? o->kv_cache_bytes : QWI_DEFAULT_KV_BYTES;
-        n = bytes / (int64_t)per_block;
-        if (n > max_useful) n = max_useful;
-        if (n < 1)
-            return qwi_fail(QW_ERR_KV_CAPACITY, "KV cache of %lld bytes holds no block of %zu bytes",
-                            (long long)bytes, per_block);
+    qwi_kv_budget b = {
+        .num_blocks = o->num_kv_blocks,
+        .kv_cache_bytes = o->kv_cache_bytes,
+        .memory_fraction = o->kv_cache_memory_fraction,
+        .per_block = qwi_cpu_kv_bytes_per_block(&e->model->cfg, e->block_size),
+        .max_useful_blocks = (int64_t)e->max_num_seqs * QWI_DIV_UP((int64_t)e->max_model_len, e->block_size),
+    };
+    /* Only read when the fraction decides: /proc is not free to parse. */
+    if (b.num_blocks <= 0 && b.kv_cache_bytes <= 0) {
+        b.mem_available = qwi_kv_budget_mem_available();
+        b.weight_bytes = qwi_kv_budget_weight_bytes(e->model);
     }
-    if (n > INT32_MAX) n = INT32_MAX;
-    *num_blocks = (int32_t)n;
-    return QW_OK;
+    return qwi_kv_budget_cpu_blocks(&b, num_blocks);
 }
 
 QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
@@ -141,6 +142,8 @@ QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
 
     qw_status st = qwi_model_load(o->model_path, &e->model);
     if (st != QW_OK) goto fail;
+    /* A NaN/inf weight would otherwise generate garbage with QW_OK. */
+    if (o->check_weights && (st = qwi_weights_check(e->model->weights)) != QW_OK) goto fail;
     const qwi_config *cfg = &e->model->cfg;
     e->vocab_size = cfg->vocab_size;
     /* The tokenizer of the model directory, when it has one (text prompts
@@ -165,7 +168,23 @@ QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
         goto fail;
     if ((st = create_backend(e, o, num_blocks)) != QW_OK) goto fail;
     num_blocks = e->backend->num_blocks;
-    e->max_blocks_per_seq = QWI_DIV_UP(e->max_model_len, e->block_size);
+    /* One max-length sequence must fit the pool (whoever sized it): an
+     * explicit QW_OPT_MAX_MODEL_LEN that does not fails here, as in vLLM; a
+     * length from config.json is capped to what the pool holds. */
+    bool gpu = o->device && strcmp(o->device, "cpu") != 0;
+    e->kv_pool_option = qwi_kv_budget_option(o->num_kv_blocks, o->kv_cache_bytes, gpu);
+    if ((st = qwi_kv_budget_fit_len(num_blocks, e->block_size, e->max_model_len, o->max_model_len > 0,
+                                    e->kv_pool_option, &e->max_model_len)) != QW_OK)
+        goto fail;
+    if (o->max_model_len > 0)
+        snprintf(e->len_limit, sizeof e->len_limit, "QW_OPT_MAX_MODEL_LEN");
+    else if (e->max_model_len < cfg->max_position_embeddings)
+        snprintf(e->len_limit, sizeof e->len_limit, "all the KV cache holds for one sequence: raise %s",
+                 e->kv_pool_option);
+    else
+        snprintf(e->len_limit, sizeof e->len_limit, "the model's max_position_embeddings");
+    e->max_blocks_per_seq = (int32_t)QWI_DIV_UP((int64_t)e->max_model_len, e->block_size);
+    e->max_waiting = o->max_waiting_requests;
     if ((st = qwi_kv_pool_init(&e->kv, num_blocks, e->block_size, o->enable_prefix_caching != 0)) != QW_OK)
         goto fail;
     qwi_sched_config sc = {
@@ -196,16 +215,26 @@ fail:
     return st;
 }
 
+/* The request leaves the count of waiting requests (QW_OPT_MAX_WAITING_
+ * REQUESTS): it was scheduled for the first time, or finished before. */
+static void leave_waiting_count(qw_engine *e, qw_request *r) {
+    if (!r->counted_waiting) return;
+    r->counted_waiting = false;
+    atomic_fetch_sub(&e->num_waiting_requests, 1);
+}
+
 /* Finish a request that the engine holds: take it out of the scheduler
  * (freeing its blocks), publish the state, and queue the engine's reference
  * to be dropped at the next step, after its events were delivered. */
 static void finish_request(qw_engine *e, qw_request *r, qw_finish_reason why) {
     qwi_sched_remove(&e->sched, &r->seq);
+    leave_waiting_count(e, r);
     qw_session *ses = r->session;
     if (ses && ses->engine == e) {
         /* The history grows by what this request added; its KV goes back to
          * the session (unless the step failed and the KV is suspect). The
-         * history array was sized at submit, so this cannot fail. */
+         * history array was sized at submit and grew with the request's
+         * tokens (qwi_request_grow), so this cannot fail. */
         pthread_mutex_lock(&ses->mu);
         memcpy(ses->tokens, r->seq.tokens, sizeof(int32_t) * (size_t)r->seq.num_tokens);
         ses->num_tokens = r->seq.num_tokens;
@@ -259,7 +288,9 @@ QW_API void qw_engine_destroy(qw_engine *e) {
     for (qw_session *ses = e->sessions; ses; ses = ses->next) {
         qwi_kv_release(&e->kv, &ses->table);
         ses->num_computed = 0;
+        pthread_mutex_lock(&ses->mu);   /* a submit reads engine under it */
         ses->engine = NULL;
+        pthread_mutex_unlock(&ses->mu);
     }
     for (size_t i = 0; i < e->finished.count; i++) qwi_request_unref(e->finished.items[i]);
     list_free(&e->inbox);
@@ -312,30 +343,38 @@ static qw_status prepare_request(qw_engine *e, qw_request *r, const int32_t *his
     }
     int64_t total = (int64_t)num_hist + r->num_prompt;
     if (total >= e->max_model_len)
-        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %lld tokens%s leaves no room to generate within the max model length %d",
-                        (long long)total, num_hist ? " (with the session history)" : "", e->max_model_len);
+        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %lld tokens%s leaves no room to generate within the max model length %d (%s)",
+                        (long long)total, num_hist ? " (with the session history)" : "", e->max_model_len, e->len_limit);
+    /* Without QW_REQ_MAX_TOKENS: as much as the engine can ever hold for
+     * this sequence. The max model length already fits the pool for one
+     * sequence (qw_engine_create), and so does everything below it. */
     int64_t max_gen = r->max_tokens > 0 ? r->max_tokens : (int64_t)e->max_model_len - total;
     if (total + max_gen > e->max_model_len)
-        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt (%lld) + max tokens (%lld) exceeds the max model length %d",
-                        (long long)total, (long long)max_gen, e->max_model_len);
+        return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt (%lld) + max tokens (%lld, QW_REQ_MAX_TOKENS) exceeds the max model length %d (%s)",
+                        (long long)total, (long long)max_gen, e->max_model_len, e->len_limit);
     if (!e->chunked_prefill && total > e->max_num_batched_tokens)
         return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %lld tokens exceeds the step budget %d and chunked prefill is off",
                         (long long)total, e->max_num_batched_tokens);
-    /* The last generated token is never written to the cache. */
+    /* The last generated token is never written to the cache. Unreachable
+     * while the max model length fits the pool; kept so that no request that
+     * can never fit is ever left waiting. */
     int64_t kv_tokens = total + max_gen - 1;
     int32_t need = qwi_kv_blocks_for(&e->kv, kv_tokens);
     if (need > e->kv.num_blocks)
-        return qwi_fail(QW_ERR_KV_CAPACITY, "qw_engine_submit: request needs %d KV blocks (%lld tokens) but the pool has %d",
-                        need, (long long)kv_tokens, e->kv.num_blocks);
+        return qwi_fail(QW_ERR_KV_CAPACITY, "qw_engine_submit: request needs %d KV blocks (%lld tokens) but the pool has %d: lower QW_REQ_MAX_TOKENS or raise %s",
+                        need, (long long)kv_tokens, e->kv.num_blocks, e->kv_pool_option);
 
-    int32_t cap = (int32_t)(total + max_gen);
+    /* Room for the prompt and the first few tokens only: a queued request
+     * costs about its prompt, and the arrays grow as tokens arrive
+     * (qwi_request_grow). Blocks themselves are taken by the scheduler. */
+    int32_t cap = (int32_t)(total + QWI_MIN(max_gen, (int64_t)QWI_REQUEST_FIRST_OUTPUT));
     int32_t *tokens = malloc((size_t)cap * sizeof *tokens);
     int32_t nb = r->num_stop + (r->ignore_eos ? 0 : e->model->cfg.num_eos);
     int32_t *banned = nb ? malloc((size_t)nb * sizeof *banned) : NULL;
     qwi_block_table table;
     memset(&table, 0, sizeof table);
     /* A session request borrows the session's table at admission instead. */
-    qw_status st = r->session ? QW_OK : qwi_block_table_init(&table, &e->kv, kv_tokens);
+    qw_status st = r->session ? QW_OK : qwi_block_table_init(&table, &e->kv, cap);
     if (!tokens || (nb && !banned) || st != QW_OK) {
         free(tokens);
         free(banned);
@@ -375,11 +414,15 @@ static qw_status prepare_request(qw_engine *e, qw_request *r, const int32_t *his
  * for what this request can add, prepare, and mark the session busy. */
 static qw_status prepare_session_request(qw_engine *e, qw_request *r) {
     qw_session *ses = r->session;
-    if (ses->engine != e)
-        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_submit: the request's session belongs to another engine");
+    /* The request's reference keeps ses allocated; dead, engine, busy and
+     * the history are read and changed under its lock (session.h). */
     pthread_mutex_lock(&ses->mu);
     qw_status st = QW_OK;
-    if (ses->busy) {
+    if (ses->dead) {
+        st = qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_submit: the request's session was destroyed");
+    } else if (ses->engine != e) {
+        st = qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_submit: the request's session belongs to another engine");
+    } else if (ses->busy) {
         st = qwi_fail(QW_ERR_SESSION_BUSY, "qw_engine_submit: the session already has a request queued or running");
     } else if ((st = prepare_request(e, r, ses->tokens, ses->num_tokens)) == QW_OK) {
         if (ses->capacity < r->seq.capacity) {
@@ -397,6 +440,14 @@ static qw_status prepare_session_request(qw_engine *e, qw_request *r) {
     return st;
 }
 
+/* The refusal of a submit beyond QW_OPT_MAX_WAITING_REQUESTS. */
+static qw_status queue_full(const qw_engine *e) {
+    return qwi_fail(QW_ERR_QUEUE_FULL,
+                    "qw_engine_submit: %lld requests are waiting to be scheduled, the limit set by "
+                    "QW_OPT_MAX_WAITING_REQUESTS; submit again later",
+                    (long long)e->max_waiting);
+}
+
 QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     if (!e || !r) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_submit: engine or request is NULL");
     /* Claim the request first, so two threads submitting it at once cannot
@@ -405,6 +456,12 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     if (!atomic_compare_exchange_strong(&r->submit_claimed, &expected, true))
         return qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_submit: request %llu was already submitted",
                         (unsigned long long)r->id);
+    /* Refuse cheaply while the queue is full (checked again under the lock
+     * before the request goes in). */
+    if (e->max_waiting > 0 && atomic_load(&e->num_waiting_requests) >= e->max_waiting) {
+        atomic_store(&r->submit_claimed, false);
+        return queue_full(e);
+    }
     /* A text or chat prompt becomes ids first (request_text.c). */
     qw_status st = qwi_request_prepare_text(e, r);
     if (st == QW_OK) st = r->session ? prepare_session_request(e, r) : prepare_request(e, r, NULL, 0);
@@ -414,7 +471,10 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     }
 
     pthread_mutex_lock(&e->inbox_mu);
-    st = list_push(&e->inbox, r);
+    /* Raised only here, under the lock: two submitters cannot both take the
+     * last place. The step thread may lower it meanwhile, never raise it. */
+    if (e->max_waiting > 0 && atomic_load(&e->num_waiting_requests) >= e->max_waiting) st = queue_full(e);
+    else st = list_push(&e->inbox, r);
     if (st != QW_OK) {
         pthread_mutex_unlock(&e->inbox_mu);
         if (r->session) {
@@ -426,6 +486,8 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
         return st;
     }
     atomic_store(&r->state, QW_STATE_QUEUED);
+    atomic_fetch_add(&e->num_waiting_requests, 1);
+    r->counted_waiting = true;
     uint64_t n = e->num_submitted++;
     r->seq.arrival = n;
     r->sampling.seed = r->has_seed ? r->seed : mix64(e->seed ^ mix64(n));
@@ -487,13 +549,16 @@ static void drain_inbox(qw_engine *e) {
         qw_session *ses = r->session;
         if (ses) {
             /* Borrow the session's KV: the history it covers is not prefilled
-             * again. The session is busy, so nothing else touches it. */
+             * again. The table is step-thread state (session.h), and the
+             * session stays busy until finish_request gives it back, so no
+             * fork or destroy sees it lent. */
             r->seq.table = ses->table;
             r->seq.num_computed_tokens = ses->num_computed;
             memset(&ses->table, 0, sizeof ses->table);
             ses->num_computed = 0;
-            if (!r->seq.table.blocks &&
-                qwi_block_table_init(&r->seq.table, &e->kv, (int64_t)e->max_model_len) != QW_OK) {
+            /* The table's array covers the request's token array, and grows
+             * with it (qwi_request_grow). */
+            if (qwi_block_table_grow(&r->seq.table, qwi_kv_blocks_for(&e->kv, r->seq.capacity)) != QW_OK) {
                 r->seq.state = QWI_SEQ_NEW;
                 finish_request(e, r, QW_FINISH_ERROR);
                 emit(e, r, QW_EVENT_FINISHED, -1, QW_FINISH_ERROR);
@@ -524,8 +589,13 @@ static bool is_in(int32_t tok, const int32_t *ids, int32_t n) {
     return false;
 }
 
-/* Append a sampled token, emit its event and apply the stop conditions. */
-static void accept_token(qw_engine *e, qw_request *r, int32_t tok) {
+/* Append a sampled token, apply the stop conditions, make room for the
+ * next token if the arrays are full, and emit the token's event. The token
+ * array always has room for one more token while a request runs. When that
+ * room cannot be made, the request finishes with QW_FINISH_ERROR on this
+ * token's event (the token is kept) and QW_ERR_OUT_OF_MEMORY is returned
+ * with a message naming it; the engine and the other requests go on. */
+static qw_status accept_token(qw_engine *e, qw_request *r, int32_t tok) {
     qwi_seq *seq = &r->seq;
     seq->tokens[seq->num_tokens++] = tok;
     int32_t generated = seq->num_tokens - seq->num_prompt_tokens;
@@ -536,8 +606,17 @@ static void accept_token(qw_engine *e, qw_request *r, int32_t tok) {
         why = QW_FINISH_STOP;
     else if (generated >= r->max_generated || seq->num_tokens >= e->max_model_len)
         why = QW_FINISH_LENGTH;
+    qw_status st = QW_OK;
+    if (why == QW_FINISH_NONE && seq->num_tokens == seq->capacity) {
+        st = e->test_fail_growth
+                 ? qwi_fail(QW_ERR_OUT_OF_MEMORY, "request %llu: out of memory growing its token arrays (test hook)",
+                            (unsigned long long)r->id)
+                 : qwi_request_grow(r, e->block_size);
+        if (st != QW_OK) why = QW_FINISH_ERROR;
+    }
     if (why != QW_FINISH_NONE) finish_request(e, r, why);
     emit(e, r, QW_EVENT_TOKEN, tok, why);
+    return st;
 }
 
 /* Finish requests whose max queue time or deadline has passed. */
@@ -563,7 +642,11 @@ static void expire_requests(qw_engine *e) {
 QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t event_size, size_t *n_out) {
     if (n_out) *n_out = 0;
     if (!e || !n_out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_step: engine or n_out is NULL");
-    if (cap > 0 && !events) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_step: events is NULL with cap %zu", cap);
+    /* A step that may not deliver an event can never empty the event queue,
+     * so qw_engine_has_work would stay 1 and a loop on it would spin. */
+    if (cap == 0)
+        return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_engine_step: cap is 0; the events array must hold at least one event");
+    if (!events) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_step: events is NULL with cap %zu", cap);
     if (event_size < sizeof(qw_event))
         return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_engine_step: event_size %zu is smaller than qw_event (%zu)",
                         event_size, sizeof(qw_event));
@@ -606,6 +689,7 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
                 plan->logits_out = e->plan.logits;
             }
             if (r->t_scheduled < 0) r->t_scheduled = t0;
+            leave_waiting_count(e, r);
             /* A decode row is the one token sampled last step; all else is prefill. */
             bool decode = so.entries[i].num_new_tokens == 1 && generated > 0 &&
                           r->seq.num_computed_tokens == r->seq.num_tokens - 1;
@@ -634,7 +718,8 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
                                  e->plan.logits + (size_t)i * (size_t)e->vocab_size, e->vocab_size);
                 if (r->t_first_token < 0) r->t_first_token = now;
                 e->stats.generation_tokens++;
-                accept_token(e, r, plan->sampled[i]);
+                qw_status ast = accept_token(e, r, plan->sampled[i]);
+                if (ast != QW_OK) st = ast;
             }
         }
         for (int32_t i = 0; i < so.num_entries; i++) {
@@ -658,12 +743,14 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
 bool qwi_engine_reclaim_idle_session(void *ctx) {
     qw_engine *e = ctx;
     qw_session *victim = NULL;
+    /* No busy check (which a submit could make stale the moment it is read):
+     * a running request holds its session's table, so a session that still
+     * has blocks is idle, or has a request in the inbox that borrows the
+     * table at the next drain, on this thread, and recomputes what goes
+     * here. The table is step-thread state either way. */
     for (qw_session *ses = e->sessions; ses; ses = ses->next) {
         if (ses->table.num_blocks == 0) continue;
-        pthread_mutex_lock(&ses->mu);
-        bool idle = !ses->busy;
-        pthread_mutex_unlock(&ses->mu);
-        if (idle && (!victim || ses->last_used < victim->last_used)) victim = ses;
+        if (!victim || ses->last_used < victim->last_used) victim = ses;
     }
     if (!victim) return false;
     qwi_kv_release(&e->kv, &victim->table);

@@ -10,6 +10,7 @@
 #define QWI_ENGINE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "backend.h"
 #include "kv.h"
@@ -38,6 +39,8 @@ struct qw_engine {
     int32_t block_size;
     int32_t max_num_seqs;
     int32_t max_num_batched_tokens;
+    const char *kv_pool_option;  /* the option that sized the KV pool     */
+    char len_limit[128];         /* what set max_model_len, for messages  */
     bool chunked_prefill;
     uint64_t seed;
 
@@ -46,11 +49,19 @@ struct qw_engine {
     qwi_req_list inbox;          /* submitted, not yet seen by a step     */
     qwi_req_list cancels;        /* each holds a reference                */
     uint64_t num_submitted;      /* under inbox_mu: seeds and arrival      */
+    /* Requests submitted and not yet scheduled for the first time (inbox +
+     * never-admitted waiting; preempted ones left the count when first
+     * scheduled). Raised under inbox_mu by submit, which checks it against
+     * max_waiting there; lowered by the step thread without the lock. */
+    _Atomic int64_t num_waiting_requests;
+    int64_t max_waiting;         /* QW_OPT_MAX_WAITING_REQUESTS; 0 = none  */
 
     /* step thread only */
     qwi_plan_buffers plan;
     struct qw_session *sessions;  /* every live session (doubly linked)     */
     int32_t max_blocks_per_seq;
+    bool test_fail_growth;       /* test hook: growing a request's arrays
+                                    fails as if out of memory              */
     struct {
         uint64_t prompt_tokens, generation_tokens, steps, last_batch, batch_sum, finished;
         double forward_seconds, host_seconds;

@@ -137,6 +137,18 @@ qw_status qwi_block_table_init(qwi_block_table *t, const qwi_kv_pool *pool, int6
     return QW_OK;
 }
 
+qw_status qwi_block_table_grow(qwi_block_table *t, int32_t entries) {
+    if (entries <= t->capacity && t->blocks) return QW_OK;
+    int64_t cap = t->capacity > 0 ? t->capacity : 1;
+    while (cap < entries) cap *= 2;
+    if (cap > INT32_MAX) cap = INT32_MAX;
+    int32_t *blocks = realloc(t->blocks, sizeof(int32_t) * (size_t)cap);
+    if (!blocks) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "block table of %lld entries", (long long)cap);
+    t->blocks = blocks;
+    t->capacity = (int32_t)cap;
+    return QW_OK;
+}
+
 void qwi_block_table_destroy(qwi_block_table *t) {
     free(t->blocks);
     memset(t, 0, sizeof *t);

@@ -100,6 +100,12 @@ static inline int32_t qwi_kv_num_used(const qwi_kv_pool *pool) {
  * On failure the table is empty and owns nothing. */
 qw_status qwi_block_table_init(qwi_block_table *t, const qwi_kv_pool *pool, int64_t max_tokens);
 
+/* Make the table's array hold at least entries block ids (amortised
+ * doubling), so a table grows with its sequence instead of being sized for
+ * the longest one up front. A table with no array gets one. On failure
+ * (QW_ERR_OUT_OF_MEMORY) the table is unchanged. */
+qw_status qwi_block_table_grow(qwi_block_table *t, int32_t entries);
+
 /* Free the table's array. The table must hold no blocks (release first). */
 void qwi_block_table_destroy(qwi_block_table *t);
 

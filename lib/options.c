@@ -26,6 +26,8 @@ QW_API qw_status qw_engine_options_create(qw_engine_options **out) {
     o->max_num_partial_prefills = QWI_DEFAULT_PARTIAL_PREFILLS;
     o->priority_aging_steps = QWI_DEFAULT_AGING_STEPS;
     o->gpu_memory_utilization = QWI_DEFAULT_GPU_MEMORY_UTILIZATION;
+    o->kv_cache_memory_fraction = QWI_DEFAULT_KV_CACHE_MEMORY_FRACTION;
+    o->check_weights = 1;
     *out = o;
     return QW_OK;
 }
@@ -92,11 +94,18 @@ QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_optio
     case QW_OPT_PRIORITY_AGING_STEPS:
         if ((st = in_range("QW_OPT_PRIORITY_AGING_STEPS", v, 0, INT32_MAX)) == QW_OK) o->priority_aging_steps = v;
         return st;
+    case QW_OPT_MAX_WAITING_REQUESTS:
+        if ((st = in_range("QW_OPT_MAX_WAITING_REQUESTS", v, 0, INT32_MAX)) == QW_OK) o->max_waiting_requests = v;
+        return st;
+    case QW_OPT_CHECK_WEIGHTS:
+        if ((st = in_range("QW_OPT_CHECK_WEIGHTS", v, 0, 1)) == QW_OK) o->check_weights = v;
+        return st;
     case QW_OPT_MODEL_PATH:
     case QW_OPT_DEVICE:
         return qwi_fail(QW_ERR_INVALID_ARGUMENT,
                         "engine option %d is a string: use qw_engine_options_set_string", (int)key);
     case QW_OPT_GPU_MEMORY_UTILIZATION:
+    case QW_OPT_KV_CACHE_MEMORY_FRACTION:
         return qwi_fail(QW_ERR_INVALID_ARGUMENT,
                         "engine option %d is a double: use qw_engine_options_set_double", (int)key);
     }
@@ -105,11 +114,22 @@ QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_optio
 
 QW_API qw_status qw_engine_options_set_double(qw_engine_options *o, qw_engine_option key, double v) {
     if (!o) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_double: options is NULL");
-    if (key != QW_OPT_GPU_MEMORY_UTILIZATION)
+    const char *name;
+    double *slot;
+    switch (key) {
+    case QW_OPT_GPU_MEMORY_UTILIZATION:
+        name = "QW_OPT_GPU_MEMORY_UTILIZATION";
+        slot = &o->gpu_memory_utilization;
+        break;
+    case QW_OPT_KV_CACHE_MEMORY_FRACTION:
+        name = "QW_OPT_KV_CACHE_MEMORY_FRACTION";
+        slot = &o->kv_cache_memory_fraction;
+        break;
+    default:
         return qwi_fail(QW_ERR_INVALID_ARGUMENT, "engine option %d is not a double option", (int)key);
-    if (!(v > 0 && v <= 1))
-        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_OPT_GPU_MEMORY_UTILIZATION must be in (0, 1], got %g", v);
-    o->gpu_memory_utilization = v;
+    }
+    if (!(v > 0 && v <= 1)) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s must be in (0, 1], got %g", name, v);
+    *slot = v;
     return QW_OK;
 }
 

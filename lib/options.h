@@ -23,12 +23,18 @@ struct qw_engine_options {
     int64_t long_prefill_token_threshold;
     int64_t priority_aging_steps;
     double gpu_memory_utilization;
+    double kv_cache_memory_fraction;  /* CPU KV pool: share of available RAM   */
+    int64_t max_waiting_requests;     /* 0 = unbounded                         */
+    int64_t check_weights;            /* 1 = NaN/inf scan at create (default)  */
 };
 
 #define QWI_DEFAULT_MAX_NUM_SEQS 256
 #define QWI_DEFAULT_MAX_BATCHED_TOKENS 2048
 #define QWI_DEFAULT_BLOCK_SIZE 16
-#define QWI_DEFAULT_KV_BYTES ((int64_t)1 << 30)
+/* Half of the RAM available after the weights: the host application, the
+ * page cache of the weights file and other processes keep the other half,
+ * and pool pages cost memory only once a sequence touches them. */
+#define QWI_DEFAULT_KV_CACHE_MEMORY_FRACTION 0.5
 #define QWI_DEFAULT_PARTIAL_PREFILLS 4
 #define QWI_DEFAULT_AGING_STEPS 256
 #define QWI_DEFAULT_GPU_MEMORY_UTILIZATION 0.9

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "request.h"
+#include "session.h"
 
 double qwi_now(void) {
     struct timespec ts;
@@ -48,6 +49,7 @@ void qwi_request_unref(qw_request *req) {
     free(req->banned);
     free(req->seq.tokens);
     qwi_block_table_destroy(&req->seq.table);
+    if (req->session) qwi_session_unref(req->session);   /* qw_request_set_session's */
     free(req);
 }
 
@@ -186,7 +188,9 @@ QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, d
 }
 
 QW_API qw_status qw_request_set_user_data(qw_request *req, void *user_data) {
-    if (!req) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_user_data: request is NULL");
+    /* The step thread copies it into every event without a lock. */
+    qw_status st = check_mutable(req, "qw_request_set_user_data");
+    if (st != QW_OK) return st;
     req->user_data = user_data;
     return QW_OK;
 }
@@ -249,3 +253,41 @@ QW_API qw_status qw_request_get_stats(const qw_request *req, qw_request_stats *o
 
 /* For request_text.c, whose setters follow the same rule. */
 qw_status qwi_request_check_mutable(const qw_request *req, const char *fn) { return check_mutable(req, fn); }
+
+qw_status qwi_request_grow(qw_request *r, int32_t block_size) {
+    qwi_seq *seq = &r->seq;
+    int64_t limit = (int64_t)seq->num_prompt_tokens + r->max_generated;
+    int64_t want = QWI_MAX((int64_t)seq->capacity * 2, (int64_t)seq->capacity + QWI_REQUEST_FIRST_OUTPUT);
+    int32_t cap = (int32_t)QWI_MIN(want, limit);
+    if (cap <= seq->capacity) return QW_OK;
+    /* Table and session history first: seq->capacity moves last, so a
+     * failure anywhere leaves every invariant that depends on it intact. */
+    qw_status st = qwi_block_table_grow(&seq->table, (int32_t)QWI_DIV_UP((int64_t)cap, block_size));
+    qw_session *ses = r->session;
+    if (st == QW_OK && ses) {
+        pthread_mutex_lock(&ses->mu);
+        if (ses->capacity < cap) {
+            int32_t *grown = realloc(ses->tokens, sizeof(int32_t) * (size_t)cap);
+            if (grown) {
+                ses->tokens = grown;
+                ses->capacity = cap;
+            } else {
+                st = QW_ERR_OUT_OF_MEMORY;
+            }
+        }
+        pthread_mutex_unlock(&ses->mu);
+    }
+    if (st == QW_OK) {
+        int32_t *tokens = realloc(seq->tokens, sizeof(int32_t) * (size_t)cap);
+        if (tokens) {
+            seq->tokens = tokens;
+            seq->capacity = cap;
+        } else {
+            st = QW_ERR_OUT_OF_MEMORY;
+        }
+    }
+    if (st != QW_OK)
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY, "request %llu: out of memory growing its token arrays to %d tokens",
+                        (unsigned long long)r->id, cap);
+    return QW_OK;
+}

@@ -62,6 +62,9 @@ struct qw_request {
     qwi_seq seq;
     qwi_sampling sampling;
     int32_t max_generated;       /* resolved max tokens                  */
+    bool counted_waiting;        /* in the engine's waiting count: set at
+                                    submit (under inbox_mu), cleared by the
+                                    step thread at first schedule or finish */
     int32_t *banned;             /* EOS + stop ids, banned before min    */
     int32_t num_banned;
     /* timing, CLOCK_MONOTONIC seconds; < 0 until it happens */
@@ -75,6 +78,20 @@ double qwi_now(void);
 void qwi_request_ref(struct qw_request *req);
 /* Drop a reference; frees the request when none is left. */
 void qwi_request_unref(struct qw_request *req);
+
+/* Output tokens a request's arrays have room for at submit; they grow by
+ * doubling from there as tokens arrive (qwi_request_grow). */
+#define QWI_REQUEST_FIRST_OUTPUT 16
+
+/* Make room for more tokens of a submitted request whose token array is
+ * full: grow seq.tokens (doubling, at most num_prompt_tokens +
+ * max_generated), the block table's array to cover that many tokens at
+ * block_size each, and the session's history array (under its lock) to the
+ * same length, so finishing can copy the tokens back without allocating.
+ * Step thread. QW_OK without change when already at the limit. On failure
+ * QW_ERR_OUT_OF_MEMORY with a message naming the request; seq.capacity is
+ * unchanged and nothing is lost (the arrays that did grow stay grown). */
+qw_status qwi_request_grow(struct qw_request *req, int32_t block_size);
 
 /* QW_ERR_INVALID_ARGUMENT for NULL, QW_ERR_INVALID_STATE once submitted
  * (fn names the caller in the message). */

@@ -101,7 +101,7 @@ Test(api, bad_model_paths) {
 
 Test(api, bad_requests_leave_engine_usable) {
     char *model = tiny();
-    qw_engine *e = qwt_engine_new(model, &(qwt_engine_cfg){.max_model_len = 256, .num_kv_blocks = 8});
+    qw_engine *e = qwt_engine_new(model, &(qwt_engine_cfg){.max_model_len = 256, .num_kv_blocks = 16});
     qw_request *r;
     cr_assert_eq(qw_request_create(&r), QW_OK);
 
@@ -120,10 +120,8 @@ Test(api, bad_requests_leave_engine_usable) {
     cr_assert_eq(qw_request_set_prompt(r, longp, 200), QW_OK);
     cr_assert_eq(qw_request_set_int(r, QW_REQ_MAX_TOKENS, 100), QW_OK);
     assert_error(qw_engine_submit(e, r), QW_ERR_TOO_LONG, "max tokens");
-    /* 8 blocks x 16 = 128 tokens: 120 + 20 cannot ever fit */
-    cr_assert_eq(qw_request_set_prompt(r, longp, 120), QW_OK);
-    cr_assert_eq(qw_request_set_int(r, QW_REQ_MAX_TOKENS, 20), QW_OK);
-    assert_error(qw_engine_submit(e, r), QW_ERR_KV_CAPACITY, "KV blocks");
+    /* A pool smaller than one max-length sequence now fails the create
+     * (tests/test_defaults.c), so no submit can outgrow the pool. */
     int32_t stop_bad = 9999;
     cr_assert_eq(qw_request_set_prompt(r, longp, 10), QW_OK);
     cr_assert_eq(qw_request_set_stop_tokens(r, &stop_bad, 1), QW_OK);
