@@ -1,13 +1,17 @@
 # qwinfer - root Makefile (the only build system).
 #
 #   make                 library (shared + static), examples, tools
-#   make demo            build, generate the tiny model, run concurrent generations
+#   make demo            build deps, build, generate the tiny model, run concurrent generations
 #   make test            every test (Criterion, reference, ABI, pkg-config, ASan+UBSan)
 #   make check-asan      the Criterion suite under AddressSanitizer + UBSan only
-#   make install PREFIX=/usr/local DESTDIR=
-#   make deps            check/install build and test dependencies
+#   make install PREFIX=/usr/local DESTDIR=   header, libraries, qwinfer.pc, tools
+#   make deps            check/install build and test dependencies (tools/deps.sh)
+#   make fresh-check     the two commands above in a clean Debian 12 root (root only)
+#   make tokbench        tokenizer throughput on varied real text (Debian packages)
 #   CUDA=0               build without the CUDA backend (auto-detected from nvcc)
 #   BUILD=dir            out-of-tree build directory (default: build)
+# Changing any setting (CUDA, OPT, SANITIZE, CC, CFLAGS...) rebuilds: see the
+# config stamp below and docs/build.md.
 
 VERSION_MAJOR := 0
 VERSION_MINOR := 1
@@ -25,6 +29,7 @@ CC      ?= cc
 PKG_CONFIG ?= pkg-config
 
 DEP_PKGS  := jansson libxxhash libpcre2-8 libutf8proc
+DEP_OK     := $(shell $(PKG_CONFIG) --exists $(DEP_PKGS) 2>/dev/null && echo yes)
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
 
@@ -57,9 +62,50 @@ NVCCFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden
 CU_HOST_SRCS := $(wildcard cuda/*.c)
 CU_OBJS     := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRCS)) $(patsubst %.c,$(BUILD)/obj/%.o,$(CU_HOST_SRCS))
 CFLAGS_ALL  += -DQW_HAVE_CUDA=1
-LDLIBS_ALL  += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++
-PC_CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++
+# Only what cuda/ calls: the CUDA runtime, cuBLASLt, and libstdc++ for the
+# host code nvcc generates (__cxa_guard_*). No cuBLAS, no NCCL until code
+# uses them: tests/check_linked_libs.sh holds every NEEDED entry to a symbol
+# the library takes from it.
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lstdc++
+LDLIBS_ALL  += $(CUDA_LIBS)
 endif
+endif
+
+# ---- build configuration stamp -----------------------------------------------
+# Everything that decides what an object, library or binary contains, one
+# setting a line. The stamp is rewritten only when this text changes, and
+# every build product depends on it, so `make CUDA=0` then `make`, or a new
+# OPT, SANITIZE, CC, arch list... rebuilds what it affects instead of mixing
+# configurations. tests/check_build_config.sh proves it; check_linked_libs.sh
+# reads the link lines back from it.
+EX_LDLIBS := -pthread $(LDLIBS)
+CONFIG_STAMP := $(BUILD)/config.stamp
+define CONFIG_TEXT :=
+CC=$(CC)
+CC_VERSION=$(shell $(CC) --version 2>/dev/null | head -n 1)
+CFLAGS_ALL=$(CFLAGS_ALL)
+SANITIZE=$(SANITIZE)
+LDFLAGS=$(LDFLAGS)
+LDLIBS_ALL=$(LDLIBS_ALL)
+EX_LDLIBS=$(EX_LDLIBS)
+AR=$(AR)
+CUDA=$(CUDA)
+CU_OBJS=$(CU_OBJS)
+NVCC=$(if $(CU_OBJS),$(NVCC))
+NVCCFLAGS=$(NVCCFLAGS)
+endef
+# Read at parse time, written only by the rule below, so goals that build
+# nothing (clean, print-*...) never touch it, and a dry run (-n/-q) reports
+# the rebuild without writing.
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS)))
+ifneq ($(file <$(CONFIG_STAMP)),$(CONFIG_TEXT))
+$(CONFIG_STAMP): config-changed
+	@echo "qwinfer: $(BUILD) has a new build configuration (recorded in $(BUILD)/config.stamp): everything in it rebuilds"
+	@$(if $(DRY_RUN),,$(shell mkdir -p $(@D))$(file >$@,$(CONFIG_TEXT)))true
+.PHONY: config-changed
+config-changed: ;
+else
+$(CONFIG_STAMP): ;
 endif
 
 # ---- sources -----------------------------------------------------------------
@@ -78,46 +124,61 @@ EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/bin/%,$(EX_SRCS))
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 TESTUTIL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TESTUTIL_SRCS))
 
-.PHONY: all lib tools examples tests test check check-asan demo install uninstall deps clean abi-check
+.PHONY: all lib tools examples tests test check check-asan demo install uninstall deps clean abi-check \
+        depcheck qwinfer.pc fresh-check tokbench
 all: lib tools examples
 
 lib: $(SHLIB) $(STLIB)
 
-$(BUILD)/obj/%.o: %.c
+# A missing library dependency fails here, once and clearly, not as a missing
+# header in the first object that includes it.
+depcheck:
+ifneq ($(DEP_OK),yes)
+	@echo "qwinfer: the build dependencies are missing (pkg-config packages: $(DEP_PKGS))." >&2
+	@echo "qwinfer: run 'make deps' (as root it installs them), or 'sh tools/deps.sh' to see what to install." >&2
+	@exit 1
+endif
+
+$(BUILD)/obj/%.o: %.c $(CONFIG_STAMP) | depcheck
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/tests/%.o: tests/%.c
+$(BUILD)/obj/tests/%.o: tests/%.c $(CONFIG_STAMP) | depcheck
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -iquote tests -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/cuda/%.o: cuda/%.cu $(wildcard cuda/*.h)
+$(BUILD)/obj/cuda/%.o: cuda/%.cu $(wildcard cuda/*.h) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(SHLIB): $(LIB_OBJS) lib/qwinfer.map
+$(SHLIB): $(LIB_OBJS) lib/qwinfer.map $(CONFIG_STAMP)
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=lib/qwinfer.map \
-	      -Wl,--no-undefined $(SANITIZE) -o $@ $(LIB_OBJS) $(LDLIBS_ALL)
+	      -Wl,--no-undefined $(SANITIZE) $(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS_ALL)
 	ln -sf libqwinfer.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/libqwinfer.so
 
-$(STLIB): $(LIB_OBJS)
+$(STLIB): $(LIB_OBJS) $(CONFIG_STAMP)
 	@rm -f $@
-	ar rcs $@ $(LIB_OBJS)
+	$(AR) rcs $@ $(LIB_OBJS)
 
 # Tools and tests link the static library: they may use internal qwi_ helpers.
-$(BUILD)/bin/%: tools/%.c $(STLIB)
+$(BUILD)/bin/%: tools/%.c $(STLIB) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(STLIB) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS) -o $@ $< $(STLIB) $(LDLIBS_ALL)
 
-# Examples are API consumers: they link the shared library like a host would.
-$(BUILD)/bin/%: examples/%.c $(SHLIB)
+# Examples are API consumers: they link the shared library like a host would,
+# and nothing else the library uses (its own NEEDED entries bring those).
+$(BUILD)/bin/%: examples/%.c $(SHLIB) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< -L$(BUILD) -lqwinfer -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS) -o $@ $< -L$(BUILD) -lqwinfer -Wl,-rpath,'$$ORIGIN/..' $(EX_LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(TESTUTIL_OBJS) $(STLIB)
+# Only a pattern rule names the test helpers' objects, which would make them
+# intermediate files: make would delete them after each build and relink
+# every test binary the next time.
+.SECONDARY: $(TESTUTIL_OBJS)
+$(BUILD)/tests/%: tests/%.c $(TESTUTIL_OBJS) $(STLIB) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -iquote tests -o $@ $< $(TESTUTIL_OBJS) $(STLIB) -lcriterion $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS) -iquote tests -o $@ $< $(TESTUTIL_OBJS) $(STLIB) -lcriterion $(LDLIBS_ALL)
 
 tools: $(TOOLS)
 examples: $(EXAMPLES)
@@ -127,8 +188,24 @@ tests: $(TESTS) $(TOOLS) $(EXAMPLES)
 deps:
 	@sh tools/deps.sh
 
-demo: all
+# The first command on a fresh machine: install the build dependencies
+# (the demo needs no test tools), then build in a new make, which reads
+# pkg-config's flags now that the packages are there.
+demo:
+	@sh tools/deps.sh --build
+	@$(MAKE) --no-print-directory all
 	@sh tools/demo.sh $(BUILD)
+
+# A clean Debian 12 root (debootstrap, cached in $(BUILD)/fresh-check) runs the
+# README's two commands on a clone of HEAD, in both orders. Needs root and the
+# Debian mirror; not part of `make test` (it takes minutes: docs/build.md).
+fresh-check:
+	@sh tools/fresh-check.sh $(BUILD)
+
+# Tokenizer throughput on varied real text from Debian packages, beside
+# Hugging Face tokenizers (docs/tokenizer-benchmarks.md). Not part of test.
+tokbench: $(BUILD)/bin/qw-tokbench
+	@sh tools/tokbench-real.sh $(BUILD)
 
 # The whole suite: Criterion binaries, export/pkg-config checks, then the same
 # Criterion binaries under ASan+UBSan. Ends with "N passed, M failed".
@@ -146,7 +223,15 @@ check-asan:
 	    SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" CUDA=0 tests
 	@QW_ASAN_ONLY=1 sh tests/run.sh $(BUILD)-asan
 
-install: lib qwinfer.pc
+# Installed programs: the tools keep the static library linked in (they use
+# internal qwi_ helpers; no header is needed at run time), and qw-generate,
+# an API consumer, is relinked against the installed shared library with an
+# rpath relative to its own directory ($$ORIGIN/<BINDIR to LIBDIR>), so it
+# finds that library without LD_LIBRARY_PATH, also when staged in DESTDIR or
+# the tree is moved as a whole.
+INSTALL_TOOLS := qw-makemodel qw-bench qw-tokbench
+INSTALL_DYN   := qw-generate
+install: lib $(addprefix $(BUILD)/bin/,$(INSTALL_TOOLS)) qwinfer.pc
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
 	install -m 644 include/qwinfer.h $(DESTDIR)$(INCDIR)/qwinfer.h
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/
@@ -154,17 +239,117 @@ install: lib qwinfer.pc
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libqwinfer.so
 	install -m 644 $(STLIB) $(DESTDIR)$(LIBDIR)/
 	install -m 644 $(BUILD)/qwinfer.pc $(DESTDIR)$(LIBDIR)/pkgconfig/qwinfer.pc
+	install -m 755 $(addprefix $(BUILD)/bin/,$(INSTALL_TOOLS)) $(DESTDIR)$(BINDIR)/
+	@mkdir -p $(BUILD)/install
+	rel=$$(realpath -m --relative-to='$(BINDIR)' '$(LIBDIR)') && \
+	for p in $(INSTALL_DYN); do \
+	    $(CC) $(CFLAGS_ALL) $(LDFLAGS) -o $(BUILD)/install/$$p examples/$$p.c -L$(BUILD) -lqwinfer \
+	          -Wl,-rpath,"\$$ORIGIN/$$rel" $(EX_LDLIBS) && \
+	    install -m 755 $(BUILD)/install/$$p $(DESTDIR)$(BINDIR)/ || exit 1; \
+	done
 
+# The .pc file says how this build was configured: the template's @CPU@
+# lines stay in a CPU-only build (it links fully static), its @CUDA@ lines in
+# a CUDA build (Libs.private adds the toolkit's shared libraries).
+ifeq ($(CUDA_LIBS),)
+PC_KEEP := CPU
+PC_DROP := CUDA
+else
+PC_KEEP := CUDA
+PC_DROP := CPU
+endif
 qwinfer.pc: pkgconfig/qwinfer.pc.in
 	@mkdir -p $(BUILD)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
 	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@REQUIRES@|$(DEP_PKGS)|g' \
-	    -e 's|@LIBS_PRIVATE@|-lm -pthread $(PC_CUDA_LIBS)|g' $< > $(BUILD)/qwinfer.pc
+	    -e 's|@LIBS_PRIVATE@|-lm -pthread $(CUDA_LIBS)|g' -e 's|@CUDA_LIBS@|$(CUDA_LIBS)|g' \
+	    -e '/^@$(PC_DROP)@/d' -e 's|^@$(PC_KEEP)@||' $< > $(BUILD)/qwinfer.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/qwinfer.h $(DESTDIR)$(LIBDIR)/libqwinfer.* $(DESTDIR)$(LIBDIR)/pkgconfig/qwinfer.pc
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_TOOLS) $(INSTALL_DYN))
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- fuzzing and thread sanitizer ------------------------------------------------
+# docs/testing.md says what each piece covers and how long it takes.
+#   make fuzz          clang + libFuzzer (tools/fuzz.sh installs what it lacks): each
+#                      harness of tests/fuzz/ for FUZZ_SECONDS, corpus kept in
+#                      $(BUILD)-fuzz/fuzz/corpus/<name>, crashes in .../crashes/<name>
+#   make fuzz-regress  every harness once over its seed corpus, gcc + ASan/UBSan in
+#                      $(BUILD)-asan (make test runs it: tests/check_fuzz_regress.sh)
+#   make check-tsan    tests/stress/ under ThreadSanitizer for STRESS_SECONDS
+#                      ($(BUILD)-tsan; make test runs a few seconds: tests/check_tsan.sh)
+# The scripts call this Makefile back with BUILD set to the tree they need; the
+# targets below then build in that tree with its flags.
+FUZZ_NAMES     := safetensors config tokenizer
+FUZZ_SECONDS   ?= 60
+STRESS_SECONDS ?= 60
+# The sanitizer flags of `make test`'s $(BUILD)-asan tree (keep equal to the
+# test: recipe, or the two would rebuild that tree in turn) and of the TSan tree.
+QW_ASAN_FLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+QW_TSAN_FLAGS  := -fsanitize=thread
+# Harness model: tiny, so that seeds stay a few KB and engines start in microseconds.
+FUZZ_MODEL_ARGS := --shape tiny --hidden 8 --layers 1 --heads 2 --kv-heads 1 --head-dim 4 \
+                   --intermediate 8 --vocab 300 --max-pos 256 --dtype bf16 --seed 7
+FUZZ_UTIL_OBJ  := $(BUILD)/obj/tests/fuzz/fuzz_util.o
+.SECONDARY: $(FUZZ_UTIL_OBJ)
+# FUZZ_ENGINE=libfuzzer links clang's libFuzzer main; otherwise tests/fuzz/driver.c.
+ifeq ($(FUZZ_ENGINE),libfuzzer)
+FUZZ_MAIN      := -fsanitize=fuzzer
+else
+FUZZ_MAIN      := tests/fuzz/driver.c
+endif
+
+.PHONY: fuzz fuzz-regress check-tsan fuzz-seeds fuzz-build stress-build fuzz-clean \
+        print-asan-flags print-tsan-flags
+
+fuzz:
+	@sh tools/fuzz.sh $(BUILD) $(FUZZ_SECONDS)
+
+fuzz-regress:
+	@sh tests/check_fuzz_regress.sh $(BUILD)
+
+check-tsan:
+	@sh tests/check_tsan.sh $(BUILD) $(STRESS_SECONDS)
+
+print-asan-flags: ; @echo '$(QW_ASAN_FLAGS)'
+print-tsan-flags: ; @echo '$(QW_TSAN_FLAGS)'
+
+# In the tree the scripts name: harness binaries, the stress program, seeds.
+fuzz-build: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_NAMES))
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h tests/fuzz/driver.c $(FUZZ_UTIL_OBJ) \
+                      $(STLIB) $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -iquote tests -o $@ $< $(FUZZ_MAIN) $(FUZZ_UTIL_OBJ) $(STLIB) $(LDLIBS_ALL)
+
+stress-build: $(BUILD)/stress/stress_threads
+
+$(BUILD)/stress/%: tests/stress/%.c $(STLIB) $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -iquote tests -o $@ $< $(STLIB) $(LDLIBS_ALL)
+
+# Seeds come from the project's own generator: a tiny model, single file and
+# two shards, with its tokenizer, and make_seeds' variants of those files.
+fuzz-seeds: $(BUILD)/fuzz/seeds/.stamp
+
+$(BUILD)/fuzz/make_seeds: tests/fuzz/make_seeds.c tests/fuzz/fuzz_util.h $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -iquote tests -o $@ $< $(LDLIBS_ALL)
+
+# (Makefile: FUZZ_MODEL_ARGS; regenerating takes milliseconds.)
+$(BUILD)/fuzz/seeds/.stamp: $(BUILD)/fuzz/make_seeds $(BUILD)/bin/qw-makemodel Makefile
+	@rm -rf $(BUILD)/fuzz/model $(BUILD)/fuzz/seeds
+	@$(BUILD)/bin/qw-makemodel $(FUZZ_MODEL_ARGS) --out $(BUILD)/fuzz/model/single >/dev/null
+	@$(BUILD)/bin/qw-makemodel $(FUZZ_MODEL_ARGS) --shards 2 --no-tokenizer \
+	    --out $(BUILD)/fuzz/model/sharded >/dev/null
+	$(BUILD)/fuzz/make_seeds $(BUILD)/fuzz/model/single $(BUILD)/fuzz/model/sharded $(BUILD)/fuzz/seeds
+	@touch $@
+
+fuzz-clean:
+	rm -rf $(BUILD)-fuzz $(BUILD)-tsan $(BUILD)/fuzz $(BUILD)-asan/fuzz
+clean: fuzz-clean

@@ -5,7 +5,8 @@ set -eu
 build=${1:-build}
 case "$build" in /*) stage="$build/pkgconfig-check" ;; *) stage="$(pwd)/$build/pkgconfig-check" ;; esac
 rm -rf "$stage"
-MAKEFLAGS= make --no-print-directory -s BUILD="$build" PREFIX="$stage/usr" install >/dev/null
+. tests/util/make_build.sh
+make_build "$build" -s PREFIX="$stage/usr" install >/dev/null
 export PKG_CONFIG_PATH="$stage/usr/lib/pkgconfig"
 flags=$(pkg-config --cflags --libs qwinfer)
 cc -std=c11 -o "$stage/minimal" examples/minimal.c $flags
