@@ -207,6 +207,9 @@ static int32_t block_of(int id, int i) { return (id * 37 + i * 11) % NBLOCKS; } 
 static qw_status step(qwi_backend *b, const qwi_model *m, const seqspec *ss, int nseq,
                       float *logits, int32_t *sampled) {
     int32_t tok[256], pos[256], slot[256], qs[9], ctx[8], bt[8 * MBPS];
+    /* Zeroed: a bad plan (a context past MBPS blocks) must fail on its
+     * shape, not read uninitialised table entries on the way. */
+    memset(bt, 0, sizeof bt);
     uint8_t ds[8], wl[8];
     qwi_sampling sp[8];
     int r = 0;

@@ -76,43 +76,54 @@ int qwt_write_file(const char *path, const void *data, size_t len) {
     return (w == len && rc == 0) ? 0 : -1;
 }
 
+/* FNV-1a, enough to name a model directory after its generation key. */
+static uint64_t key_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
 char *qwt_model(const char *name, const char *args_in) {
-    char dir[8192], stamp[8300], args[4096];
-    snprintf(dir, sizeof dir, "%s/testmodels/%s", qwt_build_dir(), name);
-    snprintf(stamp, sizeof stamp, "%s/.qwt-args", dir);
-    /* The stamp also records the generator binary's mtime: a rebuilt
+    /* The key also records the generator binary's mtime: a rebuilt
      * generator (new files, new format) regenerates every model. */
     struct stat gst;
     long long gen_mtime = stat(qwt_tool("qw-makemodel"), &gst) == 0 ? (long long)gst.st_mtime : 0;
-    snprintf(args, sizeof args, "%s", args_in);
     char key[4200];
     snprintf(key, sizeof key, "%s #generator %lld", args_in, gen_mtime);
+    /* One directory per key, never deleted or replaced: a test process
+     * reading a model can never see it vanish under it because another
+     * process (Criterion runs tests in parallel) regenerated it. */
+    char dir[8192], stamp[8300];
+    snprintf(dir, sizeof dir, "%s/testmodels/%s-%016llx", qwt_build_dir(), name,
+             (unsigned long long)key_hash(key));
+    snprintf(stamp, sizeof stamp, "%s/.qwt-args", dir);
     size_t n = 0;
     char *old = qwt_read_file(stamp, &n);
-    if (old && strcmp(old, key) == 0) {
-        free(old);
-        return strdup(dir);
-    }
+    int ok = old && strcmp(old, key) == 0;
     free(old);
+    if (ok) return strdup(dir);
     /* Generate into a private temporary directory and rename it into place,
-     * so concurrently running test processes never see a half-written model. */
+     * so concurrently running test processes never see a half-written model;
+     * the stamp is written last, so a directory with it is complete. */
     char tmp[8400];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
     if (qwt_system("mkdir -p '%s/testmodels' && rm -rf '%s' && '%s' %s --out '%s' >/dev/null",
-                   qwt_build_dir(), tmp, qwt_tool("qw-makemodel"), args, tmp) != 0) {
-        fprintf(stderr, "qwt_model: qw-makemodel %s failed\n", args);
+                   qwt_build_dir(), tmp, qwt_tool("qw-makemodel"), args_in, tmp) != 0) {
+        fprintf(stderr, "qwt_model: qw-makemodel %s failed\n", args_in);
         return NULL;
     }
     char stamp_tmp[8500];
     snprintf(stamp_tmp, sizeof stamp_tmp, "%s/.qwt-args", tmp);
     if (qwt_write_file(stamp_tmp, key, strlen(key)) != 0) return NULL;
-    qwt_system("rm -rf '%s'", dir);
     if (rename(tmp, dir) != 0) {
-        /* Another process won the race: use theirs if complete. */
-        qwt_system("rm -rf '%s'", tmp);
+        /* Another process won the race (rename never replaces a non-empty
+         * directory): use theirs, which is complete since it has a stamp;
+         * a directory without one is a crashed run's leftover: replace it. */
         old = qwt_read_file(stamp, &n);
-        int ok = old && strcmp(old, key) == 0;
+        ok = old && strcmp(old, key) == 0;
         free(old);
+        if (!ok && qwt_system("rm -rf '%s'", dir) == 0 && rename(tmp, dir) == 0) return strdup(dir);
+        qwt_system("rm -rf '%s'", tmp);
         if (!ok) return NULL;
     }
     return strdup(dir);
