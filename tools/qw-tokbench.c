@@ -1,12 +1,15 @@
 /*
  * qw-tokbench - encode throughput of the tokenizer on one core.
  *
- *   qw-tokbench [--dir TOKENIZER_DIR] [--mb N] [--file PATH]...
+ *   qw-tokbench [--dir TOKENIZER_DIR] [--mb N] [--file PATH]... [--ids-out PATH]
  *   qw-tokbench [--dir DIR] --encode TEXT      print the ids of TEXT
  *
  * Without --file it measures three built-in samples (English prose, Chinese
  * prose, C/Python code), each repeated with variations to about N MB
- * (default 4), and prints MB/s and tokens/s per sample. The default dir is
+ * (default 4), and prints MB/s and tokens/s per sample. Those samples flatter
+ * the piece cache; `make tokbench` (tools/tokbench-real.sh) measures varied
+ * real text from Debian packages instead. --ids-out writes the ids of each
+ * --file as one line, for comparison with another tokenizer. The default dir is
  * ../shared/data/qwen-tokenizer (or $QW_SHARED_DIR/data/qwen-tokenizer).
  */
 #include <stdio.h>
@@ -68,13 +71,17 @@ static char *make_text(const char *sample, double mb, size_t *len) {
     return s;
 }
 
-static int bench(const qwi_tokenizer *tok, const char *name, const char *text, size_t len) {
+static int bench(const qwi_tokenizer *tok, const char *name, const char *text, size_t len, FILE *ids_out) {
     int32_t *ids = NULL;
     size_t n = 0;
     /* one warm-up run, then the best of three */
     if (qwi_tokenizer_encode(tok, text, len, 1, &ids, &n)) {
         fprintf(stderr, "qw-tokbench: encode: %s\n", qwi_last_error());
         return 1;
+    }
+    if (ids_out) {
+        for (size_t i = 0; i < n; i++) fprintf(ids_out, "%s%d", i ? " " : "", ids[i]);
+        fprintf(ids_out, "\n");
     }
     free(ids);
     double best = 1e30;
@@ -85,13 +92,13 @@ static int bench(const qwi_tokenizer *tok, const char *name, const char *text, s
         free(ids);
         if (dt < best) best = dt;
     }
-    printf("%-8s %8.2f MB  %9zu tokens  %7.2f MB/s  %9.0f tokens/s  %.2f bytes/token\n", name,
+    printf("%-28s %8.2f MB  %9zu tokens  %7.2f MB/s  %9.0f tokens/s  %.2f bytes/token\n", name,
            len / 1e6, n, len / 1e6 / best, n / best, (double)len / (double)n);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *encode = NULL;
+    const char *dir = NULL, *encode = NULL, *ids_path = NULL;
     double mb = 4;
     const char *files[16];
     int n_files = 0;
@@ -100,8 +107,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--file") && i + 1 < argc && n_files < 16) files[n_files++] = argv[++i];
         else if (!strcmp(argv[i], "--encode") && i + 1 < argc) encode = argv[++i];
+        else if (!strcmp(argv[i], "--ids-out") && i + 1 < argc) ids_path = argv[++i];
         else {
-            fprintf(stderr, "usage: qw-tokbench [--dir DIR] [--mb N] [--file PATH]... | --encode TEXT\n");
+            fprintf(stderr, "usage: qw-tokbench [--dir DIR] [--mb N] [--file PATH]... [--ids-out PATH] | --encode TEXT\n");
             return 2;
         }
     }
@@ -135,6 +143,12 @@ int main(int argc, char **argv) {
     printf("tokenizer %s: %d ids, loaded in %.0f ms\n", dir, qwi_tokenizer_vocab_size(tok),
            load * 1e3);
     int rc = 0;
+    FILE *ids_out = NULL;
+    if (ids_path && !(ids_out = fopen(ids_path, "w"))) {
+        perror(ids_path);
+        qwi_tokenizer_free(tok);
+        return 1;
+    }
     if (n_files) {
         for (int i = 0; i < n_files; i++) {
             FILE *f = fopen(files[i], "rb");
@@ -145,7 +159,8 @@ int main(int argc, char **argv) {
             char *s = malloc((size_t)sz + 1);
             size_t got = s ? fread(s, 1, (size_t)sz, f) : 0;
             fclose(f);
-            if (s && got == (size_t)sz) rc |= bench(tok, files[i], s, got);
+            const char *base = strrchr(files[i], '/');
+            if (s && got == (size_t)sz) rc |= bench(tok, base ? base + 1 : files[i], s, got, ids_out);
             free(s);
         }
     } else {
@@ -155,10 +170,11 @@ int main(int argc, char **argv) {
             size_t len;
             char *s = make_text(samples[k], mb, &len);
             if (!s) { rc = 1; break; }
-            rc |= bench(tok, names[k], s, len);
+            rc |= bench(tok, names[k], s, len, ids_out);
             free(s);
         }
     }
+    if (ids_out) fclose(ids_out);
     qwi_tokenizer_free(tok);
     return rc;
 }
