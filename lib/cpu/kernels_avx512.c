@@ -11,6 +11,12 @@
  * the thread. (Different from the AVX2 table's 8 lanes: the engine installs
  * one table per process, which is what batched == alone needs.)
  *
+ * The panel kernels of this table (the packed weights of the exact mode)
+ * are zmm register tiles in kernels_avx512_panel.c; the panel contract has
+ * no lanes, so they are bit-identical to the AVX2 table's. The attention
+ * helpers dot4/axpy4 (and their x2 forms) below run their chains side by
+ * side and are bit-identical to the single dot/axpy of this table.
+ *
  * Why not vdpbf16ps (AVX512_BF16): it multiplies bf16 by bf16, so the f32
  * activations would be rounded to 8 mantissa bits first - a relative error
  * of ~4e-3 per product, forty times the 1e-4 the reference test allows.
@@ -156,37 +162,102 @@ static AVX512 void avx512_axpy(float *o, float s, const float *v, int64_t n) {
     for (; i < n; i++) o[i] = __builtin_fmaf(s, v[i], o[i]);
 }
 
-/* dot4/axpy4 as four single calls: bit-identical by construction (this
- * table could not be run where it was written, so it is not unrolled). */
+/* Four avx512_dot chains side by side: the same per-lane FMA sequence (and
+ * zero-padded tail step) for each b[i], then the same fold, so out[i] ==
+ * avx512_dot(a, b[i], n) bit for bit. */
 static AVX512 void avx512_dot4(const float *a, const float *const b[4], int64_t n, float out[4]) {
-    for (int i = 0; i < 4; i++) out[i] = avx512_dot(a, b[i], n);
+    __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                      _mm512_setzero_ps() };
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m512 av = _mm512_loadu_ps(a + k);
+        for (int i = 0; i < 4; i++) acc[i] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b[i] + k), acc[i]);
+    }
+    if (k < n) {
+        __m512 av = ld_f32_tail(a + k, n - k);
+        for (int i = 0; i < 4; i++) acc[i] = _mm512_fmadd_ps(av, ld_f32_tail(b[i] + k, n - k), acc[i]);
+    }
+    for (int i = 0; i < 4; i++) out[i] = hsum16(acc[i]);
 }
 
+/* o += s[0]*v[0] ... s[3]*v[3], each element's four FMAs in that order (as
+ * four avx512_axpy calls do it: axpy is element-wise, and its scalar tail is
+ * the same single-rounding fmaf). */
 static AVX512 void avx512_axpy4(float *o, const float s[4], const float *const v[4], int64_t n) {
-    for (int i = 0; i < 4; i++) avx512_axpy(o, s[i], v[i], n);
+    __m512 sv[4];
+    for (int i = 0; i < 4; i++) sv[i] = _mm512_set1_ps(s[i]);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 acc = _mm512_loadu_ps(o + i);
+        for (int j = 0; j < 4; j++) acc = _mm512_fmadd_ps(sv[j], _mm512_loadu_ps(v[j] + i), acc);
+        _mm512_storeu_ps(o + i, acc);
+    }
+    for (; i < n; i++)
+        for (int j = 0; j < 4; j++) o[i] = __builtin_fmaf(s[j], v[j][i], o[i]);
 }
 
+/* dot4 for two heads: 8 chains, each K row loaded once for both. */
 static AVX512 void avx512_dot4x2(const float *a0, const float *a1, const float *const b[4],
                                  int64_t n, float out0[4], float out1[4]) {
-    avx512_dot4(a0, b, n, out0);
-    avx512_dot4(a1, b, n, out1);
+    __m512 c0[4], c1[4];
+    for (int i = 0; i < 4; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m512 x0 = _mm512_loadu_ps(a0 + k), x1 = _mm512_loadu_ps(a1 + k);
+        for (int i = 0; i < 4; i++) {
+            __m512 bv = _mm512_loadu_ps(b[i] + k);
+            c0[i] = _mm512_fmadd_ps(x0, bv, c0[i]);
+            c1[i] = _mm512_fmadd_ps(x1, bv, c1[i]);
+        }
+    }
+    if (k < n) {
+        __m512 x0 = ld_f32_tail(a0 + k, n - k), x1 = ld_f32_tail(a1 + k, n - k);
+        for (int i = 0; i < 4; i++) {
+            __m512 bv = ld_f32_tail(b[i] + k, n - k);
+            c0[i] = _mm512_fmadd_ps(x0, bv, c0[i]);
+            c1[i] = _mm512_fmadd_ps(x1, bv, c1[i]);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        out0[i] = hsum16(c0[i]);
+        out1[i] = hsum16(c1[i]);
+    }
 }
 
+/* axpy4 for two heads: two independent FMA chains per V load. */
 static AVX512 void avx512_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4],
                                   const float *const v[4], int64_t n) {
-    avx512_axpy4(o0, s0, v, n);
-    avx512_axpy4(o1, s1, v, n);
+    __m512 w0[4], w1[4];
+    for (int j = 0; j < 4; j++) {
+        w0[j] = _mm512_set1_ps(s0[j]);
+        w1[j] = _mm512_set1_ps(s1[j]);
+    }
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 a0 = _mm512_loadu_ps(o0 + i), a1 = _mm512_loadu_ps(o1 + i);
+        for (int j = 0; j < 4; j++) {
+            __m512 vv = _mm512_loadu_ps(v[j] + i);
+            a0 = _mm512_fmadd_ps(w0[j], vv, a0);
+            a1 = _mm512_fmadd_ps(w1[j], vv, a1);
+        }
+        _mm512_storeu_ps(o0 + i, a0);
+        _mm512_storeu_ps(o1 + i, a1);
+    }
+    for (; i < n; i++)
+        for (int j = 0; j < 4; j++) {
+            o0[i] = __builtin_fmaf(s0[j], v[j][i], o0[i]);
+            o1[i] = __builtin_fmaf(s1[j], v[j][i], o1[i]);
+        }
 }
 
 static const qwi_cpu_kernels avx512_table = {
     .name = "avx512",
     .matmul_f32 = avx512_matmul_f32,
     .matmul_bf16 = avx512_matmul_bf16,
-    /* The AVX2 panel kernels: they already run near the FMA peak of a
-     * 256-bit machine, and a zmm version could not be run on any machine
-     * this was written on (see docs/benchmarks.md). */
-    .matmul_f32_panel = qwi_avx2_matmul_f32_panel,
-    .matmul_bf16_panel = qwi_avx2_matmul_bf16_panel,
+    /* zmm register tiles (kernels_avx512_panel.c), bit-identical to the
+     * AVX2 panel kernels: the panel contract has no lanes. */
+    .matmul_f32_panel = qwi_avx512_matmul_f32_panel,
+    .matmul_bf16_panel = qwi_avx512_matmul_bf16_panel,
     .dot = avx512_dot,
     .axpy = avx512_axpy,
     .dot4 = avx512_dot4,
