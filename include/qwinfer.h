@@ -155,11 +155,34 @@ typedef enum qw_engine_option {
                                         time (preempted ones do not count); submit
                                         beyond it gives QW_ERR_QUEUE_FULL
                                         (default 0 = unbounded)                       */
-    QW_OPT_CHECK_WEIGHTS = 19      /* int 0/1 (default 1): at qw_engine_create, scan
+    QW_OPT_CHECK_WEIGHTS = 19,     /* int 0/1 (default 1): at qw_engine_create, scan
                                         every weight for NaN/infinity and fail with
                                         QW_ERR_FORMAT naming the tensor and element;
                                         0 skips the scan (one read of the weights)    */
+    QW_OPT_NUMERICS = 20           /* int, a qw_numerics value (default
+                                        QW_NUMERICS_FAST): how the CPU backend's
+                                        linear layers round; see qw_numerics          */
 } qw_engine_option;
+
+/* Values of QW_OPT_NUMERICS (CPU backend; the CUDA backend always computes
+ * in bf16 and ignores it).
+ * QW_NUMERICS_FAST: the activations entering each linear layer (matmul) are
+ *   rounded to bf16 (round to nearest even, subnormals to zero) and the
+ *   weights are held as bf16 (f32/f16 checkpoints are rounded to bf16 once,
+ *   at load, which also halves their memory); products accumulate in f32
+ *   (AVX512_BF16 vdpbf16ps, or an exact emulation of it). Logits stay within
+ *   about 2e-2 relative error of a float64 reference, as on GPUs. Batched ==
+ *   alone and chunked == unchunked still hold bit for bit. The weights are
+ *   always copied into packed memory in this mode; if that fails,
+ *   qw_engine_create returns QW_ERR_OUT_OF_MEMORY.
+ * QW_NUMERICS_EXACT: f32 activations and f32 accumulation with the
+ *   weights' own precision: the numerical reference (1e-4), slower.
+ * Read once by qw_engine_create and fixed for the engine's life; like every
+ * option, set it from one thread before creating the engine. */
+typedef enum qw_numerics {
+    QW_NUMERICS_FAST = 0,
+    QW_NUMERICS_EXACT = 1
+} qw_numerics;
 
 /* Create an options object with every default. *out owned by the caller, freed
  * with qw_engine_options_destroy(). On failure *out is NULL. */

@@ -75,11 +75,15 @@ typedef struct qwi_backend_config {
     int32_t block_size;            /* tokens per block                          */
     int32_t max_num_batched_tokens;/* most rows a plan can have                 */
     int32_t max_num_seqs;          /* most sequences a plan can have            */
+    int32_t numerics;              /* qw_numerics: CPU linear-layer rounding
+                                      (QW_NUMERICS_FAST = 0 is the default)     */
 } qwi_backend_config;
 
 /* Bytes the CPU backend needs for one KV block of this model (all layers,
- * K and V, f32). */
-size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size);
+ * K and V): f32 elements in QW_NUMERICS_EXACT, bf16 (half) in
+ * QW_NUMERICS_FAST (numerics is a qw_numerics). 0 on overflow or a bad
+ * shape. */
+size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size, int32_t numerics);
 
 /* Whether the CPU backend copies matmul weights of weight_bytes into
  * huge-page memory at create, packing f32/bf16 ones into panels (see

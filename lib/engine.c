@@ -94,6 +94,7 @@ static qw_status create_backend(qw_engine *e, const qw_engine_options *o, int32_
         .block_size = e->block_size,
         .max_num_batched_tokens = e->max_num_batched_tokens,
         .max_num_seqs = e->max_num_seqs,
+        .numerics = (int32_t)o->numerics,
     };
     const char *dev = o->device ? o->device : "cpu";
     if (strcmp(dev, "cpu") == 0) return qwi_cpu_backend_create(e->model, &bc, &e->backend);
@@ -116,7 +117,8 @@ static qw_status size_kv_pool(qw_engine *e, const qw_engine_options *o, int32_t 
         .num_blocks = o->num_kv_blocks,
         .kv_cache_bytes = o->kv_cache_bytes,
         .memory_fraction = o->kv_cache_memory_fraction,
-        .per_block = qwi_cpu_kv_bytes_per_block(&e->model->cfg, e->block_size),
+        .per_block = qwi_cpu_kv_bytes_per_block(&e->model->cfg, e->block_size,
+                                                (int32_t)o->numerics),
         .max_useful_blocks = (int64_t)e->max_num_seqs * QWI_DIV_UP((int64_t)e->max_model_len, e->block_size),
     };
     /* Only read when the fraction decides: /proc is not free to parse. */

@@ -28,6 +28,7 @@ QW_API qw_status qw_engine_options_create(qw_engine_options **out) {
     o->gpu_memory_utilization = QWI_DEFAULT_GPU_MEMORY_UTILIZATION;
     o->kv_cache_memory_fraction = QWI_DEFAULT_KV_CACHE_MEMORY_FRACTION;
     o->check_weights = 1;
+    o->numerics = QW_NUMERICS_FAST;
     *out = o;
     return QW_OK;
 }
@@ -99,6 +100,11 @@ QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_optio
         return st;
     case QW_OPT_CHECK_WEIGHTS:
         if ((st = in_range("QW_OPT_CHECK_WEIGHTS", v, 0, 1)) == QW_OK) o->check_weights = v;
+        return st;
+    case QW_OPT_NUMERICS:
+        if ((st = in_range("QW_OPT_NUMERICS (QW_NUMERICS_FAST 0, QW_NUMERICS_EXACT 1)", v,
+                           QW_NUMERICS_FAST, QW_NUMERICS_EXACT)) == QW_OK)
+            o->numerics = v;
         return st;
     case QW_OPT_MODEL_PATH:
     case QW_OPT_DEVICE:

@@ -26,6 +26,7 @@ struct qw_engine_options {
     double kv_cache_memory_fraction;  /* CPU KV pool: share of available RAM   */
     int64_t max_waiting_requests;     /* 0 = unbounded                         */
     int64_t check_weights;            /* 1 = NaN/inf scan at create (default)  */
+    int64_t numerics;                 /* qw_numerics (default QW_NUMERICS_FAST) */
 };
 
 #define QWI_DEFAULT_MAX_NUM_SEQS 256

@@ -237,8 +237,12 @@ static qw_status step(qwi_backend *b, const qwi_model *m, const seqspec *ss, int
 }
 
 static qwi_backend *make_backend(const qwi_model *m, int threads) {
+    /* Exact numerics: these tests hold f32 activations to 1e-4 of a double
+     * forward pass (test_fast_numerics.c and test_reference_fast.c cover
+     * the fast mode). */
     qwi_backend_config bc = { .num_threads = threads, .num_blocks = NBLOCKS, .block_size = BS,
-                              .max_num_batched_tokens = 64, .max_num_seqs = 8 };
+                              .max_num_batched_tokens = 64, .max_num_seqs = 8,
+                              .numerics = QW_NUMERICS_EXACT };
     qwi_backend *b = NULL;
     qw_status st = qwi_cpu_backend_create(m, &bc, &b);
     cr_assert_eq(st, QW_OK, "create: %s", qwi_last_error());

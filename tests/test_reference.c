@@ -21,7 +21,10 @@
 
 static double compare_with_reference(const char *model, int prompt_len, uint64_t seed) {
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)prompt_len);
-    qw_engine *e = qwt_engine_new(model, NULL);
+    /* Exact numerics, held to 1e-4 here; test_reference_fast.c checks the
+     * default fast mode against the same reference. */
+    qwt_engine_cfg cfg = { .numerics = QW_NUMERICS_EXACT };
+    qw_engine *e = qwt_engine_new(model, &cfg);
     int32_t vocab = qw_engine_vocab_size(e);
     qwt_make_prompt(prompt, prompt_len, vocab, seed);
     qwt_job job = {.prompt = prompt, .num_prompt = prompt_len, .max_tokens = GEN, .temperature = 0,

@@ -25,6 +25,7 @@
 #include "cpu/attention.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
+#include "cpu/pairpanel.h"
 #include "cpu/panel.h"
 #include "cpu/threadpool.h"
 
@@ -57,8 +58,11 @@ typedef struct cpu_backend {
     void *wpack;                   /* anonymous huge-page copy of the matmul weights, or NULL */
     size_t wpack_len;              /* bytes mapped at wpack                      */
 
-    float *kv;                     /* [layer][K|V][num_blocks*block_size][kv_dim] */
-    size_t layer_floats;           /* floats of one layer's K (or V)             */
+    void *kv;                      /* [layer][K|V][num_blocks*block_size][kv_dim] */
+    size_t layer_elems;            /* elements of one layer's K (or V)           */
+    bool kv_bf16;                  /* fast numerics: bf16 elements, else f32      */
+    size_t kv_elem;                /* bytes of one element: 2 or 4                */
+    const qwi_cpu_kv_bf16_kernels *kb;  /* attention kernels of the bf16 cache    */
 
     int32_t logit_rows;            /* rows per lm_head pass                      */
     float *x;                      /* [T][hidden] residual stream                */
@@ -69,6 +73,7 @@ typedef struct cpu_backend {
     int32_t *row_seq;              /* [T]                                         */
     int32_t *logit_seq;            /* [max_num_seqs]: seqs that need logits       */
     float **f16_buf;               /* [nthreads], NULL entries without f16 weights */
+    uint32_t *xpair;               /* fast mode: [max(T, logit_rows)][max_k/2] bf16 pairs */
     float **attn_buf;              /* [nthreads]                                  */
     float **rope_buf;              /* [nthreads] of head_dim floats               */
     qwi_sample_scratch **ss;       /* [nthreads]                                  */
@@ -78,8 +83,9 @@ typedef struct cpu_backend {
 
 static bool mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 
-size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size) {
-    size_t n = 2 * sizeof(float);
+size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size, int32_t numerics) {
+    /* K and V; fast numerics keeps them in bf16 (cpu/kv_bf16.h) */
+    size_t n = 2 * (numerics == QW_NUMERICS_FAST ? sizeof(uint16_t) : sizeof(float));
     if (!cfg || block_size <= 0 || cfg->num_layers <= 0 || cfg->num_kv_heads <= 0 ||
         cfg->head_dim <= 0)
         return 0;
@@ -147,6 +153,7 @@ static void cpu_destroy(qwi_backend *base) {
         if (b->ss) qwi_sample_scratch_free(b->ss[t]);
     }
     free(b->f16_buf);
+    free(b->xpair);
     free(b->attn_buf);
     free(b->rope_buf);
     free(b->ss);
@@ -273,8 +280,11 @@ static size_t mem_available(void) {
  * FLOP/s of the row-major tiles (94% of the FMA peak) and 1.3-1.7x faster
  * batch-1 decode (docs/benchmarks.md); f16 weights are copied row-major.
  *
- * The trade-off is memory: the copy is anonymous memory of the weights'
- * size, while the file's pages stay in the page cache (clean, reclaimable).
+ * The copy is anonymous memory of the weights' size; the file's pages are
+ * given back to the kernel tensor by tensor as they are copied (they stay
+ * in the page cache, clean and reclaimable, so a warm reload stays warm),
+ * so the process holds one copy of the weights at rest and the copy plus
+ * one tensor at its peak.
  * It is only made when the weights take at most half of MemAvailable;
  * QWINFER_CPU_WEIGHTS=mmap disables it, =copy forces it (if the mapping
  * succeeds). Any failure keeps the file mapping and the row-major kernels.
@@ -282,8 +292,15 @@ static size_t mem_available(void) {
  * lanes), but a backend uses one of them for its whole life, so every
  * invariant (batched == alone, ...) holds in both.
  */
-/* Bytes of l's weight in the copy: its panel form where it has one. */
-static size_t copy_bytes(const qwi_cpu_linear *l) {
+/* Whether the backend runs QW_NUMERICS_FAST: every linear layer's weight
+ * in bf16 pair panels (cpu/pairpanel.h), always copied, and each matmul's
+ * input rounded to bf16 pairs (cx.xpair). */
+static bool fast_mode(const cpu_backend *b) { return b->bc.numerics == QW_NUMERICS_FAST; }
+
+/* Bytes of l's weight in the copy: its pair-panel form in fast mode, else
+ * its panel form where it has one. */
+static size_t copy_bytes(const qwi_cpu_linear *l, bool fast) {
+    if (fast) return qwi_pairpanel_bytes(l->n, l->k);
     size_t p = qwi_panel_bytes(l->dtype, l->n, l->k);
     return p ? p : (size_t)l->n * (size_t)l->k * qwi_dtype_size(l->dtype);
 }
@@ -296,8 +313,41 @@ bool qwi_cpu_weights_copied(size_t weight_bytes) {
     return avail != 0 && weight_bytes <= avail / 2;
 }
 
+typedef struct pack_ctx {
+    cpu_backend *b;
+    qwi_cpu_linear **ls;
+    const size_t *ats;             /* byte offset of each tensor in the copy */
+    size_t n;
+    char *base;
+    bool fast;
+} pack_ctx;
+
+/* Pack one linear into the copy, then give back its source pages. */
+static void pack_task(void *arg, int64_t t, int thread) {
+    (void)thread;
+    const pack_ctx *c = arg;
+    const size_t i = ((size_t)t + c->n - 1) % c->n;   /* n-1 (lm_head), then 0 .. n-2 */
+    qwi_cpu_linear *l = c->ls[i];
+    const bool fast = c->fast;
+    char *dst = c->base + c->ats[i];
+    size_t bytes = copy_bytes(l, fast);
+    if (fast) {
+        l->pair = qwi_pairpanel_pack(l->dtype, l->w, l->n, l->k, dst);
+    } else if (qwi_panel_pack(l->dtype, l->w, l->n, l->k, dst)) {
+        l->panel = true;
+    } else {
+        memcpy(dst, l->w, bytes);
+    }
+    qwi_model_evict(c->b->model, l->w, (size_t)l->n * (size_t)l->k * qwi_dtype_size(l->dtype));
+    l->w = dst;
+}
+
+/* Fast numerics always packs (its kernels only read pair panels): there,
+ * QWINFER_CPU_WEIGHTS and the memory rule do not apply, and a failed
+ * mapping leaves b->wpack NULL for the caller to report. */
 static void pack_weights(cpu_backend *b) {
-    if (!qwi_cpu_weights_copied(0)) return;   /* mmap asked for: skip the sizing too */
+    const bool fast = fast_mode(b);
+    if (!fast && !qwi_cpu_weights_copied(0)) return;   /* mmap asked for: skip the sizing too */
     const int nl = b->cfg.num_layers;
     const size_t nlin = (size_t)nl * 7 + 1;
     qwi_cpu_linear **ls = malloc(nlin * sizeof *ls);
@@ -310,10 +360,10 @@ static void pack_weights(cpu_backend *b) {
     }
     ls[n++] = &b->lm_head;
     size_t total = 0;
-    for (size_t i = 0; i < n; i++) total += (copy_bytes(ls[i]) + 63) & ~(size_t)63;
+    for (size_t i = 0; i < n; i++) total += (copy_bytes(ls[i], fast) + 63) & ~(size_t)63;
     const size_t huge = (size_t)2 << 20;
     size_t len = (total + huge - 1) & ~(huge - 1);
-    if (!qwi_cpu_weights_copied(total)) {
+    if (!fast && !qwi_cpu_weights_copied(total)) {
         free(ls);
         return;
     }
@@ -325,21 +375,41 @@ static void pack_weights(cpu_backend *b) {
         return;
     }
     char *base = (char *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
+    /* A reader before us (the engine's weight check) may have left the whole
+     * mapping resident: give it back first, so the tensors below fault in
+     * (from the page cache) one at a time. */
+    qwi_model_evict_all(b->model);
 #ifdef MADV_HUGEPAGE
     madvise(base, len, MADV_HUGEPAGE);   /* advisory: 4 KiB pages if THP is off */
 #endif
+    /* Tensors are packed in parallel on the backend's pool (load time: the
+     * packing and the kernel's zeroing of the copy's pages are most of it),
+     * one task each, handed out in order (threadpool.h). The source pages of
+     * each tensor are released right after it is packed, so that the peak is
+     * the copy plus the tensors being packed, not two copies of the weights;
+     * and the lm_head, the largest tensor (a quarter of the 0.6B shape) and
+     * last in the layout, is packed first, while the copy is still empty: task
+     * t packs tensor (t + n - 1) % n at its offset in the layout. */
+    size_t *ats = malloc(n * sizeof *ats);
+    if (!ats) {
+        munmap(m, map_len);
+        free(ls);
+        return;
+    }
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t bytes = copy_bytes(ls[i]);
-        if (qwi_panel_pack(ls[i]->dtype, ls[i]->w, ls[i]->n, ls[i]->k, base + off)) {
-            ls[i]->panel = true;
-        } else {
-            memcpy(base + off, ls[i]->w, bytes);
-        }
-        ls[i]->w = base + off;
-        off += (bytes + 63) & ~(size_t)63;
+        ats[i] = off;
+        off += (copy_bytes(ls[i], fast) + 63) & ~(size_t)63;
     }
+    pack_ctx pc = { b, ls, ats, n, base, fast };
+    qwi_cpu_pool_run(b->pool, (int64_t)n, pack_task, &pc);
+    free(ats);
     mprotect(m, map_len, PROT_READ);       /* weights are read-only from here on */
+    /* Nothing reads the mapping in bulk any more: the norms and biases are
+     * f32 copies and the linears packed; the embedding is read a few rows a
+     * step, which fault back in on their own (the mapping stays valid, see
+     * qwi_model_evict). So resident memory holds one copy of the weights. */
+    qwi_model_evict_all(b->model);
     b->wpack = m;
     b->wpack_len = map_len;
     free(ls);
@@ -384,6 +454,13 @@ static qw_status setup_scratch(cpu_backend *b) {
                         "max_num_seqs %zu)", T, S);
     bool f16 = model_has_f16(b);
     size_t max_k = QWI_MAX(QWI_MAX(H, I), qd);
+    if (fast_mode(b)) {
+        /* Half a float per input value: the lm_head pass has logit_rows rows. */
+        b->xpair = alloc_floats(QWI_MAX(T, (size_t)b->logit_rows), (size_t)qwi_pair_kp((int64_t)max_k));
+        if (!b->xpair)
+            return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: bf16 activation scratch allocation failed "
+                            "(max_num_batched_tokens %zu)", T);
+    }
     for (int t = 0; t < nt; t++) {
         b->attn_buf[t] = alloc_floats(qwi_cpu_attn_scratch_floats(c->num_heads, c->num_kv_heads,
                                                                   c->head_dim), 1);
@@ -402,12 +479,13 @@ static qw_status setup_scratch(cpu_backend *b) {
     b->cx.nthreads = nt;
     b->cx.f16_buf = b->f16_buf;
     b->cx.max_k = (int64_t)max_k;
+    b->cx.xpair = b->xpair;
     return QW_OK;
 }
 
 static qw_status setup_kv(cpu_backend *b) {
     const qwi_config *c = &b->cfg;
-    size_t per_block = qwi_cpu_kv_bytes_per_block(c, b->bc.block_size), total;
+    size_t per_block = qwi_cpu_kv_bytes_per_block(c, b->bc.block_size, b->bc.numerics), total;
     if (per_block == 0 || !mul_ok(per_block, (size_t)b->bc.num_blocks, &total))
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: KV pool of %d blocks overflows size_t",
                         b->bc.num_blocks);
@@ -418,8 +496,11 @@ static qw_status setup_kv(cpu_backend *b) {
         return qwi_fail(QW_ERR_OUT_OF_MEMORY,
                         "cpu: KV pool of %zu bytes (%d blocks x %zu) exceeds physical memory (%zu bytes)",
                         total, b->bc.num_blocks, per_block, (size_t)pages * (size_t)page);
-    b->layer_floats = (size_t)b->bc.num_blocks * (size_t)b->bc.block_size *
-                      (size_t)c->num_kv_heads * (size_t)c->head_dim;
+    b->kv_bf16 = fast_mode(b);
+    b->kv_elem = b->kv_bf16 ? sizeof(uint16_t) : sizeof(float);
+    b->kb = qwi_cpu_kv_bf16_for(b->cx.kt);   /* set by setup_scratch */
+    b->layer_elems = (size_t)b->bc.num_blocks * (size_t)b->bc.block_size *
+                     (size_t)c->num_kv_heads * (size_t)c->head_dim;
     /* calloc: the kernel hands out zero pages lazily, so an unused pool costs
      * address space, not memory. */
     b->kv = calloc(1, total);
@@ -448,6 +529,10 @@ qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_confi
         if ((st = setup_weights(b)) == QW_OK && (st = setup_scratch(b)) == QW_OK)
             st = setup_kv(b);
         if (st == QW_OK) pack_weights(b);
+        if (st == QW_OK && fast_mode(b) && !b->wpack)
+            st = qwi_fail(QW_ERR_OUT_OF_MEMORY,
+                          "cpu: QW_OPT_NUMERICS fast: mapping the bf16 copy of the weights failed "
+                          "(QW_NUMERICS_EXACT can run from the file mapping)");
     }
     if (st != QW_OK) {
         cpu_destroy(&b->base);
@@ -467,14 +552,16 @@ static qw_status cpu_copy_blocks(qwi_backend *base, const int32_t *src, const in
         if (src[i] < 0 || src[i] >= b->bc.num_blocks || dst[i] < 0 || dst[i] >= b->bc.num_blocks)
             return qwi_fail(QW_ERR_INTERNAL, "cpu: copy of block %d to %d outside the pool of %d",
                             src[i], dst[i], b->bc.num_blocks);
-    const size_t block_floats = (size_t)b->bc.block_size * (size_t)b->cfg.num_kv_heads * (size_t)b->cfg.head_dim;
-    /* The pool is [layer][K|V] planes of layer_floats each. */
+    /* Bytes, so the same copy serves the f32 and the bf16 cache. */
+    const size_t block_bytes = (size_t)b->bc.block_size * (size_t)b->cfg.num_kv_heads *
+                               (size_t)b->cfg.head_dim * b->kv_elem;
+    /* The pool is [layer][K|V] planes of layer_elems elements each. */
     const size_t planes = 2 * (size_t)b->cfg.num_layers;
     for (size_t p = 0; p < planes; p++) {
-        float *plane = b->kv + p * b->layer_floats;
+        char *plane = (char *)b->kv + p * b->layer_elems * b->kv_elem;
         for (int32_t i = 0; i < n; i++)
-            memcpy(plane + (size_t)dst[i] * block_floats, plane + (size_t)src[i] * block_floats,
-                   block_floats * sizeof(float));
+            memcpy(plane + (size_t)dst[i] * block_bytes, plane + (size_t)src[i] * block_bytes,
+                   block_bytes);
     }
     return QW_OK;
 }
@@ -541,7 +628,7 @@ typedef struct fwd_ctx {
     const qwi_plan *p;
     const cpu_layer *layer;
     float *q, *k, *v;              /* this layer's projections              */
-    float *k_cache, *v_cache;
+    void *k_cache, *v_cache;       /* this layer's K/V pools (f32 or bf16)  */
     int32_t nlog;                  /* rows in the current logits pass        */
     int32_t log0;                  /* index of its first row in logit_seq    */
     int64_t rows_per_task;
@@ -573,8 +660,13 @@ static void qk_rope_task(void *arg, int64_t r, int thread) {
     qwr_rope_neox(q, cfg->num_heads, hd, cs, sn);
     qwr_rope_neox(k, cfg->num_kv_heads, hd, cs, sn);
     int64_t slot = c->p->slot_mapping[r];
-    memcpy(c->k_cache + slot * kvd, k, (size_t)kvd * sizeof(float));
-    memcpy(c->v_cache + slot * kvd, c->v + r * kvd, (size_t)kvd * sizeof(float));
+    if (b->kv_bf16) {
+        qwi_cpu_kv_bf16_round(k, (uint16_t *)c->k_cache + slot * kvd, kvd);
+        qwi_cpu_kv_bf16_round(c->v + r * kvd, (uint16_t *)c->v_cache + slot * kvd, kvd);
+    } else {
+        memcpy((float *)c->k_cache + slot * kvd, k, (size_t)kvd * sizeof(float));
+        memcpy((float *)c->v_cache + slot * kvd, c->v + r * kvd, (size_t)kvd * sizeof(float));
+    }
 }
 
 static void gather_task(void *arg, int64_t i, int thread) {
@@ -639,16 +731,22 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
     for (int32_t l = 0; l < cfg->num_layers; l++) {
         const cpu_layer *L = &b->layers[l];
         c.layer = L;
-        c.k_cache = b->kv + (size_t)l * 2 * b->layer_floats;
-        c.v_cache = c.k_cache + b->layer_floats;
+        c.k_cache = (char *)b->kv + (size_t)l * 2 * b->layer_elems * b->kv_elem;
+        c.v_cache = (char *)c.k_cache + b->layer_elems * b->kv_elem;
 
         qwi_cpu_rmsnorm_rows(cx, b->x, L->in_norm, M, H, eps, h);
         qwi_cpu_mm_job qkv[3] = { { &L->q, c.q, 0 }, { &L->k, c.k, 0 }, { &L->v, c.v, 0 } };
         qwi_cpu_matmul(cx, h, M, H, qkv, 3);
         qwi_cpu_pool_run(b->pool, M, qk_rope_task, &c);
 
-        at.k_cache = c.k_cache;
-        at.v_cache = c.v_cache;
+        if (b->kv_bf16) {
+            at.k_bf16 = c.k_cache;
+            at.v_bf16 = c.v_cache;
+            at.kb = b->kb;
+        } else {
+            at.k_cache = c.k_cache;
+            at.v_cache = c.v_cache;
+        }
         qwi_cpu_attention(b->pool, cx->kt, b->attn_buf, &at);
         qwi_cpu_mm_job o = { &L->o, b->x, 1 };
         qwi_cpu_matmul(cx, att, M, qd, &o, 1);

@@ -288,6 +288,7 @@ static const qwi_cpu_kernels generic = {
     .matmul_bf16 = qwr_matmul_bf16,
     .matmul_f32_panel = qwr_matmul_f32_panel,
     .matmul_bf16_panel = qwr_matmul_bf16_panel,
+    .matmul_pair = qwr_matmul_pair,
     .dot = qwr_dot,
     .axpy = qwr_axpy,
     .dot4 = qwr_dot4,
@@ -298,11 +299,45 @@ static const qwi_cpu_kernels generic = {
 
 const qwi_cpu_kernels *qwi_cpu_kernels_generic(void) { return &generic; }
 
+/* The ISA tables completed with their matmul_pair (the ISA files define
+ * everything else), built once: the avx2 and avx512 tables take the AVX2
+ * emulation, avx512bf16 is the avx512 table with vdpbf16ps. */
+static qwi_cpu_kernels full_avx2, full_avx512, full_avx512bf16;
+static bool have_avx2, have_avx512, have_avx512bf16;
+static pthread_once_t full_once = PTHREAD_ONCE_INIT;
+
+static void build_full(void) {
+    const qwi_cpu_kernels *a2 = qwi_cpu_kernels_avx2(), *a5 = qwi_cpu_kernels_avx512();
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (a2) {
+        full_avx2 = *a2;
+        full_avx2.matmul_pair = qwi_bf16dot_matmul_avx2;
+        have_avx2 = true;
+    }
+    if (a5 && a2) {
+        full_avx512 = *a5;
+        full_avx512.matmul_pair = qwi_bf16dot_matmul_avx2;
+        have_avx512 = true;
+        if (qwi_bf16dot_have_avx512bf16()) {
+            full_avx512bf16 = full_avx512;
+            full_avx512bf16.name = "avx512bf16";
+            full_avx512bf16.matmul_pair = qwi_bf16dot_matmul_avx512bf16;
+            have_avx512bf16 = true;
+        }
+    }
+#else
+    (void)a2;
+    (void)a5;
+#endif
+}
+
 const qwi_cpu_kernels *qwi_cpu_kernels_by_name(const char *name) {
     if (!name) return NULL;
+    pthread_once(&full_once, build_full);
     if (strcmp(name, "generic") == 0) return &generic;
-    if (strcmp(name, "avx2") == 0) return qwi_cpu_kernels_avx2();
-    if (strcmp(name, "avx512") == 0) return qwi_cpu_kernels_avx512();
+    if (strcmp(name, "avx2") == 0) return have_avx2 ? &full_avx2 : NULL;
+    if (strcmp(name, "avx512") == 0) return have_avx512 ? &full_avx512 : NULL;
+    if (strcmp(name, "avx512bf16") == 0) return have_avx512bf16 ? &full_avx512bf16 : NULL;
     return NULL;
 }
 
@@ -313,8 +348,9 @@ static void select_table(void) {
     /* The override exists for benchmarks and for bisecting a numerical
      * difference between tables; it is read once, like the CPUID answer. */
     const qwi_cpu_kernels *t = qwi_cpu_kernels_by_name(getenv("QWINFER_CPU_KERNELS"));
-    if (!t) t = qwi_cpu_kernels_avx512();
-    if (!t) t = qwi_cpu_kernels_avx2();
+    if (!t) t = qwi_cpu_kernels_by_name("avx512bf16");
+    if (!t) t = qwi_cpu_kernels_by_name("avx512");
+    if (!t) t = qwi_cpu_kernels_by_name("avx2");
     selected = t ? t : &generic;
 }
 

@@ -12,7 +12,9 @@
  * vectorise but cannot change the result.
  *
  * All activations are f32; weights are f32, bf16 or f16 ([N][K] row-major,
- * Hugging Face's [out, in]).
+ * Hugging Face's [out, in]) - except matmul_pair, the fast numerics mode's
+ * kernel, which takes bf16 activation pairs and bf16 pair panels
+ * (cpu/pairpanel.h) and keeps its own one-chain contract (below).
  *
  * ISA variants (kernels_avx2.c, kernels_avx512.c) keep the same contract
  * with their own fixed lane count and FMA steps, written at the top of each
@@ -49,6 +51,25 @@ typedef void (*qwr_matmul_u16_fn)(const float *x, int64_t M, int64_t K, const ui
                                   int64_t N, const float *bias, float *out, int64_t ldo,
                                   int accumulate);
 
+/* The fast numerics mode's matmul (QW_NUMERICS_FAST; kernels_bf16dot.c has
+ * the contract): x is M rows of KP bf16 pairs (cpu/pairpanel.h, row stride
+ * KP), w the pair panels holding output column 0 of the call (the caller's
+ * first column is a multiple of 16; N may end inside a panel); otherwise as
+ * qwr_matmul_f32_fn. Each output is one chain over the pairs in order,
+ * acc += x_odd*w_odd then acc += x_even*w_even, exactly vdpbf16ps's lane:
+ * bit-identical for any M, N, tile and thread, and bit-identical between
+ * the generic, AVX2, AVX-512 and AVX512_BF16 tables whenever no product or
+ * partial sum falls below FLT_MIN (inputs are never subnormal: pairpanel.h
+ * flushes them at rounding). Found on an AMD Zen 5 (AVX512_BF16): 327,680
+ * outputs of [-1,1] data and of data spanning 2^-75..2^-36 were identical
+ * in all four tables, and tests/test_fast_numerics.c checks it for every
+ * table; with products clustered at 2^-132..2^-128 every output differed
+ * (vdpbf16ps flushes subnormal products/sums, FMA and multiply-then-add
+ * round them, and those two differ from each other too). */
+typedef void (*qwr_matmul_pair_fn)(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
+                                   int64_t N, const float *bias, float *out, int64_t ldo,
+                                   int accumulate);
+
 /* The hot kernels, chosen once per process; ISA-specific variants slot in
  * here without touching the callers. */
 typedef struct qwi_cpu_kernels {
@@ -60,6 +81,8 @@ typedef struct qwi_cpu_kernels {
      * first column is a multiple of 16) and N may end inside a panel. */
     qwr_matmul_f32_fn matmul_f32_panel;
     qwr_matmul_u16_fn matmul_bf16_panel;
+    /* The fast mode's bf16 pair product (see qwr_matmul_pair_fn). */
+    qwr_matmul_pair_fn matmul_pair;
     float (*dot)(const float *a, const float *b, int64_t n);
     /* o[i] += s * v[i] for i in [0, n): element-wise, so the result of an
      * element never depends on n or its index (attention's P.V). */
@@ -81,9 +104,11 @@ typedef struct qwi_cpu_kernels {
 } qwi_cpu_kernels;
 
 /* The kernel table of this process: the widest variant the CPU supports
- * (avx512, then avx2, then generic), unless the environment variable
- * QWINFER_CPU_KERNELS names one (generic|avx2|avx512; an unavailable or
- * unknown name falls back to the automatic choice). Decided on the first
+ * (avx512bf16, then avx512, avx2, generic), unless the environment variable
+ * QWINFER_CPU_KERNELS names one (generic|avx2|avx512|avx512bf16; an
+ * unavailable or unknown name falls back to the automatic choice).
+ * "avx512bf16" is the avx512 table with the vdpbf16ps matmul_pair; the
+ * avx512 and avx2 tables emulate it with AVX2 FMAs, generic in C. Decided on the first
  * call and fixed for the life of the process, so every engine and every op
  * agree. Thread-safe. Static storage; never NULL. */
 const qwi_cpu_kernels *qwi_cpu_kernels_select(void);
@@ -92,20 +117,33 @@ const qwi_cpu_kernels *qwi_cpu_kernels_select(void);
 const qwi_cpu_kernels *qwi_cpu_kernels_generic(void);
 
 /* The AVX2+FMA and AVX-512F tables, or NULL where this CPU (per CPUID) or
- * this build (non-x86) lacks them. Static storage. */
+ * this build (non-x86) lacks them. Static storage. Their matmul_pair is
+ * NULL: qwi_cpu_kernels_by_name() returns the complete tables (what the
+ * backend and tests use). */
 const qwi_cpu_kernels *qwi_cpu_kernels_avx2(void);
 const qwi_cpu_kernels *qwi_cpu_kernels_avx512(void);
 
 /* The AVX2+FMA panel kernels (x86-64 builds only; call them only where
- * qwi_cpu_kernels_avx2() is not NULL). The AVX-512 table shares them. */
+ * qwi_cpu_kernels_avx2() is not NULL). */
 void qwi_avx2_matmul_f32_panel(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
                                const float *bias, float *out, int64_t ldo, int accumulate);
 void qwi_avx2_matmul_bf16_panel(const float *x, int64_t M, int64_t K, const uint16_t *w,
                                 int64_t N, const float *bias, float *out, int64_t ldo,
                                 int accumulate);
 
-/* The table named name ("generic", "avx2", "avx512"), or NULL if unknown
- * or not available here. */
+/* The AVX-512F panel kernels (kernels_avx512_panel.c; x86-64 builds only,
+ * call them only where qwi_cpu_kernels_avx512() is not NULL): zmm register
+ * tiles, bit-identical to the AVX2 panel kernels above. */
+void qwi_avx512_matmul_f32_panel(const float *x, int64_t M, int64_t K, const float *w,
+                                 int64_t N, const float *bias, float *out, int64_t ldo,
+                                 int accumulate);
+void qwi_avx512_matmul_bf16_panel(const float *x, int64_t M, int64_t K, const uint16_t *w,
+                                  int64_t N, const float *bias, float *out, int64_t ldo,
+                                  int accumulate);
+
+/* The table named name ("generic", "avx2", "avx512", "avx512bf16"), with
+ * its matmul_pair, or NULL if unknown or not available here. Static
+ * storage. */
 const qwi_cpu_kernels *qwi_cpu_kernels_by_name(const char *name);
 
 /* o[i] += s * v[i] (the portable axpy: a multiply, then an add). */
@@ -133,6 +171,20 @@ void qwr_matmul_f32_panel(const float *x, int64_t M, int64_t K, const float *w, 
                           const float *bias, float *out, int64_t ldo, int accumulate);
 void qwr_matmul_bf16_panel(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
                            const float *bias, float *out, int64_t ldo, int accumulate);
+
+/* The matmul_pair kernels (kernels_bf16dot.c): portable C, AVX2+FMA
+ * emulation (x86-64 builds; call only where qwi_cpu_kernels_avx2() is not
+ * NULL) and vdpbf16ps (call only where qwi_bf16dot_have_avx512bf16()). */
+void qwr_matmul_pair(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w, int64_t N,
+                     const float *bias, float *out, int64_t ldo, int accumulate);
+void qwi_bf16dot_matmul_avx2(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
+                             int64_t N, const float *bias, float *out, int64_t ldo,
+                             int accumulate);
+void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
+                                   int64_t N, const float *bias, float *out, int64_t ldo,
+                                   int accumulate);
+/* Whether this CPU (CPUID) and build can run vdpbf16ps (AVX512F + AVX512_BF16). */
+bool qwi_bf16dot_have_avx512bf16(void);
 
 /* Convert n elements of dtype dt at src to f32 in dst (exact for all three). */
 void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst);

@@ -2,6 +2,7 @@
  * ops.c - see ops.h.
  */
 #include "cpu/ops.h"
+#include "cpu/pairpanel.h"
 
 /* ---- matmul ------------------------------------------------------------- */
 
@@ -27,6 +28,12 @@ static void mm_task(void *p, int64_t t, int thread) {
     int64_t K = c->K;
     const float *bias = lin->bias ? lin->bias + n0 : NULL;
     float *out = job->out + n0;
+    if (lin->pair) {    /* n0 is a multiple of 16 here too */
+        const int64_t kp = qwi_pair_kp(K);
+        c->cx->kt->matmul_pair(c->cx->xpair, c->M, kp, (const uint32_t *)lin->w + n0 * kp, nn,
+                               bias, out, lin->n, job->accumulate);
+        return;
+    }
     if (lin->panel) {   /* n0 is a multiple of 16 here: see qwi_cpu_matmul */
         if (lin->dtype == QWI_DTYPE_F32)
             c->cx->kt->matmul_f32_panel(c->x, c->M, K, (const float *)lin->w + n0 * K, nn, bias,
@@ -57,6 +64,17 @@ static void mm_task(void *p, int64_t t, int thread) {
     }
 }
 
+typedef struct round_ctx {
+    const float *x;
+    uint32_t *out;
+    int64_t M, K, rows;
+} round_ctx;
+
+static void round_task(void *p, int64_t t, int thread) {
+    const round_ctx *c = p;
+    qwi_pair_round_rows(c->x, t * c->rows, QWI_MIN(c->M, (t + 1) * c->rows), c->K, c->out);
+}
+
 void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
                     const qwi_cpu_mm_job *jobs, int njobs) {
     if (M <= 0 || njobs <= 0) return;
@@ -68,11 +86,17 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
     mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs };
     int64_t total_n = 0;
     size_t esize = 4;
-    bool panel = false;
+    bool panel = false, pair = false;
     for (int j = 0; j < njobs; j++) {
         total_n += jobs[j].lin->n;
-        if (qwi_dtype_size(jobs[j].lin->dtype) < esize) esize = 2;
-        panel |= jobs[j].lin->panel;
+        if (qwi_dtype_size(jobs[j].lin->dtype) < esize || jobs[j].lin->pair) esize = 2;
+        panel |= jobs[j].lin->panel || jobs[j].lin->pair;
+        pair |= jobs[j].lin->pair;
+    }
+    if (pair) {   /* one rounding of x per call, split by rows (rows are independent) */
+        round_ctx r = { .x = x, .out = cx->xpair, .M = M, .K = K,
+                        .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
+        qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), round_task, &r);
     }
     /* Column block: about 64 KiB of weights (stays in L2 while the row tiles
      * sweep it), but small enough to give every thread several tasks. The

@@ -25,16 +25,23 @@ typedef struct qwi_cpu_ctx {
     int nthreads;                /* == qwi_cpu_pool_size(pool)                  */
     float *const *f16_buf;       /* [nthreads] of QWI_CPU_MM_MAX_COLS*max_k floats */
     int64_t max_k;               /* largest K any f16 matmul will use            */
+    /* Fast numerics: the bf16 pairs of a pair-panel matmul's input rows
+     * (cpu/pairpanel.h), at least M*ceil(K/2) for every such call; NULL when
+     * no weight is in pair panels. */
+    uint32_t *xpair;
 } qwi_cpu_ctx;
 
 /* A linear layer's weight: [n][k] of dtype, row-major or (panel) in the
- * panel layout of cpu/panel.h (f32/bf16 only); optional f32 bias [n]. */
+ * panel layout of cpu/panel.h (f32/bf16 only), or (pair, fast numerics) in
+ * the bf16 pair panels of cpu/pairpanel.h whatever dtype says; optional f32
+ * bias [n]. */
 typedef struct qwi_cpu_linear {
     qwi_dtype dtype;
     const void *w;
     const float *bias;
     int64_t n, k;
     bool panel;
+    bool pair;
 } qwi_cpu_linear;
 
 /* One output of a (possibly fused) matmul call. */
@@ -47,7 +54,9 @@ typedef struct qwi_cpu_mm_job {
 /* For each job, out = x[M][k] W^T (+bias): all jobs share x and run in one
  * parallel pass (q/k/v, gate/up), their column blocks interleaved as tasks.
  * Every job's k must equal K. f16 weights need cx->f16_buf with
- * max_k >= K. No allocation; cannot fail on valid input. */
+ * max_k >= K; pair-panel weights need cx->xpair (x is rounded to bf16 pairs
+ * there once per call, then every job reads the pairs). No allocation;
+ * cannot fail on valid input. */
 void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
                     const qwi_cpu_mm_job *jobs, int njobs);
 

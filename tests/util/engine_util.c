@@ -22,6 +22,7 @@ qw_engine *qwt_engine_new(const char *model_dir, const qwt_engine_cfg *cfg) {
         if (cfg->partial_prefills)
             cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_MAX_NUM_PARTIAL_PREFILLS, cfg->partial_prefills), QW_OK);
         if (cfg->chunked < 0) cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_ENABLE_CHUNKED_PREFILL, 0), QW_OK);
+        if (cfg->numerics) cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_NUMERICS, cfg->numerics), QW_OK);
     }
     qw_engine *e = NULL;
     qw_status st = qw_engine_create(o, &e);

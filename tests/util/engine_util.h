@@ -54,6 +54,7 @@ typedef struct qwt_engine_cfg {
     int64_t max_model_len;
     int64_t chunked;          /* 0 = default on, -1 = off     */
     int64_t partial_prefills;
+    int64_t numerics;         /* 0 = default (fast); QW_NUMERICS_EXACT pins exact */
 } qwt_engine_cfg;
 
 /* Create an engine over model_dir (asserts on failure). */

@@ -1,0 +1,258 @@
+/*
+ * kernels_bf16dot.c - the fast numerics mode's matmul kernels (matmul_pair
+ * of kernels.h): bf16 activation pairs times bf16 weight pairs in the pair
+ * panel layout (cpu/pairpanel.h), accumulated in f32.
+ *
+ * The arithmetic of every variant is that of one vdpbf16ps lane, as Intel's
+ * pseudo-code defines it (VDPBF16PS, SDM vol. 2):
+ *     acc += f32(x[2j+1]) * f32(w[2j+1]);  acc += f32(x[2j]) * f32(w[2j])
+ * for j = 0, 1, ..., KP-1 in order, acc starting at 0: one chain per output,
+ * independent of M, N, the register tile and the thread. A product of two
+ * bf16 values (8 significant bits each) is exact in f32 unless it leaves
+ * f32's normal range, so a multiply then an add (portable), an FMA (AVX2
+ * and AVX-512F emulation) and vdpbf16ps round the same way. The inputs are
+ * never subnormal (pairpanel.h flushes them, as vdpbf16ps's DAZ would);
+ * vdpbf16ps also flushes subnormal products and results (FTZ) where the
+ * emulations round them, so the tables can differ only when a product or
+ * a partial sum falls below 2^-126 in magnitude (FLT_MIN) - never for the
+ * activations and weights of a real model, and a process uses one table
+ * for its life either way (kernels.h records what was measured).
+ * tests/test_fast_numerics.c checks every table bit for bit against a
+ * scalar model of the chain on random data, subnormal activations included.
+ */
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/pairpanel.h"
+
+static inline float lo_f32(uint32_t pair) {
+    uint32_t u = pair << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline float hi_f32(uint32_t pair) {
+    uint32_t u = pair & 0xffff0000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Bias and residual add exactly as the other kernels' put(). */
+static inline void put16(const float acc[16], int64_t n0, int64_t N, const float *bias,
+                         float *out, int accumulate) {
+    for (int s = 0; s < 16 && n0 + s < N; s++) {
+        float v = bias ? acc[s] + bias[n0 + s] : acc[s];
+        out[n0 + s] = accumulate ? out[n0 + s] + v : v;
+    }
+}
+
+/* Portable: two rows at a time, 16 independent chains per row, widened
+ * weights reused for both rows. */
+void qwr_matmul_pair(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w, int64_t N,
+                     const float *bias, float *out, int64_t ldo, int accumulate) {
+    for (int64_t n0 = 0; n0 < N; n0 += 16) {
+        const uint32_t *p = w + (n0 / 16) * KP * 16;
+        for (int64_t m = 0; m < M; m += 2) {
+            const int64_t m1 = m + 1 < M ? m + 1 : m;
+            const uint32_t *x0 = x + m * KP, *x1 = x + m1 * KP;
+            float a0[16] = { 0 }, a1[16] = { 0 };
+            for (int64_t j = 0; j < KP; j++) {
+                const uint32_t *wl = p + j * 16;
+                float wo[16], we[16];
+                for (int s = 0; s < 16; s++) { wo[s] = hi_f32(wl[s]); we[s] = lo_f32(wl[s]); }
+                const float x0o = hi_f32(x0[j]), x0e = lo_f32(x0[j]);
+                const float x1o = hi_f32(x1[j]), x1e = lo_f32(x1[j]);
+                for (int s = 0; s < 16; s++) a0[s] = a0[s] + x0o * wo[s];
+                for (int s = 0; s < 16; s++) a0[s] = a0[s] + x0e * we[s];
+                for (int s = 0; s < 16; s++) a1[s] = a1[s] + x1o * wo[s];
+                for (int s = 0; s < 16; s++) a1[s] = a1[s] + x1e * we[s];
+            }
+            put16(a0, n0, N, bias, out + m * ldo, accumulate);
+            if (m1 != m) put16(a1, n0, N, bias, out + m1 * ldo, accumulate);
+        }
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/* ---- AVX2 + FMA emulation ------------------------------------------------ */
+
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+
+/* An MR x NP-panel tile over all KP pairs: per pair, per panel, the 16
+ * weight lanes widen to f32 as 2 x (odd = high halves, even = low halves
+ * shifted up); per row the broadcast pair widens the same way; then the
+ * odd FMA, then the even one, per accumulator. */
+AVX2_INLINE void avx2_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t N,
+                           int64_t n0, const float *bias, float *out, int64_t ldo,
+                           int accumulate, const int mr, const int np) {
+    __m256 acc[4][4][2];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q][0] = acc[r][q][1] = _mm256_setzero_ps();
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t j = 0; j < KP; j++) {
+        __m256 wo[4][2], we[4][2];
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(w + (q * KP + j) * 16 + h * 8));
+                wo[q][h] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+                we[q][h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            }
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+            __m256i b = _mm256_set1_epi32((int)x[r * KP + j]);
+            __m256 xo = _mm256_castsi256_ps(_mm256_and_si256(b, hi));
+            __m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++) {
+                    acc[r][q][h] = _mm256_fmadd_ps(xo, wo[q][h], acc[r][q][h]);
+                    acc[r][q][h] = _mm256_fmadd_ps(xe, we[q][h], acc[r][q][h]);
+                }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+            float t[16];
+            _mm256_storeu_ps(t, acc[r][q][0]);
+            _mm256_storeu_ps(t + 8, acc[r][q][1]);
+            put16(t, n0 + 16 * q, N, bias, out + r * ldo, accumulate);
+        }
+}
+
+/* Up to 4 rows x 1 panel (8 accumulators + 4 widened weights + 2 x), or
+ * for one or two rows, 2 panels so the FMA chains stay independent enough
+ * to hide the latency. */
+__attribute__((target("avx2,fma")))
+void qwi_bf16dot_matmul_avx2(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
+                             int64_t N, const float *bias, float *out, int64_t ldo,
+                             int accumulate) {
+    const int64_t np_all = QWI_DIV_UP(N, 16);
+    int64_t p = 0;
+    if (M <= 2)
+        for (; p + 2 <= np_all; p += 2) {
+            const uint32_t *wp = w + p * KP * 16;
+            if (M == 1) avx2_tile(x, KP, wp, N, 16 * p, bias, out, ldo, accumulate, 1, 2);
+            else avx2_tile(x, KP, wp, N, 16 * p, bias, out, ldo, accumulate, 2, 2);
+        }
+    for (; p < np_all; p++) {
+        const uint32_t *wp = w + p * KP * 16;
+        int64_t m = 0;
+        for (; m + 4 <= M; m += 4)
+            avx2_tile(x + m * KP, KP, wp, N, 16 * p, bias, out + m * ldo, ldo, accumulate, 4, 1);
+        switch (M - m) {
+        case 3: avx2_tile(x + m * KP, KP, wp, N, 16 * p, bias, out + m * ldo, ldo, accumulate, 3, 1); break;
+        case 2: avx2_tile(x + m * KP, KP, wp, N, 16 * p, bias, out + m * ldo, ldo, accumulate, 2, 1); break;
+        case 1: avx2_tile(x + m * KP, KP, wp, N, 16 * p, bias, out + m * ldo, ldo, accumulate, 1, 1); break;
+        default: break;
+        }
+    }
+}
+
+/* ---- AVX512_BF16: vdpbf16ps ---------------------------------------------- */
+
+#define BF16_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bf16")))
+
+/* Pairs per k block: NP = 4 panels x 128 pairs x 64 B = 32 KiB of weights,
+ * which stay in L1 while every row tile of a row block sweeps them. */
+#define BF16_KC 128
+/* Rows per row block: 8 tiles of 6; their partial sums ([48][64] f32,
+ * 12 KiB) wait in `part` between k blocks. */
+#define BF16_MB 48
+
+/* An MR x NP tile (MR <= 6, NP <= 4: 24 zmm accumulators, NP weight
+ * registers, one broadcast) over pairs [j0, j1): per pair, NP 64-byte
+ * weight loads serve MR rows. The accumulators start at zero (first) or
+ * at the partial sums in part (row stride 64 floats) and end there: an
+ * f32 store and load change no bit, so the chain of every output is the
+ * same as one unbroken loop over all pairs. */
+BF16_INLINE void bf16_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j0,
+                           int64_t j1, float *part, int first, const int mr, const int np) {
+    __m512 acc[6][4];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            acc[r][q] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + r * 64 + q * 16);
+    for (int64_t j = j0; j < j1; j++) {
+        __m512i wv[4];
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) wv[q] = _mm512_loadu_si512(w + (q * KP + j) * 16);
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+            __m512i b = _mm512_set1_epi32((int)x[r * KP + j]);
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                acc[r][q] = _mm512_dpbf16_ps(acc[r][q], (__m512bh)b, (__m512bh)wv[q]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
+}
+
+/* One row block [m0, m0+mb) x one group of NP panels: k blocks outside,
+ * row tiles of 6 inside, the rows left in one tile of 3-5, or where only
+ * 1-2 would be left, the last 7-8 rows as 4 + 3-4 (a 1-2 row tile reuses
+ * each weight load for too few rows: M = 8 ran at ~0.9x of M = 6 or 16). */
+#define BF16_BLOCK(NP)                                                                    \
+    do {                                                                                  \
+        int64_t full = mb / 6;                                                            \
+        if (full > 0 && mb % 6 > 0 && mb % 6 < 3) full--;                                 \
+        for (int64_t j0 = 0; j0 < KP; j0 += BF16_KC) {                                    \
+            const int64_t j1 = QWI_MIN(KP, j0 + BF16_KC);                                 \
+            int64_t r = 0;                                                                \
+            for (; r < 6 * full; r += 6)                                                  \
+                bf16_tile(xb + r * KP, KP, wp, j0, j1, part + r * 64, j0 == 0, 6, NP);   \
+            if (mb - r > 6) {                                                             \
+                bf16_tile(xb + r * KP, KP, wp, j0, j1, part + r * 64, j0 == 0, 4, NP);   \
+                r += 4;                                                                   \
+            }                                                                             \
+            const uint32_t *xr = xb + r * KP;                                             \
+            float *pr = part + r * 64;                                                    \
+            switch (mb - r) {                                                             \
+            case 5: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 5, NP); break;             \
+            case 4: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 4, NP); break;             \
+            case 3: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 3, NP); break;             \
+            case 2: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 2, NP); break;             \
+            case 1: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 1, NP); break;             \
+            default: break;                                                               \
+            }                                                                             \
+        }                                                                                 \
+    } while (0)
+
+/* Groups of up to 4 panels (64 outputs, one task of qwi_cpu_matmul), row
+ * blocks of 48, k blocks of 128 pairs. */
+__attribute__((target("avx512f,avx512bf16")))
+void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
+                                   int64_t N, const float *bias, float *out, int64_t ldo,
+                                   int accumulate) {
+    float part[BF16_MB * 64] __attribute__((aligned(64)));
+    const int64_t np_all = QWI_DIV_UP(N, 16);
+    for (int64_t p = 0; p < np_all;) {
+        const uint32_t *wp = w + p * KP * 16;
+        const int64_t n0 = 16 * p, np = QWI_MIN(np_all - p, (int64_t)4);
+        for (int64_t m0 = 0; m0 < M; m0 += BF16_MB) {
+            const int64_t mb = QWI_MIN((int64_t)BF16_MB, M - m0);
+            const uint32_t *xb = x + m0 * KP;
+            switch (np) {
+            case 4: BF16_BLOCK(4); break;
+            case 3: BF16_BLOCK(3); break;
+            case 2: BF16_BLOCK(2); break;
+            default: BF16_BLOCK(1); break;
+            }
+            for (int64_t r = 0; r < mb; r++)
+                for (int64_t q = 0; q < np; q++)
+                    put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
+                          accumulate);
+        }
+        p += np;
+    }
+}
+
+bool qwi_bf16dot_have_avx512bf16(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+}
+
+#else
+
+bool qwi_bf16dot_have_avx512bf16(void) { return false; }
+
+#endif
