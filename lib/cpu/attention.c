@@ -10,6 +10,11 @@
  * (flash-attention's reuse; without it a long prefill re-read the whole
  * context from memory for every row). Both call the same functions in the
  * same per-row order, so a row's result is bit-identical either way.
+ *
+ * The K and V passes of a tile exist twice, from one macro: over the f32
+ * cache through the f32 kernel table (exact numerics, unchanged bits) and
+ * over the bf16 cache through the bf16-KV table (fast numerics,
+ * cpu/kv_bf16.h); the softmax between them is shared and stays f32.
  */
 #include <math.h>
 #include <string.h>
@@ -59,43 +64,110 @@ static void row_begin(const qwi_cpu_attn *a, int32_t r, int32_t g, float *mem, r
     memset(s->acc, 0, (size_t)group * hd * sizeof(float));
 }
 
+/* Positions ahead that the K and V passes prefetch. A (sequence, kv head)
+ * task reads one head_dim slice (256-512 bytes) out of every slot, the
+ * slots a block-table hop and a kv_dim stride apart: the hardware
+ * prefetchers do not follow that, and without this a decode step waited a
+ * memory latency per row (0.6B shape, 32 x 256-token contexts: ~50 ns a
+ * row). Prefetches past the context are skipped, so no address outside the
+ * pool is formed. */
+#ifndef QWI_CPU_ATTN_PF
+#define QWI_CPU_ATTN_PF 8
+#endif
+
+static inline void prefetch_slice(const void *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
+}
+
+/* The K pass (scores of positions [t0, t1), scaled) and the V pass (acc +=
+ * p * V, positions in order) of one tile, for a cache of element type ET
+ * read through kernel table KT (the f32 table or the bf16 one: the same
+ * member names). Four positions (and two heads) at a time: dot4/dot4x2 are
+ * bit-identical to single dots, axpy4/axpy4x2 to axpys in order. */
+#define TILE_PASSES(SFX, ET, KT)                                                           \
+static void scores_##SFX(const qwi_cpu_attn *a, const KT *kt, const ET *kc, int32_t g,     \
+                         int32_t t0, int32_t t1, const row_state *st) {                   \
+    const int32_t group = a->num_heads / a->num_kv_heads;                                  \
+    const int32_t hd = a->head_dim, bs = a->block_size;                                    \
+    const int64_t kv_stride = (int64_t)a->num_kv_heads * hd;                               \
+    const float *q = st->q;                                                                \
+    float *scores = st->scores;                                                            \
+    int32_t p = t0;                                                                        \
+    for (; p + 4 <= t1; p += 4) {                                                          \
+        const ET *k4[4];                                                                   \
+        for (int32_t f = p + QWI_CPU_ATTN_PF; f < p + QWI_CPU_ATTN_PF + 4 && f < st->ctx; f++) \
+            prefetch_slice(kc + slot_of(st->bt, bs, f) * kv_stride + (int64_t)g * hd,     \
+                           (size_t)hd * sizeof(ET));                                       \
+        for (int i = 0; i < 4; i++)                                                        \
+            k4[i] = kc + slot_of(st->bt, bs, p + i) * kv_stride + (int64_t)g * hd;         \
+        int32_t h = 0;                                                                     \
+        for (; h + 2 <= group; h += 2) {   /* GQA: two heads per K load */                 \
+            float d0[4], d1[4];                                                            \
+            kt->dot4x2(q + (int64_t)h * hd, q + (int64_t)(h + 1) * hd, k4, hd, d0, d1);    \
+            for (int i = 0; i < 4; i++) {                                                  \
+                scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d0[i] * a->scale;           \
+                scores[(h + 1) * QWI_CPU_ATTN_TILE + (p + i - t0)] = d1[i] * a->scale;     \
+            }                                                                              \
+        }                                                                                  \
+        for (; h < group; h++) {                                                           \
+            float d[4];                                                                    \
+            kt->dot4(q + (int64_t)h * hd, k4, hd, d);                                      \
+            for (int i = 0; i < 4; i++)                                                    \
+                scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d[i] * a->scale;            \
+        }                                                                                  \
+    }                                                                                      \
+    for (; p < t1; p++) {                                                                  \
+        const ET *k = kc + slot_of(st->bt, bs, p) * kv_stride + (int64_t)g * hd;           \
+        for (int32_t h = 0; h < group; h++)                                                \
+            scores[h * QWI_CPU_ATTN_TILE + (p - t0)] =                                     \
+                kt->dot(q + (int64_t)h * hd, k, hd) * a->scale;                            \
+    }                                                                                      \
+}                                                                                          \
+static void pv_##SFX(const qwi_cpu_attn *a, const KT *kt, const ET *vc, int32_t g,         \
+                     int32_t t0, int32_t t1, const row_state *st) {                       \
+    const int32_t group = a->num_heads / a->num_kv_heads;                                  \
+    const int32_t hd = a->head_dim, bs = a->block_size;                                    \
+    const int64_t kv_stride = (int64_t)a->num_kv_heads * hd;                               \
+    const float *scores = st->scores;                                                      \
+    float *acc = st->acc;                                                                  \
+    int32_t p = t0;                                                                        \
+    for (; p + 4 <= t1; p += 4) {                                                          \
+        const ET *v4[4];                                                                   \
+        for (int32_t f = p + QWI_CPU_ATTN_PF; f < p + QWI_CPU_ATTN_PF + 4 && f < st->ctx; f++) \
+            prefetch_slice(vc + slot_of(st->bt, bs, f) * kv_stride + (int64_t)g * hd,     \
+                           (size_t)hd * sizeof(ET));                                       \
+        for (int i = 0; i < 4; i++)                                                        \
+            v4[i] = vc + slot_of(st->bt, bs, p + i) * kv_stride + (int64_t)g * hd;         \
+        int32_t h = 0;                                                                     \
+        for (; h + 2 <= group; h += 2)                                                     \
+            kt->axpy4x2(acc + (int64_t)h * hd, acc + (int64_t)(h + 1) * hd,                \
+                        scores + h * QWI_CPU_ATTN_TILE + (p - t0),                         \
+                        scores + (h + 1) * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);          \
+        for (; h < group; h++)                                                             \
+            kt->axpy4(acc + (int64_t)h * hd, scores + h * QWI_CPU_ATTN_TILE + (p - t0),    \
+                      v4, hd);                                                             \
+    }                                                                                      \
+    for (; p < t1; p++) {                                                                  \
+        const ET *v = vc + slot_of(st->bt, bs, p) * kv_stride + (int64_t)g * hd;           \
+        for (int32_t h = 0; h < group; h++)                                                \
+            kt->axpy(acc + (int64_t)h * hd, scores[h * QWI_CPU_ATTN_TILE + (p - t0)], v,   \
+                     hd);                                                                  \
+    }                                                                                      \
+}
+
+TILE_PASSES(f32, float, qwi_cpu_kernels)
+TILE_PASSES(bf16, uint16_t, qwi_cpu_kv_bf16_kernels)
+
 /* Context tile [t0, min(ctx, t0 + TILE)) of one row; t0 < ctx. */
 static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, int32_t t0,
                      row_state *st) {
     const int32_t group = a->num_heads / a->num_kv_heads;
-    const int32_t hd = a->head_dim, bs = a->block_size;
-    const int64_t kv_stride = (int64_t)a->num_kv_heads * hd;   /* one slot */
+    const int32_t hd = a->head_dim;
     const int32_t t1 = QWI_MIN(st->ctx, t0 + QWI_CPU_ATTN_TILE);
-    const float *q = st->q;
-    const int32_t *bt = st->bt;
     float *scores = st->scores, *acc = st->acc, *mx = st->mx, *sum = st->sum;
 
-    /* scores of this tile, kept for the V pass; four positions (and two
-     * heads) at a time: dot4/dot4x2 are bit-identical to single dots */
-    int32_t p = t0;
-    for (; p + 4 <= t1; p += 4) {
-        const float *k4[4];
-        for (int i = 0; i < 4; i++) k4[i] = a->k_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
-        int32_t h = 0;
-        for (; h + 2 <= group; h += 2) {   /* GQA: two heads per K load */
-            float d0[4], d1[4];
-            kt->dot4x2(q + (int64_t)h * hd, q + (int64_t)(h + 1) * hd, k4, hd, d0, d1);
-            for (int i = 0; i < 4; i++) {
-                scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d0[i] * a->scale;
-                scores[(h + 1) * QWI_CPU_ATTN_TILE + (p + i - t0)] = d1[i] * a->scale;
-            }
-        }
-        for (; h < group; h++) {
-            float d[4];
-            kt->dot4(q + (int64_t)h * hd, k4, hd, d);
-            for (int i = 0; i < 4; i++) scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d[i] * a->scale;
-        }
-    }
-    for (; p < t1; p++) {
-        const float *k = a->k_cache + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
-        for (int32_t h = 0; h < group; h++)
-            scores[h * QWI_CPU_ATTN_TILE + (p - t0)] = kt->dot(q + (int64_t)h * hd, k, hd) * a->scale;
-    }
+    if (a->k_bf16) scores_bf16(a, a->kb, a->k_bf16, g, t0, t1, st);
+    else scores_f32(a, kt, a->k_cache, g, t0, t1, st);
     for (int32_t h = 0; h < group; h++) {
         float *s = scores + h * QWI_CPU_ATTN_TILE;
         float m = mx[h];
@@ -114,25 +186,8 @@ static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g
         }
         sum[h] = l;
     }
-    /* acc += p * V, positions in order (axpy4 == four axpys) */
-    for (p = t0; p + 4 <= t1; p += 4) {
-        const float *v4[4];
-        for (int i = 0; i < 4; i++) v4[i] = a->v_cache + slot_of(bt, bs, p + i) * kv_stride + (int64_t)g * hd;
-        int32_t h = 0;
-        for (; h + 2 <= group; h += 2)
-            kt->axpy4x2(acc + (int64_t)h * hd, acc + (int64_t)(h + 1) * hd,
-                        scores + h * QWI_CPU_ATTN_TILE + (p - t0),
-                        scores + (h + 1) * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);
-        for (; h < group; h++)
-            kt->axpy4(acc + (int64_t)h * hd, scores + h * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);
-    }
-    for (; p < t1; p++) {
-        const float *v = a->v_cache + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
-        for (int32_t h = 0; h < group; h++) {
-            float w = scores[h * QWI_CPU_ATTN_TILE + (p - t0)];
-            kt->axpy(acc + (int64_t)h * hd, w, v, hd);
-        }
-    }
+    if (a->k_bf16) pv_bf16(a, a->kb, a->v_bf16, g, t0, t1, st);
+    else pv_f32(a, kt, a->v_cache, g, t0, t1, st);
 }
 
 static void row_end(const qwi_cpu_attn *a, int32_t r, int32_t g, const row_state *s) {
@@ -173,35 +228,50 @@ typedef struct attn_ctx {
     const qwi_cpu_attn *a;
     const qwi_cpu_kernels *kt;
     float *const *scratch;
-    int32_t rows;        /* rows per task (<= QWI_CPU_ATTN_ROWS) */
+    int32_t rows;        /* most rows per run (<= QWI_CPU_ATTN_ROWS) */
 } attn_ctx;
 
-/* Task t: kv head t % num_kv_heads of rows [b*rows, (b+1)*rows), b = t /
- * num_kv_heads, cut where the sequence changes: rows of one sequence share
- * its block table, so a run of them reuses each K/V tile. */
+int32_t qwi_cpu_attn_run_rows(const qwi_cpu_attn *a, int nthreads) {
+    /* Enough tasks to balance the threads (each row's work differs with
+     * its context length), as many rows per run as that allows. */
+    const int64_t want_tasks = 32 * (int64_t)QWI_MAX(1, nthreads);
+    int64_t rows = (int64_t)a->num_tokens * a->num_kv_heads / want_tasks;
+    return (int32_t)QWI_MAX((int64_t)1, QWI_MIN((int64_t)QWI_CPU_ATTN_ROWS, rows));
+}
+
+/* A run starts at the first row, where the sequence changes, where
+ * positions stop being consecutive, or at a position that is a multiple of
+ * run_rows; so runs never mix sequences and hold at most run_rows rows. */
+static bool starts_run(const qwi_cpu_attn *a, int32_t run_rows, int32_t r) {
+    return r == 0 || a->row_seq[r] != a->row_seq[r - 1] ||
+           a->positions[r] != a->positions[r - 1] + 1 || a->positions[r] % run_rows == 0;
+}
+
+int32_t qwi_cpu_attn_run_end(const qwi_cpu_attn *a, int32_t run_rows, int32_t r) {
+    if (!starts_run(a, run_rows, r)) return r;
+    int32_t e = r + 1;
+    while (e < a->num_tokens && e - r < run_rows && !starts_run(a, run_rows, e)) e++;
+    return e;
+}
+
+/* Task t: kv head t % num_kv_heads of the run that starts at row t /
+ * num_kv_heads, if one does (else nothing): the rows of a run share their
+ * sequence's block table, so they read each K/V tile once. Decode rows are
+ * each their own run, so a decode step is (sequence, kv head) tasks. */
 static void attn_task(void *p, int64_t t, int thread) {
     const attn_ctx *c = p;
     const qwi_cpu_attn *a = c->a;
     const int32_t g = (int32_t)(t % a->num_kv_heads);
-    const int32_t r_begin = (int32_t)(t / a->num_kv_heads) * c->rows;
-    const int32_t r_end = QWI_MIN(a->num_tokens, r_begin + c->rows);
-    for (int32_t r0 = r_begin; r0 < r_end;) {
-        int32_t r1 = r0 + 1;
-        while (r1 < r_end && a->row_seq[r1] == a->row_seq[r0]) r1++;
-        attention_block(a, c->kt, r0, r1 - r0, g, c->scratch[thread]);
-        r0 = r1;
-    }
+    const int32_t r0 = (int32_t)(t / a->num_kv_heads);
+    const int32_t r1 = qwi_cpu_attn_run_end(a, c->rows, r0);
+    if (r1 > r0) attention_block(a, c->kt, r0, r1 - r0, g, c->scratch[thread]);
 }
 
 void qwi_cpu_attention(qwi_cpu_pool *pool, const qwi_cpu_kernels *kt, float *const *scratch,
                        const qwi_cpu_attn *a) {
-    /* Enough tasks to balance the threads (each row's work differs with
-     * its context length), as many rows per task as that allows. */
-    const int64_t want_tasks = 32 * (int64_t)qwi_cpu_pool_size(pool);
-    int64_t rows = (int64_t)a->num_tokens * a->num_kv_heads / want_tasks;
-    rows = QWI_MAX((int64_t)1, QWI_MIN((int64_t)QWI_CPU_ATTN_ROWS, rows));
-    attn_ctx c = { .a = a, .kt = kt, .scratch = scratch, .rows = (int32_t)rows };
-    qwi_cpu_pool_run(pool, QWI_DIV_UP((int64_t)a->num_tokens, rows) * a->num_kv_heads, attn_task, &c);
+    attn_ctx c = { .a = a, .kt = kt, .scratch = scratch,
+                   .rows = qwi_cpu_attn_run_rows(a, qwi_cpu_pool_size(pool)) };
+    qwi_cpu_pool_run(pool, (int64_t)a->num_tokens * a->num_kv_heads, attn_task, &c);
 }
 
 void qwi_cpu_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,
@@ -210,5 +280,14 @@ void qwi_cpu_kv_write(float *k_cache, float *v_cache, const float *k, const floa
         int64_t s = slot_mapping[r];
         memcpy(k_cache + s * row_floats, k + r * row_floats, (size_t)row_floats * sizeof(float));
         memcpy(v_cache + s * row_floats, v + r * row_floats, (size_t)row_floats * sizeof(float));
+    }
+}
+
+void qwi_cpu_kv_write_bf16(uint16_t *k_cache, uint16_t *v_cache, const float *k, const float *v,
+                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats) {
+    for (int32_t r = 0; r < num_tokens; r++) {
+        int64_t s = slot_mapping[r];
+        qwi_cpu_kv_bf16_round(k + r * row_floats, k_cache + s * row_floats, row_floats);
+        qwi_cpu_kv_bf16_round(v + r * row_floats, v_cache + s * row_floats, row_floats);
     }
 }

@@ -3,7 +3,8 @@
  * the write of a step's new K/V rows into their slots.
  *
  * Cache layout, per layer, K and V separately: [num_blocks][block_size]
- * [num_kv_heads][head_dim] f32. A position p of sequence s lives in block
+ * [num_kv_heads][head_dim], f32 (exact numerics) or bf16 (fast numerics,
+ * cpu/kv_bf16.h). A position p of sequence s lives in block
  * block_tables[s*max_blocks_per_seq + p/block_size], slot p%block_size.
  *
  * Determinism: a query row visits its context positions 0..pos in order, in
@@ -11,20 +12,31 @@
  * softmax between tiles), so the result depends on the row's position and
  * the cached values only - not on the chunk the row came in, the other rows,
  * or the thread that ran it.
+ *
+ * Parallelism: one task per (run of rows, kv head), a run being up to
+ * qwi_cpu_attn_run_rows consecutive rows of one sequence. A decode step has
+ * one row per sequence, so it splits into (sequence, kv head) pairs - 32
+ * sequences of an 8-kv-head model are 256 tasks, handed out dynamically -
+ * while a prefill chunk's rows share each K/V tile within a run.
  */
 #ifndef QWI_CPU_ATTENTION_H
 #define QWI_CPU_ATTENTION_H
 
 #include "common.h"
 #include "cpu/kernels.h"
+#include "cpu/kv_bf16.h"
 #include "cpu/threadpool.h"
 
 #define QWI_CPU_ATTN_TILE 128
 
 typedef struct qwi_cpu_attn {
     const float *q;              /* [num_tokens][num_heads*head_dim], RoPE applied */
-    const float *k_cache;        /* this layer's K pool                            */
-    const float *v_cache;        /* this layer's V pool                            */
+    const float *k_cache;        /* this layer's K pool (f32 cache)                */
+    const float *v_cache;        /* this layer's V pool (f32 cache)                */
+    /* The bf16 cache instead (fast numerics): when k_bf16 is set, k_bf16,
+     * v_bf16 and kb are used and k_cache/v_cache are not. */
+    const uint16_t *k_bf16, *v_bf16;
+    const qwi_cpu_kv_bf16_kernels *kb;
     float *out;                  /* [num_tokens][num_heads*head_dim]               */
     const int32_t *positions;    /* [num_tokens]: row r attends to 0..positions[r] */
     const int32_t *row_seq;      /* [num_tokens]: the sequence of row r            */
@@ -50,6 +62,20 @@ void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t
 /* All rows and kv heads of a, in parallel; scratch[t] is thread t's. */
 void qwi_cpu_attention(qwi_cpu_pool *pool, const qwi_cpu_kernels *kt, float *const *scratch,
                        const qwi_cpu_attn *a);
+
+/* Most rows per run qwi_cpu_attention uses for a on nthreads threads
+ * (1 .. 16): fewer when that is what keeps every thread busy. */
+int32_t qwi_cpu_attn_run_rows(const qwi_cpu_attn *a, int nthreads);
+
+/* The split of qwi_cpu_attention, exposed for tests: if row r starts a run
+ * (runs of at most run_rows rows, one sequence, consecutive positions),
+ * the row after the run's last; otherwise r (no task starts at r). */
+int32_t qwi_cpu_attn_run_end(const qwi_cpu_attn *a, int32_t run_rows, int32_t r);
+
+/* The same as qwi_cpu_kv_write into a bf16 cache, each element rounded to
+ * nearest even. */
+void qwi_cpu_kv_write_bf16(uint16_t *k_cache, uint16_t *v_cache, const float *k, const float *v,
+                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats);
 
 /* Copy row r of k and v ([num_tokens][row_floats]) to slot slot_mapping[r]
  * of k_cache/v_cache, for every row (slots checked by the caller). */

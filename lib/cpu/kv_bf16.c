@@ -1,0 +1,73 @@
+/*
+ * kv_bf16.c - the portable bf16-KV attention kernels, the table choice and
+ * the rounding (see kv_bf16.h).
+ */
+#include <string.h>
+
+#include "cpu/kv_bf16.h"
+#include "dtype.h"
+
+#define L 8
+
+/* The portable lane tree ((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7)). */
+static float tree8(const float a[L]) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+static float g_dot(const float *q, const uint16_t *k, int64_t n) {
+    float acc[L] = { 0 };
+    int64_t i = 0;
+    for (; i + L <= n; i += L)
+        for (int j = 0; j < L; j++) acc[j] += q[i + j] * qwi_bf16_to_f32(k[i + j]);
+    for (int j = 0; i + j < n; j++) acc[j] += q[i + j] * qwi_bf16_to_f32(k[i + j]);
+    return tree8(acc);
+}
+
+static void g_axpy(float *o, float s, const uint16_t *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] += s * qwi_bf16_to_f32(v[i]);
+}
+
+static void g_dot4(const float *q, const uint16_t *const k[4], int64_t n, float out[4]) {
+    for (int i = 0; i < 4; i++) out[i] = g_dot(q, k[i], n);
+}
+
+static void g_axpy4(float *o, const float s[4], const uint16_t *const v[4], int64_t n) {
+    for (int i = 0; i < 4; i++) g_axpy(o, s[i], v[i], n);
+}
+
+static void g_dot4x2(const float *q0, const float *q1, const uint16_t *const k[4], int64_t n,
+                     float out0[4], float out1[4]) {
+    g_dot4(q0, k, n, out0);
+    g_dot4(q1, k, n, out1);
+}
+
+static void g_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4],
+                      const uint16_t *const v[4], int64_t n) {
+    g_axpy4(o0, s0, v, n);
+    g_axpy4(o1, s1, v, n);
+}
+
+static const qwi_cpu_kv_bf16_kernels generic = {
+    .name = "generic",
+    .dot = g_dot,
+    .axpy = g_axpy,
+    .dot4 = g_dot4,
+    .axpy4 = g_axpy4,
+    .dot4x2 = g_dot4x2,
+    .axpy4x2 = g_axpy4x2,
+};
+
+const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_generic(void) { return &generic; }
+
+const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_for(const qwi_cpu_kernels *kt) {
+    const char *nm = kt && kt->name ? kt->name : "generic";
+    if (strcmp(nm, "generic") == 0) return &generic;
+    const qwi_cpu_kv_bf16_kernels *t = NULL;
+    if (strcmp(nm, "avx2") != 0) t = qwi_cpu_kv_bf16_avx512();
+    if (!t) t = qwi_cpu_kv_bf16_avx2();
+    return t ? t : &generic;
+}
+
+void qwi_cpu_kv_bf16_round(const float *src, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = qwi_f32_to_bf16(src[i]);
+}

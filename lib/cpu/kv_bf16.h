@@ -1,0 +1,67 @@
+/*
+ * kv_bf16.h - attention kernels over a bf16 KV cache (fast numerics mode),
+ * and the rounding that writes K/V rows into it.
+ *
+ * Fast mode keeps K and V in bf16 (round-to-nearest-even when written),
+ * half the bytes of the f32 cache; attention then reads them through these
+ * kernels with q, the scores, the softmax and the P.V accumulation in f32.
+ * A bf16 element widens to f32 exactly (a 16-bit shift), so each kernel is
+ * the f32 kernel of the same table with the K/V loads widened.
+ *
+ * Why not vdpbf16ps for q.K: it would need q rounded to bf16 too, adding a
+ * second rounding error for no bandwidth gain - attention at decode is
+ * bound by reading K/V, which the bf16 cache already halves, and the widen
+ * is one shift per 8/16 elements. So q stays f32 and every step is an f32
+ * FMA (the generic table: a multiply then an add).
+ *
+ * Determinism contract (as kernels.h): within one table dot4/dot4x2 are
+ * bit-identical to dot, axpy4/axpy4x2 to the axpy calls in order; tables
+ * differ from each other within rounding only. The backend picks the table
+ * matching its f32 kernel table once (qwi_cpu_kv_bf16_for), so every op of
+ * a process uses one table.
+ *   generic: 8 lanes (k % 8), multiply then add, tree ((0+4)+(1+5))+((2+6)+(3+7))
+ *   avx2:    8 lanes in a ymm, FMA, the same tree
+ *   avx512:  16 lanes in a zmm, FMA, tail zero-padded; lanes j and j+8
+ *            added, then the 8-lane tree
+ */
+#ifndef QWI_CPU_KV_BF16_H
+#define QWI_CPU_KV_BF16_H
+
+#include "common.h"
+#include "cpu/kernels.h"
+
+typedef struct qwi_cpu_kv_bf16_kernels {
+    const char *name;
+    /* sum q[i] * k[i], q f32, k bf16 */
+    float (*dot)(const float *q, const uint16_t *k, int64_t n);
+    /* o[i] += s * v[i] (element-wise) */
+    void (*axpy)(float *o, float s, const uint16_t *v, int64_t n);
+    /* out[i] = dot(q, k[i], n), i < 4 */
+    void (*dot4)(const float *q, const uint16_t *const k[4], int64_t n, float out[4]);
+    /* o += s[0]*v[0], ..., o += s[3]*v[3] in that order */
+    void (*axpy4)(float *o, const float s[4], const uint16_t *const v[4], int64_t n);
+    /* dot4 of q0 and of q1 over the same rows (two GQA heads) */
+    void (*dot4x2)(const float *q0, const float *q1, const uint16_t *const k[4], int64_t n,
+                   float out0[4], float out1[4]);
+    /* axpy4 of (o0, s0) and of (o1, s1) over the same rows */
+    void (*axpy4x2)(float *o0, float *o1, const float s0[4], const float s1[4],
+                    const uint16_t *const v[4], int64_t n);
+} qwi_cpu_kv_bf16_kernels;
+
+/* The portable table; always available. Static storage. */
+const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_generic(void);
+
+/* The AVX2+FMA and AVX-512F tables, or NULL where the CPU or build lacks
+ * them. Static storage. */
+const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx2(void);
+const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void);
+
+/* The table that goes with f32 kernel table kt: generic for "generic",
+ * avx2 for "avx2", otherwise (avx512 and any wider table) the widest one
+ * this CPU runs. Never NULL. Thread-safe. */
+const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_for(const qwi_cpu_kernels *kt);
+
+/* dst[i] = src[i] rounded to bf16 (nearest, ties to even; NaN stays NaN). */
+void qwi_cpu_kv_bf16_round(const float *src, uint16_t *dst, int64_t n);
+
+#endif
