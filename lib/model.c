@@ -383,3 +383,15 @@ void qwi_model_free(qwi_model *model) {
     free(model->layers);
     free(model);
 }
+
+/* The model's weights stay mapped for its whole life (every qwi_tensor
+ * points into the mapping, and the embedding rows, a second backend or a
+ * weight check may read them later); a backend that has copied tensors only
+ * gives their resident pages back (safetensors.h, qwi_st_evict). */
+size_t qwi_model_evict(const qwi_model *model, const void *data, size_t nbytes) {
+    return model ? qwi_st_evict(model->weights, data, nbytes) : 0;
+}
+
+size_t qwi_model_evict_all(const qwi_model *model) {
+    return model ? qwi_st_evict_all(model->weights) : 0;
+}

@@ -2,7 +2,9 @@
  * model.h - Qwen3 (and Qwen2/2.5) model description: the config read from
  * config.json/generation_config.json and the weight layout it implies.
  *
- * Owns: the safetensors set the weights point into.
+ * Owns: the safetensors set the weights point into. The mapping lives as long
+ * as the model; backends that copy the weights release only its resident
+ * pages (qwi_model_evict), never the mapping.
  */
 #ifndef QWI_MODEL_H
 #define QWI_MODEL_H
@@ -88,6 +90,18 @@ qw_status qwi_config_load(const char *dir, qwi_config *cfg);
  * On success *out is owned by the caller; on failure *out is NULL and
  * nothing leaks. */
 qw_status qwi_model_load(const char *dir, qwi_model **out);
+
+/* Give back this process's resident pages of a weight range that lies in
+ * the model's file mapping, after a backend has copied what it needs from
+ * it (qwi_st_evict): the mapping stays, so every tensor pointer of the
+ * model stays valid, and a later reader (embedding rows, another backend,
+ * the weight check) faults the unchanged bytes back in. Memory outside the
+ * mapping (a model built in memory) is not touched. Returns the bytes
+ * released (0 when none). Safe while other threads read the weights. */
+size_t qwi_model_evict(const qwi_model *model, const void *data, size_t nbytes);
+
+/* qwi_model_evict of the whole mapping; returns the bytes released. */
+size_t qwi_model_evict_all(const qwi_model *model);
 
 /* Free a model and unmap its weights. NULL is a no-op. */
 void qwi_model_free(qwi_model *model);

@@ -487,3 +487,38 @@ size_t qwi_st_count(const qwi_st_set *set) { return set ? set->num_tensors : 0; 
 const qwi_tensor *qwi_st_at(const qwi_st_set *set, size_t i) {
     return set && i < set->num_tensors ? &set->tensors[i] : NULL;
 }
+
+/* Drop the resident pages of [data, data+nbytes) from this process when the
+ * range lies in one of set's mappings. MADV_DONTNEED on a read-only private
+ * file mapping only unmaps the pages: the mapping (and every pointer into
+ * it) stays valid, and a later read faults the bytes back in from the page
+ * cache or the file, unchanged. The range is widened to whole pages, so a
+ * neighbour's pages go too; that is harmless for the same reason. Memory
+ * that is not in a mapping (a heap buffer a test built) is left alone:
+ * MADV_DONTNEED would zero anonymous memory. */
+size_t qwi_st_evict(const qwi_st_set *set, const void *data, size_t nbytes) {
+    if (!set || !data || nbytes == 0) return 0;
+    const uintptr_t p = (uintptr_t)data;
+    for (size_t i = 0; i < set->num_files; i++) {
+        const qwi_st_file *f = &set->files[i];
+        const uintptr_t b = (uintptr_t)f->map;
+        if (!f->map || p < b || p - b >= f->map_len || nbytes > f->map_len - (p - b)) continue;
+        const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t lo = p & ~(page - 1), hi = (p + nbytes + page - 1) & ~(page - 1);
+        /* The map starts on a page; its last page may be partial. */
+        uintptr_t end = (b + f->map_len + page - 1) & ~(page - 1);
+        if (hi > end) hi = end;
+        if (madvise((void *)lo, (size_t)(hi - lo), MADV_DONTNEED) != 0) return 0;
+        return (size_t)(hi - lo);
+    }
+    return 0;
+}
+
+/* Evict every mapping of set whole (see qwi_st_evict). */
+size_t qwi_st_evict_all(const qwi_st_set *set) {
+    size_t n = 0;
+    if (!set) return 0;
+    for (size_t i = 0; i < set->num_files; i++)
+        if (set->files[i].map) n += qwi_st_evict(set, set->files[i].map, set->files[i].map_len);
+    return n;
+}

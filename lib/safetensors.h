@@ -49,6 +49,20 @@ const qwi_tensor *qwi_st_find(const qwi_st_set *set, const char *name);
 size_t qwi_st_count(const qwi_st_set *set);
 const qwi_tensor *qwi_st_at(const qwi_st_set *set, size_t i);
 
+/* Release this process's resident pages of [data, data+nbytes) when that
+ * range lies inside one of set's file mappings (widened to whole pages):
+ * for a reader that has copied what it needs (the CPU backend's packed
+ * weights), so that resident memory holds one copy of the weights, not
+ * two. Content-preserving: the mapping and every qwi_tensor.data pointer
+ * stay valid, and a later read faults the unchanged bytes back in from the
+ * page cache (which keeps them: a warm reload stays warm). Returns the bytes
+ * released, 0 when the range is not in a mapping (heap memory is never
+ * touched), set or data is NULL, or madvise fails. Thread-safe with readers. */
+size_t qwi_st_evict(const qwi_st_set *set, const void *data, size_t nbytes);
+
+/* qwi_st_evict of every file mapping of set, whole; returns the bytes. */
+size_t qwi_st_evict_all(const qwi_st_set *set);
+
 /* Unmap and free. NULL is a no-op. */
 void qwi_st_close(qwi_st_set *set);
 

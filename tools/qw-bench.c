@@ -7,7 +7,7 @@
  *            [--rate R | --concurrency C] [--scenario mixed-long|shared-prefix|chat]
  *            [--long-len N] [--prefix-len N] [--turns N]
  *            [--temperature T] [--top-p P] [--max-num-seqs N] [--max-batched-tokens N]
- *            [--kv-blocks N] [--seed N] [--no-limits]
+ *            [--kv-blocks N] [--seed N] [--numerics fast|exact] [--no-limits]
  *
  * The engine is driven only through the public API (qwinfer.h). The machine
  * limits are measured here with internal parts of the library: a
@@ -21,7 +21,10 @@
  * non-first token. Decode is reported as bytes read per step (weights + the
  * KV of every sequence's context) / step time / measured read bandwidth;
  * prefill as (2 * params * tokens + attention FLOPs) / step time / measured
- * peak GEMM FLOP/s.
+ * peak GEMM FLOP/s, and against the raw bf16 dot-product (vdpbf16ps) and
+ * f32 FMA peaks of the cores, measured with tight register-only loops.
+ * Prefill is also given in tokens/s, and memory as the load time, the RSS
+ * after load and the peak RSS (VmHWM) of the load and of the whole run.
  *
  * Engine and request statistics (qw_engine_get_stats, qw_request_get_stats)
  * and sessions (qw_session_*) are declared weak: a library that lacks them
@@ -43,6 +46,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 #include "qwinfer.h"
 
@@ -124,7 +131,7 @@ static dist summarize(double *v, size_t n) {
 /* ---- options --------------------------------------------------------------- */
 
 typedef struct args {
-    const char *model, *device, *mode, *len_dist, *scenario;
+    const char *model, *device, *mode, *len_dist, *scenario, *numerics;
     int threads, num_requests, input_len, output_len, long_len, prefix_len, turns;
     int max_num_seqs, max_batched, kv_blocks, json, limits;
     double rate, temperature, top_p;
@@ -139,10 +146,14 @@ static void usage(void) {
             "  [--len-dist fixed|uniform|lognormal] [--rate REQ_PER_S | --concurrency C]\n"
             "  [--scenario mixed-long|shared-prefix|chat] [--long-len N] [--prefix-len N]\n"
             "  [--turns N] [--temperature T] [--top-p P] [--max-num-seqs N]\n"
-            "  [--max-batched-tokens N] [--kv-blocks N] [--seed N] [--no-limits]\n"
+            "  [--max-batched-tokens N] [--kv-blocks N] [--seed N] [--numerics fast|exact]\n"
+            "  [--no-limits]\n"
             "offline: all requests at once; serve: Poisson arrivals at --rate (or a fixed\n"
             "--concurrency). lognormal is a ShareGPT-like mix with the given lengths as\n"
-            "medians. --no-limits skips measuring bandwidth and peak GEMM FLOP/s.\n");
+            "medians. Throughput runs sample at --temperature 1.0 (top-p 1.0) unless told\n"
+            "otherwise, as served traffic does. --numerics sets QW_OPT_NUMERICS (default:\n"
+            "the engine's, fast). --no-limits skips measuring bandwidth and the GEMM, bf16\n"
+            "dot-product and FMA peaks.\n");
     exit(2);
 }
 
@@ -159,7 +170,7 @@ static void parse(int argc, char **argv, args *a) {
 #define INT(name, field) if (!strcmp(o, name)) { if (!v) usage(); a->field = atoi(v); i++; continue; }
 #define DBL(name, field) if (!strcmp(o, name)) { if (!v) usage(); a->field = atof(v); i++; continue; }
         STR("--model", model) STR("--device", device) STR("--mode", mode)
-        STR("--len-dist", len_dist) STR("--scenario", scenario)
+        STR("--len-dist", len_dist) STR("--scenario", scenario) STR("--numerics", numerics)
         INT("--threads", threads) INT("--num-requests", num_requests) INT("--input-len", input_len)
         INT("--output-len", output_len) INT("--long-len", long_len) INT("--prefix-len", prefix_len)
         INT("--turns", turns) INT("--max-num-seqs", max_num_seqs)
@@ -175,6 +186,7 @@ static void parse(int argc, char **argv, args *a) {
         usage();
     }
     if (!a->model) usage();
+    if (a->numerics && strcmp(a->numerics, "fast") && strcmp(a->numerics, "exact")) usage();
     if (a->num_requests <= 0 || a->input_len <= 0 || a->output_len <= 0) usage();
     if (strcmp(a->len_dist, "fixed") && strcmp(a->len_dist, "uniform") && strcmp(a->len_dist, "lognormal"))
         usage();
@@ -190,7 +202,7 @@ typedef struct model_info {
     int tied;
     double params_per_token;     /* matmul parameters every row multiplies (no embedding, no head) */
     double weight_bytes;         /* safetensors bytes on disk: what one decode step streams       */
-    double kv_bytes_per_token;   /* K+V of one position, all layers (f32 on CPU, bf16 on CUDA)     */
+    double kv_bytes_per_token;   /* K+V of one position, all layers (bf16; f32 on CPU in exact mode) */
 } model_info;
 
 static int64_t jint(json_t *o, const char *k, int64_t dflt) {
@@ -360,6 +372,174 @@ static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, i
     return best;
 }
 
+/* ---- compute peaks: raw instruction loops ------------------------------------ */
+
+/* What this CPU and OS support, from CPUID (and XGETBV for the register
+ * state the OS saves): the peak loops below only run where they can. */
+typedef struct cpu_feats {
+    int avx2_fma, avx512f, avx512_bf16, amx_bf16, amx_tile;
+} cpu_feats;
+
+static cpu_feats detect_cpu(void) {
+    cpu_feats f = { 0, 0, 0, 0, 0 };
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1;
+    if (!osxsave) return f;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    const int ymm_os = (xlo & 0x6) == 0x6, zmm_os = (xlo & 0xe6) == 0xe6;
+    const int tile_os = ((xlo >> 17) & 3) == 3;   /* XTILECFG | XTILEDATA */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+    f.avx2_fma = ymm_os && fma && ((b >> 5) & 1);
+    f.avx512f = zmm_os && ((b >> 16) & 1);
+    f.amx_bf16 = (d >> 22) & 1;
+    f.amx_tile = ((d >> 24) & 1) && tile_os;
+    unsigned a1, b1, c1, d1;
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512_bf16 = f.avx512f && ((a1 >> 5) & 1);
+#endif
+    return f;
+}
+
+/* Iterations of a peak loop; each does 16 independent chains of one
+ * instruction, enough to cover latency x throughput on current cores
+ * (5 cycles x 2 per cycle), so the loop runs at the issue rate. */
+#define PEAK_ITERS 2000000L
+
+#if defined(__x86_64__) || defined(__i386__)
+/* Sixteen named accumulators, so that they live in registers (an array of
+ * them is kept in memory at -O2) and the loop is pure arithmetic. */
+#define PEAK_16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+
+/* vdpbf16ps zmm: 16 lanes x 2 bf16 products, each added: 64 FLOP. The
+ * target attribute lets the tool build for any x86 and run this only
+ * where CPUID says AVX512_BF16. */
+__attribute__((target("avx512f,avx512bf16"), noinline)) static float peak_loop_bf16(long iters, float seed) {
+#define DECL(i) __m512 a##i = _mm512_set1_ps(seed * (float)i);
+#define STEP(i) a##i = _mm512_dpbf16_ps(a##i, x, w);
+#define SUM(i) s = _mm512_add_ps(s, a##i);
+    PEAK_16(DECL)
+    const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);   /* (1.0, 1.0) */
+    const __m512bh w = (__m512bh)_mm512_set1_epi32(0x3c003c00);   /* (2^-7, 2^-7) */
+    for (long n = 0; n < iters; n++) { PEAK_16(STEP) }
+    __m512 s = _mm512_setzero_ps();
+    PEAK_16(SUM)
+    return _mm512_reduce_add_ps(s);
+#undef STEP
+}
+
+/* vfmadd231ps zmm: 16 lanes x (multiply + add): 32 FLOP. */
+__attribute__((target("avx512f"), noinline)) static float peak_loop_fma512(long iters, float seed) {
+#define STEP(i) a##i = _mm512_fmadd_ps(a##i, x, w);
+    PEAK_16(DECL)
+    const __m512 x = _mm512_set1_ps(0.999f), w = _mm512_set1_ps(1e-3f * seed);
+    for (long n = 0; n < iters; n++) { PEAK_16(STEP) }
+    __m512 s = _mm512_setzero_ps();
+    PEAK_16(SUM)
+    return _mm512_reduce_add_ps(s);
+#undef STEP
+#undef DECL
+#undef SUM
+}
+
+/* vfmadd231ps ymm: 8 lanes x 2: 16 FLOP (AVX2 machines). */
+__attribute__((target("avx2,fma"), noinline)) static float peak_loop_fma256(long iters, float seed) {
+#define DECL(i) __m256 a##i = _mm256_set1_ps(seed * (float)i);
+#define STEP(i) a##i = _mm256_fmadd_ps(a##i, x, w);
+#define SUM(i) s = _mm256_add_ps(s, a##i);
+    PEAK_16(DECL)
+    const __m256 x = _mm256_set1_ps(0.999f), w = _mm256_set1_ps(1e-3f * seed);
+    for (long n = 0; n < iters; n++) { PEAK_16(STEP) }
+    __m256 s = _mm256_setzero_ps();
+    PEAK_16(SUM)
+    float v[8];
+    _mm256_storeu_ps(v, s);
+    return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+#undef DECL
+#undef STEP
+#undef SUM
+}
+#undef PEAK_16
+#endif
+
+typedef enum peak_kind { PEAK_BF16_DOT, PEAK_FMA512, PEAK_FMA256 } peak_kind;
+
+typedef struct peak_job {
+    peak_kind kind;
+    long iters;
+    float sink;
+    pthread_barrier_t *bar;
+} peak_job;
+
+static void *peak_thread(void *p) {
+    peak_job *j = p;
+    pthread_barrier_wait(j->bar);
+#if defined(__x86_64__) || defined(__i386__)
+    if (j->kind == PEAK_BF16_DOT) j->sink = peak_loop_bf16(j->iters, 1.0f);
+    else if (j->kind == PEAK_FMA512) j->sink = peak_loop_fma512(j->iters, 1.0f);
+    else j->sink = peak_loop_fma256(j->iters, 1.0f);
+#endif
+    pthread_barrier_wait(j->bar);
+    return NULL;
+}
+
+/* FLOP/s of kind's loop on nthreads threads at once, best of reps. */
+static double measure_peak(peak_kind kind, int nthreads, int reps) {
+    const double flop_per_insn = kind == PEAK_BF16_DOT ? 64.0 : kind == PEAK_FMA512 ? 32.0 : 16.0;
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nthreads + 1);
+    peak_job *jobs = xcalloc((size_t)nthreads, sizeof *jobs);
+    pthread_t *th = xcalloc((size_t)nthreads, sizeof *th);
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int t = 0; t < nthreads; t++) {
+            jobs[t] = (peak_job){ kind, PEAK_ITERS, 0, &bar };
+            pthread_create(&th[t], NULL, peak_thread, &jobs[t]);
+        }
+        pthread_barrier_wait(&bar);
+        double t0 = now_s();
+        pthread_barrier_wait(&bar);
+        double dt = now_s() - t0;
+        for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+        double f = flop_per_insn * 16.0 * (double)PEAK_ITERS * nthreads / dt;
+        if (f > best) best = f;
+    }
+    pthread_barrier_destroy(&bar);
+    free(jobs);
+    free(th);
+    return best;
+}
+
+/* ---- process memory ---------------------------------------------------------- */
+
+/* A "Vm...:" field of /proc/self/status in bytes, NAN when unreadable. */
+static double proc_status_bytes(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return NAN;
+    char line[256];
+    size_t n = strlen(key);
+    double v = NAN;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (!strncmp(line, key, n) && line[n] == ':' && sscanf(line + n + 1, "%llu", &kb) == 1) {
+            v = (double)kb * 1024.0;
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+/* Reset VmHWM to the current RSS (Linux >= 4.0), so the peak measured from
+ * here excludes the machine-limit buffers. Returns 0 when not possible. */
+static int reset_peak_rss(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return 0;
+    int ok = fputs("5", f) >= 0;
+    return (fclose(f) == 0) && ok;
+}
+
 static int affinity_threads(void) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -410,6 +590,7 @@ typedef struct bench {
     qw_engine_stats st0, st1;
     int have_stats;
     double t_start, t_end;
+    double rss_base;             /* VmRSS before the engine was created           */
 } bench;
 
 static int get_engine_stats(qw_engine *e, qw_engine_stats *s) {
@@ -778,12 +959,34 @@ typedef struct limits {
     const char *kernels;
     int measured;
     int panel;                   /* the CPU backend will pack the weights into panels */
+    cpu_feats cpu;
+    double bf16_1, bf16_n;       /* vdpbf16ps peak FLOP/s, 1 thread and all; NAN: absent */
+    double fma_1, fma_n;         /* f32 FMA peak FLOP/s (zmm, else ymm); NAN: absent     */
+    const char *fma_isa;
 } limits;
+
+/* The compute limit prefill and batched decode are judged against: the
+ * bf16 dot-product peak where the CPU has it, else the f32 FMA peak. */
+static double compute_peak(const limits *L, const char **name) {
+    if (!isnan(L->bf16_n) && L->bf16_n > 0) { *name = "bf16 dot peak"; return L->bf16_n; }
+    *name = "FMA peak";
+    return L->fma_n;
+}
 
 static void report(bench *b, const char *label, const results *r, const limits *L, int first, int last) {
     double bwf = L->measured && L->read_bw > 0 ? r->dec_bytes_s / L->read_bw : NAN;
     double pfs = r->pre_time > 0 ? r->pre_flops / r->pre_time : NAN;
     double pff = L->measured && L->gemm > 0 ? pfs / L->gemm : NAN;
+    const char *peak_name = "compute peak";
+    double cpk = L->measured ? compute_peak(L, &peak_name) : NAN;
+    double pfc = cpk > 0 ? pfs / cpk : NAN;
+    double ptk = r->pre_time > 0 ? r->pre_tokens / r->pre_time : NAN;
+    /* decode FLOPs: every token multiplies every matmul weight and the head */
+    double dfs = r->dec_time > 0 ? r->dec_tokens * 2.0 * (b->mi.params_per_token +
+                 (double)b->mi.hidden * (double)b->mi.vocab) / r->dec_time : NAN;
+    double dfc = cpk > 0 ? dfs / cpk : NAN;
+    /* the engine's peak so far: load, warm-up and every run up to this one */
+    double peak_rss = proc_status_bytes("VmHWM") - b->rss_base;
     if (b->a.json) {
         if (first) printf("  \"runs\": [\n");
         printf("   {\"label\": \"%s\",\n", label);
@@ -804,12 +1007,17 @@ static void report(bench *b, const char *label, const results *r, const limits *
         jnum("decode_bytes_per_s", r->dec_bytes_s, 0);
         jnum("decode_fraction_of_bandwidth", bwf, 0);
         jnum("prefill_steps", r->pre_steps, 0);
+        jnum("decode_flops_per_s", dfs, 0);
+        jnum("decode_fraction_of_compute_peak", dfc, 0);
+        jnum("prefill_tokens_per_s", ptk, 0);
         jnum("prefill_flops_per_s", pfs, 0);
         jnum("prefill_fraction_of_peak", pff, 0);
+        jnum("prefill_fraction_of_compute_peak", pfc, 0);
         jnum("host_fraction", r->host_frac, 0);
         jnum("mean_batch_size", r->mean_batch, 0);
         jnum("kv_usage", r->kv_used, 0);
         jnum("prefix_cache_hit_rate", r->hit_rate, 0);
+        jnum("peak_rss_bytes", peak_rss, 0);
         jnum("preemptions", r->preemptions, 1);
         printf("   }%s\n", last ? "" : ",");
         if (last) printf("  ]\n}\n");
@@ -826,15 +1034,18 @@ static void report(bench *b, const char *label, const results *r, const limits *
     print_dist_text("E2E latency (s)", r->e2e, 1.0);
     if (r->dec_steps > 0) {
         fmt_num(s1, sizeof s1, bwf * 100, "%.1f%%");
+        fmt_num(s2, sizeof s2, dfc * 100, "%.1f%%");
         printf("  decode                 %.0f steps, mean batch %.1f, %.2f ms/step, %.1f tok/s, "
-               "%.2f GB/s read = %s of bandwidth\n",
+               "%.2f GB/s read = %s of bandwidth, %.1f GFLOP/s = %s of %s\n",
                r->dec_steps, r->dec_batch, r->dec_step_ms, r->dec_tokens / r->dec_time,
-               r->dec_bytes_s / 1e9, s1);
+               r->dec_bytes_s / 1e9, s1, dfs / 1e9, s2, peak_name);
     }
     if (r->pre_steps > 0) {
         fmt_num(s1, sizeof s1, pff * 100, "%.1f%%");
-        printf("  prefill                %.0f clean steps, %.1f GFLOP/s = %s of peak GEMM\n",
-               r->pre_steps, pfs / 1e9, s1);
+        fmt_num(s2, sizeof s2, pfc * 100, "%.1f%%");
+        fmt_num(s3, sizeof s3, ptk, "%.1f");
+        printf("  prefill                %.0f clean steps, %s tok/s, %.1f GFLOP/s = %s of peak GEMM, "
+               "%s of %s\n", r->pre_steps, s3, pfs / 1e9, s1, s2, peak_name);
     }
     fmt_num(s1, sizeof s1, r->host_frac * 100, "%.2f%%");
     fmt_num(s2, sizeof s2, r->mean_batch, "%.1f");
@@ -843,6 +1054,8 @@ static void report(bench *b, const char *label, const results *r, const limits *
     fmt_num(s5, sizeof s5, r->preemptions, "%.0f");
     printf("  engine stats           host side %s of step time, mean batch %s, KV used %s, "
            "prefix-cache hits %s, preemptions %s\n", s1, s2, s3, s4, s5);
+    printf("  memory                 peak RSS so far %.2f GB (%.2fx the weights)\n", peak_rss / 1e9,
+           peak_rss / b->mi.weight_bytes);
 }
 
 /* ---- main ----------------------------------------------------------------------- */
@@ -854,12 +1067,31 @@ int main(int argc, char **argv) {
     rng ^= b.a.seed * 0x9e3779b97f4a7c15ull;
     int cuda = !strncmp(b.a.device, "cuda", 4);
     load_model_info(b.a.model, cuda, &b.mi);
+    /* the CPU backend keeps K/V in bf16 in fast numerics (the default), f32 in exact */
+    if (!cuda && !(b.a.numerics && !strcmp(b.a.numerics, "exact"))) b.mi.kv_bytes_per_token /= 2.0;
     int threads = b.a.threads > 0 ? b.a.threads : affinity_threads();
 
     /* the layout the backend will give these weights (file size: close
      * enough to the matmul bytes for the backend's half-of-RAM rule) */
     limits L = { .kernels = cuda ? "cuda" : qwi_cpu_kernels_select()->name,
-                 .panel = qwi_cpu_weights_copied((size_t)b.mi.weight_bytes) };
+                 .panel = qwi_cpu_weights_copied((size_t)b.mi.weight_bytes),
+                 .cpu = detect_cpu(), .bf16_1 = NAN, .bf16_n = NAN, .fma_1 = NAN, .fma_n = NAN,
+                 .fma_isa = "none" };
+    const char *numerics = b.a.numerics ? b.a.numerics : "fast (engine default)";
+    if (b.a.limits && !cuda) {
+        /* raw compute peaks: the limit the prefill and batched-decode GEMMs
+         * can approach (AMX tiles are not measured: no machine to test on) */
+        if (L.cpu.avx512_bf16) {
+            L.bf16_1 = measure_peak(PEAK_BF16_DOT, 1, 3);
+            L.bf16_n = threads > 1 ? measure_peak(PEAK_BF16_DOT, threads, 3) : L.bf16_1;
+        }
+        if (L.cpu.avx512f || L.cpu.avx2_fma) {
+            peak_kind k = L.cpu.avx512f ? PEAK_FMA512 : PEAK_FMA256;
+            L.fma_isa = L.cpu.avx512f ? "avx512f zmm" : "avx2 ymm";
+            L.fma_1 = measure_peak(k, 1, 3);
+            L.fma_n = threads > 1 ? measure_peak(k, threads, 3) : L.fma_1;
+        }
+    }
     if (b.a.limits) {
         if (!b.a.json) fprintf(stderr, "qw-bench: measuring machine limits...\n");
         L.read_bw = measure_bandwidth(threads, 0, 5);
@@ -900,11 +1132,21 @@ int main(int argc, char **argv) {
     if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_BATCHED_TOKENS, b.a.max_batched);
     if (s == QW_OK && b.a.kv_blocks > 0) s = qw_engine_options_set_int(o, QW_OPT_NUM_KV_BLOCKS, b.a.kv_blocks);
     if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_SEED, (int64_t)b.a.seed);
+    if (s == QW_OK && b.a.numerics)
+        s = qw_engine_options_set_int(o, QW_OPT_NUMERICS,
+                                      strcmp(b.a.numerics, "exact") ? QW_NUMERICS_FAST : QW_NUMERICS_EXACT);
     if (s != QW_OK) die("options: %s", qw_last_error());
+    /* Memory from here on is the engine's: the limit buffers are freed, and
+     * the peak is reset so it does not count them (else it is flagged). */
+    int hwm_clean = reset_peak_rss();
+    double rss_before = proc_status_bytes("VmRSS");
+    b.rss_base = rss_before;
     double tl = now_s();
     if (qw_engine_create(o, &b.e) != QW_OK) die("engine: %s", qw_last_error());
     qw_engine_options_destroy(o);
     tl = now_s() - tl;
+    double rss_load = proc_status_bytes("VmRSS") - rss_before;
+    double hwm_load = proc_status_bytes("VmHWM") - rss_before;
     b.vocab = qw_engine_vocab_size(b.e);
     b.progress = isatty(2) && !b.a.json;
 
@@ -933,17 +1175,44 @@ int main(int argc, char **argv) {
     if (b.a.json) {
         printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"threads\": %d,\n  \"kernels\": \"%s\",\n",
                b.a.model, b.a.device, threads, L.kernels);
+        printf("  \"numerics\": \"%s\",\n  \"temperature\": %g,\n", b.a.numerics ? b.a.numerics : "fast",
+               b.a.temperature);
         printf("  \"weight_bytes\": %.0f,\n  \"params_per_token\": %.0f,\n  \"load_s\": %.3f,\n",
                b.mi.weight_bytes, b.mi.params_per_token, tl);
+        printf("  \"rss_after_load_bytes\": %.0f,\n  \"peak_rss_load_bytes\": %.0f,\n"
+               "  \"peak_rss_includes_limit_buffers\": %s,\n",
+               rss_load, hwm_load, hwm_clean ? "false" : "true");
+        printf("  \"avx512_bf16\": %s,\n  \"amx_bf16\": %s,\n", L.cpu.avx512_bf16 ? "true" : "false",
+               L.cpu.amx_bf16 && L.cpu.amx_tile ? "true" : "false");
+        if (L.measured && !cuda)
+            printf("  \"bf16_dot_peak_flops_per_s_1thread\": %.6g,\n  \"bf16_dot_peak_flops_per_s\": %.6g,\n"
+                   "  \"fma_peak_flops_per_s_1thread\": %.6g,\n  \"fma_peak_flops_per_s\": %.6g,\n",
+                   isnan(L.bf16_1) ? 0 : L.bf16_1, isnan(L.bf16_n) ? 0 : L.bf16_n,
+                   isnan(L.fma_1) ? 0 : L.fma_1, isnan(L.fma_n) ? 0 : L.fma_n);
         printf("  \"mode\": \"%s\",\n  \"scenario\": \"%s\",\n", b.a.mode, b.a.scenario);
         if (L.measured)
             printf("  \"read_bandwidth_bytes_per_s\": %.6g,\n  \"copy_bandwidth_bytes_per_s\": %.6g,\n"
                    "  \"peak_gemm_flops_per_s\": %.6g,\n", L.read_bw, L.copy_bw, isnan(L.gemm) ? 0 : L.gemm);
     } else {
         printf("qw-bench: model %s (%.2f GB of weights, %.0fM matmul params/token), device %s, "
-               "%d threads, kernels %s, loaded in %.2f s\n",
+               "%d threads, kernel table %s, numerics %s, loaded in %.2f s\n",
                b.a.model, b.mi.weight_bytes / 1e9, b.mi.params_per_token / 1e6, b.a.device, threads,
-               L.kernels, tl);
+               L.kernels, numerics, tl);
+        printf("memory: RSS after load %.2f GB (%.2fx the weights), peak during load %.2f GB (%.2fx)%s\n",
+               rss_load / 1e9, rss_load / b.mi.weight_bytes, hwm_load / 1e9, hwm_load / b.mi.weight_bytes,
+               hwm_clean ? "" : " (peak includes the limit buffers: /proc/self/clear_refs unavailable)");
+        if (L.measured && !cuda) {
+            char c1[32], c2[32];
+            fmt_num(c1, sizeof c1, L.bf16_1 / 1e9, "%.1f");
+            fmt_num(c2, sizeof c2, L.bf16_n / 1e9, "%.1f");
+            printf("machine: bf16 dot peak (vdpbf16ps zmm) %s GFLOP/s on 1 thread, %s on %d%s; ", c1, c2,
+                   threads, L.cpu.avx512_bf16 ? "" : " (no AVX512_BF16)");
+            fmt_num(c1, sizeof c1, L.fma_1 / 1e9, "%.1f");
+            fmt_num(c2, sizeof c2, L.fma_n / 1e9, "%.1f");
+            printf("f32 FMA peak (%s) %s GFLOP/s on 1 thread, %s on %d; AMX: %s\n", L.fma_isa, c1, c2,
+                   threads, L.cpu.amx_bf16 && L.cpu.amx_tile ? "AMX-BF16 present (tile peak not measured)"
+                                                              : "not present");
+        }
         if (L.measured)
             printf("machine: read bandwidth %.2f GB/s, copy %.2f GB/s (read+write), "
                    "peak GEMM %.1f GFLOP/s (bf16 512x1024x3072, %s %s, %d threads)\n",
