@@ -57,6 +57,7 @@
 #include "backend.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
+#include "cpu/pairpanel.h"
 #include "cpu/panel.h"
 #include "cpu/threadpool.h"
 
@@ -327,11 +328,17 @@ static double measure_bandwidth(int nthreads, int copy, int reps) {
     return best;
 }
 
+/* The weight layouts the backend can run a matmul on: row-major, the
+ * exact mode's 16-row panels, and fast numerics' bf16 pair panels (whose
+ * kernel also rounds each input row to bf16 pairs, as the engine does). */
+enum { LAYOUT_ROWS = 0, LAYOUT_PANEL = 1, LAYOUT_PAIR = 2 };
+static const char *const layout_names[] = { "rows", "panel", "pair" };
+
 /* GEMM FLOP/s of kernel table kt through the backend's own parallel driver
  * on a prefill-sized problem (M x K times N x K bf16 weights, the 0.6B
- * gate/up shape by default), best of reps. */
+ * gate/up shape by default) with weights in `layout`, best of reps. */
 static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, int64_t K, int64_t N,
-                           int bf16, int panel, int reps) {
+                           int bf16, int layout, int reps) {
     qwi_cpu_pool *pool;
     if (qwi_cpu_pool_create(nthreads, &pool) != QW_OK) die("thread pool: %s", qw_last_error());
     float *x = malloc((size_t)(M * K) * sizeof(float));
@@ -349,18 +356,25 @@ static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, i
             ((float *)w)[i] = f;
         }
     }
-    if (panel) {   /* the layout the backend packs weights into at load */
-        qwi_dtype dt = bf16 ? QWI_DTYPE_BF16 : QWI_DTYPE_F32;
-        void *pw = malloc(qwi_panel_bytes(dt, N, K));
-        if (!pw || !qwi_panel_pack(dt, w, N, K, pw)) die("gemm buffers: out of memory");
+    qwi_dtype wdt = bf16 ? QWI_DTYPE_BF16 : QWI_DTYPE_F32;
+    uint32_t *xpair = NULL;
+    if (layout == LAYOUT_PANEL) {   /* the layouts the backend packs weights into at load */
+        void *pw = malloc(qwi_panel_bytes(wdt, N, K));
+        if (!pw || !qwi_panel_pack(wdt, w, N, K, pw)) die("gemm buffers: out of memory");
+        free(w);
+        w = pw;
+    } else if (layout == LAYOUT_PAIR) {
+        void *pw = malloc(qwi_pairpanel_bytes(N, K));
+        xpair = malloc((size_t)M * (size_t)qwi_pair_kp(K) * sizeof *xpair);
+        if (!pw || !xpair || !qwi_pairpanel_pack(wdt, w, N, K, pw)) die("gemm buffers: out of memory");
         free(w);
         w = pw;
     }
     float *no_f16[1024] = { 0 };
     qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                       .f16_buf = no_f16, .max_k = K };
-    qwi_cpu_linear lin = { .dtype = bf16 ? QWI_DTYPE_BF16 : QWI_DTYPE_F32, .w = w, .bias = NULL,
-                           .n = N, .k = K, .panel = panel != 0 };
+                       .f16_buf = no_f16, .max_k = K, .xpair = xpair };
+    qwi_cpu_linear lin = { .dtype = wdt, .w = w, .bias = NULL, .n = N, .k = K,
+                           .panel = layout == LAYOUT_PANEL, .pair = layout == LAYOUT_PAIR };
     qwi_cpu_mm_job job = { &lin, out, 0 };
     double best = 0;
     for (int r = 0; r < reps; r++) {
@@ -373,6 +387,7 @@ static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, i
     free(x);
     free(w);
     free(out);
+    free(xpair);
     qwi_cpu_pool_destroy(pool);
     return best;
 }
@@ -970,7 +985,7 @@ typedef struct limits {
     double read_bw, copy_bw, gemm;
     const char *kernels;
     int measured;
-    int panel;                   /* the CPU backend will pack the weights into panels */
+    int panel;                   /* the backend's weight layout: LAYOUT_ROWS/PANEL/PAIR */
     cpu_feats cpu;
     double bf16_1, bf16_n;       /* vdpbf16ps peak FLOP/s, 1 thread and all; NAN: absent */
     double fma_1, fma_n;         /* f32 FMA peak FLOP/s (zmm, else ymm); NAN: absent     */
@@ -1083,10 +1098,14 @@ int main(int argc, char **argv) {
     if (!cuda && !(b.a.numerics && !strcmp(b.a.numerics, "exact"))) b.mi.kv_bytes_per_token /= 2.0;
     int threads = b.a.threads > 0 ? b.a.threads : affinity_threads();
 
-    /* the layout the backend will give these weights (file size: close
-     * enough to the matmul bytes for the backend's half-of-RAM rule) */
+    /* the layout the backend will give these weights: fast numerics always
+     * packs bf16 pair panels; exact mode packs 16-row panels when the copy
+     * fits (file size: close enough to the matmul bytes for the backend's
+     * half-of-RAM rule), else runs on the row-major mapping */
+    const bool fast = !(b.a.numerics && !strcmp(b.a.numerics, "exact"));
     limits L = { .kernels = cuda ? "cuda" : qwi_cpu_kernels_select()->name,
-                 .panel = qwi_cpu_weights_copied((size_t)b.mi.weight_bytes),
+                 .panel = fast ? LAYOUT_PAIR
+                               : qwi_cpu_weights_copied((size_t)b.mi.weight_bytes) ? LAYOUT_PANEL : LAYOUT_ROWS,
                  .cpu = detect_cpu(), .bf16_1 = NAN, .bf16_n = NAN, .fma_1 = NAN, .fma_n = NAN,
                  .fma_isa = "none" };
     const char *numerics = b.a.numerics ? b.a.numerics : "fast (engine default)";
@@ -1119,16 +1138,16 @@ int main(int argc, char **argv) {
         if (!cuda && !b.a.json) {
             /* every table this CPU has, 1 thread and all: per-variant speed
              * and thread scaling of the kernel the engine would use */
-            static const char *names[] = { "generic", "avx2", "avx512" };
+            static const char *names[] = { "generic", "avx2", "avx512", "avx512bf16" };
             for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
                 const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(names[i]);
                 if (!kt) continue;
-                for (int panel = 1; panel >= 0; panel--) {
-                    double g1 = measure_gemm(kt, 1, 512, 1024, 3072, 1, panel, 3);
-                    double gn = threads > 1 ? measure_gemm(kt, threads, 512, 1024, 3072, 1, panel, 3) : g1;
-                    double f1 = measure_gemm(kt, threads, 512, 1024, 3072, 0, panel, 3);
-                    printf("kernels %-8s %-5s bf16 %6.1f GFLOP/s on 1 thread, %6.1f on %d (%.2fx); "
-                           "f32 %6.1f on %d\n", names[i], panel ? "panel" : "rows", g1 / 1e9, gn / 1e9,
+                for (int layout = LAYOUT_PAIR; layout >= LAYOUT_ROWS; layout--) {
+                    double g1 = measure_gemm(kt, 1, 512, 1024, 3072, 1, layout, 3);
+                    double gn = threads > 1 ? measure_gemm(kt, threads, 512, 1024, 3072, 1, layout, 3) : g1;
+                    double f1 = measure_gemm(kt, threads, 512, 1024, 3072, 0, layout, 3);
+                    printf("kernels %-10s %-5s bf16 %6.1f GFLOP/s on 1 thread, %6.1f on %d (%.2fx); "
+                           "f32 %6.1f on %d\n", names[i], layout_names[layout], g1 / 1e9, gn / 1e9,
                            threads, gn / g1, f1 / 1e9, threads);
                 }
             }
@@ -1229,7 +1248,7 @@ int main(int argc, char **argv) {
             printf("machine: read bandwidth %.2f GB/s, copy %.2f GB/s (read+write), "
                    "peak GEMM %.1f GFLOP/s (bf16 512x1024x3072, %s %s, %d threads)\n",
                    L.read_bw / 1e9, L.copy_bw / 1e9, L.gemm / 1e9, L.kernels,
-                   L.panel ? "panel" : "rows", threads);
+                   layout_names[L.panel], threads);
         printf("workload: mode %s%s%s, %d requests, input %d, output %d (%s), rate %g, concurrency %d, "
                "temperature %g, top-p %g\n", b.a.mode, b.a.scenario[0] ? ", scenario " : "",
                b.a.scenario, b.a.num_requests, b.a.input_len, b.a.output_len, b.a.len_dist, b.a.rate,
