@@ -300,8 +300,9 @@ static const qwi_cpu_kernels generic = {
 const qwi_cpu_kernels *qwi_cpu_kernels_generic(void) { return &generic; }
 
 /* The ISA tables completed with their matmul_pair (the ISA files define
- * everything else), built once: the avx2 and avx512 tables take the AVX2
- * emulation, avx512bf16 is the avx512 table with vdpbf16ps. */
+ * everything else), built once: the avx2 table takes the AVX2 emulation,
+ * avx512 its zmm form (same arithmetic, same bits), avx512bf16 is the
+ * avx512 table with vdpbf16ps. */
 static qwi_cpu_kernels full_avx2, full_avx512, full_avx512bf16;
 static bool have_avx2, have_avx512, have_avx512bf16;
 static pthread_once_t full_once = PTHREAD_ONCE_INIT;
@@ -316,7 +317,7 @@ static void build_full(void) {
     }
     if (a5 && a2) {
         full_avx512 = *a5;
-        full_avx512.matmul_pair = qwi_bf16dot_matmul_avx2;
+        full_avx512.matmul_pair = qwi_bf16dot_matmul_avx512;
         have_avx512 = true;
         if (qwi_bf16dot_have_avx512bf16()) {
             full_avx512bf16 = full_avx512;

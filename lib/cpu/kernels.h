@@ -108,7 +108,8 @@ typedef struct qwi_cpu_kernels {
  * QWINFER_CPU_KERNELS names one (generic|avx2|avx512|avx512bf16; an
  * unavailable or unknown name falls back to the automatic choice).
  * "avx512bf16" is the avx512 table with the vdpbf16ps matmul_pair; the
- * avx512 and avx2 tables emulate it with AVX2 FMAs, generic in C. Decided on the first
+ * avx512 table emulates it with zmm FMAs, avx2 with ymm FMAs, generic in
+ * C (all bit-identical). Decided on the first
  * call and fixed for the life of the process, so every engine and every op
  * agree. Thread-safe. Static storage; never NULL. */
 const qwi_cpu_kernels *qwi_cpu_kernels_select(void);
@@ -183,6 +184,12 @@ void qwi_bf16dot_matmul_avx2(const uint32_t *x, int64_t M, int64_t KP, const uin
 void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
                                    int64_t N, const float *bias, float *out, int64_t ldo,
                                    int accumulate);
+/* The AVX-512F emulation (kernels_bf16dot_avx512.c; x86-64 builds; call
+ * only where qwi_cpu_kernels_avx512() is not NULL): the AVX2 emulation's
+ * arithmetic in zmm tiles, bit-identical to it. */
+void qwi_bf16dot_matmul_avx512(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
+                               int64_t N, const float *bias, float *out, int64_t ldo,
+                               int accumulate);
 /* Whether this CPU (CPUID) and build can run vdpbf16ps (AVX512F + AVX512_BF16). */
 bool qwi_bf16dot_have_avx512bf16(void);
 
