@@ -1,7 +1,9 @@
 /*
  * test_kv_bf16.c - the fast numerics mode's bf16 KV cache: the rounding on
  * write, the attention kernels over bf16 K/V (batched forms bit-identical
- * to single ones in every table, tables within rounding of a float64 dot),
+ * to single ones in every table, tables within rounding of a float64 dot;
+ * the transposed-tile scores one FMA chain over d per score, whatever the
+ * lane or the number of positions and heads),
  * attention over a paged bf16 cache against a float64 reference, and the
  * pool holding twice the tokens of the f32 one in the same bytes.
  *
@@ -143,6 +145,77 @@ Test(kv_bf16, axpy4x2_second_head_all_tables) {
     axpy_second_head("avx2");
     axpy_second_head("avx512");
 }
+
+/* transpose widens exactly and leaves lanes >= n alone; tscores gives each
+ * score as one chain over d in order (FMA steps; generic: multiply then
+ * add), then times scale: bit for bit that scalar chain, so a score does
+ * not depend on n, nq or its lane; and within 1e-5 relative of float64. */
+static void tscores_one_chain(const char *name) {
+    const qwi_cpu_kv_bf16_kernels *kb = table(name);
+    if (!kb) {
+        cr_log_warn("kv bf16 table %s not available on this CPU: skipped", name);
+        return;
+    }
+    const bool fma = strcmp(name, "generic") != 0;
+    enum { LD = 128 };
+    const int64_t hds[] = { 128, 64, 100, 17, 7, 1 };
+    const int32_t ns[] = { 128, 100, 65, 17, 8, 1 };
+    static float kt[128 * LD], out[3 * LD];
+    static uint16_t rows[LD][128];
+    float q[3 * 128];
+    const uint16_t *rp[LD];
+    const float scale = 0.0883883476f;
+    for (size_t c = 0; c < sizeof hds / sizeof hds[0]; c++) {
+        const int64_t hd = hds[c];
+        for (int32_t j = 0; j < LD; j++) {
+            rp[j] = rows[j];
+            for (int64_t d = 0; d < hd; d++) rows[j][d] = qwi_f32_to_bf16(frand());
+        }
+        for (int64_t i = 0; i < 3 * hd; i++) q[i] = frand();
+        for (size_t m = 0; m < sizeof ns / sizeof ns[0]; m++) {
+            const int32_t n = ns[m];
+            for (size_t i = 0; i < sizeof kt / sizeof kt[0]; i++) kt[i] = -7.0f;
+            kb->transpose(rp, n, hd, kt, LD);
+            for (int64_t d = 0; d < hd; d++)
+                for (int32_t j = 0; j < LD; j++) {
+                    float want = j < n ? qwi_bf16_to_f32(rows[j][d]) : -7.0f;
+                    cr_assert_eq(bits(kt[d * LD + j]), bits(want),
+                                 "%s transpose hd=%lld n=%d: [%lld][%d]", name, (long long)hd, n,
+                                 (long long)d, j);
+                }
+            for (int32_t nq = 1; nq <= 3; nq++) {
+                for (int i = 0; i < 3 * LD; i++) out[i] = -9.0f;
+                kb->tscores(q, nq, hd, kt, LD, n, scale, out, LD);
+                for (int32_t h = 0; h < 3; h++)
+                    for (int32_t j = 0; j < LD; j++) {
+                        float got = out[h * LD + j];
+                        if (h >= nq || j >= n) {
+                            cr_assert_eq(bits(got), bits(-9.0f), "%s: lane %d head %d written", name,
+                                         j, h);
+                            continue;
+                        }
+                        float acc = 0.0f;
+                        double ref = 0.0;
+                        for (int64_t d = 0; d < hd; d++) {
+                            float x = q[h * hd + d], k = qwi_bf16_to_f32(rows[j][d]);
+                            acc = fma ? fmaf(x, k, acc) : acc + x * k;
+                            ref += (double)x * k;
+                        }
+                        acc = acc * scale;
+                        cr_assert_eq(bits(got), bits(acc),
+                                     "%s hd=%lld n=%d nq=%d head %d pos %d: %a, chain %a", name,
+                                     (long long)hd, n, nq, h, j, got, acc);
+                        cr_assert(fabs(got - ref * scale) <= 1e-5 * (double)hd * scale + 1e-30,
+                                  "%s: %g vs float64 %g", name, got, ref * scale);
+                    }
+            }
+        }
+    }
+}
+
+Test(kv_bf16, tscores_generic) { tscores_one_chain("generic"); }
+Test(kv_bf16, tscores_avx2) { tscores_one_chain("avx2"); }
+Test(kv_bf16, tscores_avx512) { tscores_one_chain("avx512"); }
 
 Test(kv_bf16, table_follows_the_f32_table) {
     cr_assert_eq(qwi_cpu_kv_bf16_for(qwi_cpu_kernels_generic()), qwi_cpu_kv_bf16_generic());

@@ -11,10 +11,12 @@
  * context from memory for every row). Both call the same functions in the
  * same per-row order, so a row's result is bit-identical either way.
  *
- * The K and V passes of a tile exist twice, from one macro: over the f32
- * cache through the f32 kernel table (exact numerics, unchanged bits) and
- * over the bf16 cache through the bf16-KV table (fast numerics,
- * cpu/kv_bf16.h); the softmax between them is shared and stays f32.
+ * Exact numerics reads the f32 cache through the f32 kernel table (K_PASS
+ * and V_PASS for f32, unchanged bits). Fast numerics reads the bf16 cache
+ * (cpu/kv_bf16.h): its K pass widens and transposes each K tile once per
+ * block (ktile_load) and scores it with positions as lanes (tscores), its
+ * V pass is V_PASS over the bf16-KV table; the softmax between them is
+ * shared and stays f32.
  */
 #include <math.h>
 #include <string.h>
@@ -32,8 +34,15 @@ static size_t row_state_floats(int32_t group, int32_t head_dim) {
     return (size_t)group * QWI_CPU_ATTN_TILE + (size_t)group * (size_t)head_dim + 2 * (size_t)group;
 }
 
+/* The transposed bf16 K tile ([head_dim][TILE] f32) sits after the row
+ * states of a full block. */
+static float *ktile_of(float *scratch, int32_t group, int32_t head_dim) {
+    return scratch + QWI_CPU_ATTN_ROWS * row_state_floats(group, head_dim);
+}
+
 size_t qwi_cpu_attn_scratch_floats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) {
-    return QWI_CPU_ATTN_ROWS * row_state_floats(num_heads / num_kv_heads, head_dim);
+    return QWI_CPU_ATTN_ROWS * row_state_floats(num_heads / num_kv_heads, head_dim) +
+           (size_t)head_dim * QWI_CPU_ATTN_TILE;
 }
 
 /* The cache slot of context position p through the block table. */
@@ -83,8 +92,9 @@ static inline void prefetch_slice(const void *p, size_t bytes) {
  * p * V, positions in order) of one tile, for a cache of element type ET
  * read through kernel table KT (the f32 table or the bf16 one: the same
  * member names). Four positions (and two heads) at a time: dot4/dot4x2 are
- * bit-identical to single dots, axpy4/axpy4x2 to axpys in order. */
-#define TILE_PASSES(SFX, ET, KT)                                                           \
+ * bit-identical to single dots, axpy4/axpy4x2 to axpys in order. Fast
+ * mode's K pass is ktile_load + tscores instead (below). */
+#define K_PASS(SFX, ET, KT)                                                                \
 static void scores_##SFX(const qwi_cpu_attn *a, const KT *kt, const ET *kc, int32_t g,     \
                          int32_t t0, int32_t t1, const row_state *st) {                   \
     const int32_t group = a->num_heads / a->num_kv_heads;                                  \
@@ -122,7 +132,10 @@ static void scores_##SFX(const qwi_cpu_attn *a, const KT *kt, const ET *kc, int3
             scores[h * QWI_CPU_ATTN_TILE + (p - t0)] =                                     \
                 kt->dot(q + (int64_t)h * hd, k, hd) * a->scale;                            \
     }                                                                                      \
-}                                                                                          \
+}
+
+/* The V pass (acc += p * V) of one tile, as K_PASS for its cache type. */
+#define V_PASS(SFX, ET, KT)                                                                \
 static void pv_##SFX(const qwi_cpu_attn *a, const KT *kt, const ET *vc, int32_t g,         \
                      int32_t t0, int32_t t1, const row_state *st) {                       \
     const int32_t group = a->num_heads / a->num_kv_heads;                                  \
@@ -155,18 +168,41 @@ static void pv_##SFX(const qwi_cpu_attn *a, const KT *kt, const ET *vc, int32_t 
     }                                                                                      \
 }
 
-TILE_PASSES(f32, float, qwi_cpu_kernels)
-TILE_PASSES(bf16, uint16_t, qwi_cpu_kv_bf16_kernels)
+K_PASS(f32, float, qwi_cpu_kernels)
+V_PASS(f32, float, qwi_cpu_kernels)
+V_PASS(bf16, uint16_t, qwi_cpu_kv_bf16_kernels)
 
-/* Context tile [t0, min(ctx, t0 + TILE)) of one row; t0 < ctx. */
+/* Fast mode's K pass is split in two: ktile_load widens and transposes the
+ * tile's K rows of kv head g, positions [t0, t1), once to ktile
+ * ([head_dim][TILE] f32), and every row of the block then computes its
+ * scores from it with positions as SIMD lanes (kb->tscores: one FMA chain
+ * over d per score, no horizontal sums). A score's bits do not depend on
+ * t1 or on the lane, so a row gets the same scores alone or in a block. */
+static void ktile_load(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32_t t0,
+                       int32_t t1, float *ktile) {
+    const int32_t hd = a->head_dim, bs = a->block_size;
+    const int64_t kv_stride = (int64_t)a->num_kv_heads * hd;
+    const uint16_t *k[QWI_CPU_ATTN_TILE];
+    for (int32_t p = t0; p < t1; p++) {
+        k[p - t0] = a->k_bf16 + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
+        prefetch_slice(k[p - t0], (size_t)hd * sizeof(uint16_t));
+    }
+    a->kb->transpose(k, t1 - t0, hd, ktile, QWI_CPU_ATTN_TILE);
+}
+
+/* Context tile [t0, min(ctx, t0 + TILE)) of one row; t0 < ctx. In fast
+ * mode ktile holds the tile's K (ktile_load) for at least those
+ * positions. */
 static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, int32_t t0,
-                     row_state *st) {
+                     const float *ktile, row_state *st) {
     const int32_t group = a->num_heads / a->num_kv_heads;
     const int32_t hd = a->head_dim;
     const int32_t t1 = QWI_MIN(st->ctx, t0 + QWI_CPU_ATTN_TILE);
     float *scores = st->scores, *acc = st->acc, *mx = st->mx, *sum = st->sum;
 
-    if (a->k_bf16) scores_bf16(a, a->kb, a->k_bf16, g, t0, t1, st);
+    if (a->k_bf16)
+        a->kb->tscores(st->q, group, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, a->scale, scores,
+                       QWI_CPU_ATTN_TILE);
     else scores_f32(a, kt, a->k_cache, g, t0, t1, st);
     for (int32_t h = 0; h < group; h++) {
         float *s = scores + h * QWI_CPU_ATTN_TILE;
@@ -202,8 +238,12 @@ static void row_end(const qwi_cpu_attn *a, int32_t r, int32_t g, const row_state
 void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t r,
                        int32_t g, float *scratch) {
     row_state s;
+    float *ktile = ktile_of(scratch, a->num_heads / a->num_kv_heads, a->head_dim);
     row_begin(a, r, g, scratch, &s);
-    for (int32_t t0 = 0; t0 < s.ctx; t0 += QWI_CPU_ATTN_TILE) row_tile(a, kt, g, t0, &s);
+    for (int32_t t0 = 0; t0 < s.ctx; t0 += QWI_CPU_ATTN_TILE) {
+        if (a->k_bf16) ktile_load(a, s.bt, g, t0, QWI_MIN(s.ctx, t0 + QWI_CPU_ATTN_TILE), ktile);
+        row_tile(a, kt, g, t0, ktile, &s);
+    }
     row_end(a, r, g, &s);
 }
 
@@ -213,14 +253,18 @@ static void attention_block(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, in
                             int32_t n, int32_t g, float *scratch) {
     const size_t per_row = row_state_floats(a->num_heads / a->num_kv_heads, a->head_dim);
     row_state s[QWI_CPU_ATTN_ROWS];
+    float *ktile = ktile_of(scratch, a->num_heads / a->num_kv_heads, a->head_dim);
     int32_t ctx = 0;
     for (int32_t i = 0; i < n; i++) {
         row_begin(a, r0 + i, g, scratch + (size_t)i * per_row, &s[i]);
         ctx = QWI_MAX(ctx, s[i].ctx);
     }
-    for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE)
+    /* the rows of a run share one sequence, hence one block table */
+    for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
+        if (a->k_bf16) ktile_load(a, s[0].bt, g, t0, QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE), ktile);
         for (int32_t i = 0; i < n; i++)
-            if (t0 < s[i].ctx) row_tile(a, kt, g, t0, &s[i]);
+            if (t0 < s[i].ctx) row_tile(a, kt, g, t0, ktile, &s[i]);
+    }
     for (int32_t i = 0; i < n; i++) row_end(a, r0 + i, g, &s[i]);
 }
 

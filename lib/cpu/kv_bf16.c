@@ -47,6 +47,22 @@ static void g_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4]
     g_axpy4(o1, s1, v, n);
 }
 
+/* d outer, positions inner: out[j] is still one multiply-then-add chain
+ * over d in order (the loop over j only interleaves the chains). */
+static void g_tscores(const float *q, int32_t nq, int64_t hd, const float *kt, int64_t ld,
+                      int32_t n, float scale, float *out, int64_t out_ld) {
+    for (int32_t h = 0; h < nq; h++) {
+        const float *qh = q + (int64_t)h * hd;
+        float *o = out + (int64_t)h * out_ld;
+        for (int32_t j = 0; j < n; j++) o[j] = 0.0f;
+        for (int64_t d = 0; d < hd; d++) {
+            const float x = qh[d], *kr = kt + d * ld;
+            for (int32_t j = 0; j < n; j++) o[j] = o[j] + x * kr[j];
+        }
+        for (int32_t j = 0; j < n; j++) o[j] = o[j] * scale;
+    }
+}
+
 static const qwi_cpu_kv_bf16_kernels generic = {
     .name = "generic",
     .dot = g_dot,
@@ -55,6 +71,8 @@ static const qwi_cpu_kv_bf16_kernels generic = {
     .axpy4 = g_axpy4,
     .dot4x2 = g_dot4x2,
     .axpy4x2 = g_axpy4x2,
+    .tscores = g_tscores,
+    .transpose = qwi_cpu_kv_bf16_transpose,
 };
 
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_generic(void) { return &generic; }
@@ -70,4 +88,12 @@ const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_for(const qwi_cpu_kernels *kt) {
 
 void qwi_cpu_kv_bf16_round(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = qwi_f32_to_bf16(src[i]);
+}
+
+void qwi_cpu_kv_bf16_transpose(const uint16_t *const *k, int32_t n, int64_t hd, float *kt,
+                               int64_t ld) {
+    for (int32_t j = 0; j < n; j++) {
+        const uint16_t *kr = k[j];
+        for (int64_t d = 0; d < hd; d++) kt[d * ld + j] = qwi_bf16_to_f32(kr[d]);
+    }
 }

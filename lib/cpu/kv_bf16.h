@@ -16,7 +16,10 @@
  *
  * Determinism contract (as kernels.h): within one table dot4/dot4x2 are
  * bit-identical to dot, axpy4/axpy4x2 to the axpy calls in order; tables
- * differ from each other within rounding only. The backend picks the table
+ * differ from each other within rounding only. Attention's scores use
+ * tscores (positions as lanes, one FMA chain over d per score, so the
+ * same bits for a row whatever block or lane it is computed in, and no
+ * horizontal sums); dot/dot4/dot4x2 keep the lane-chunked contract below. The backend picks the table
  * matching its f32 kernel table once (qwi_cpu_kv_bf16_for), so every op of
  * a process uses one table.
  *   generic: 8 lanes (k % 8), multiply then add, tree ((0+4)+(1+5))+((2+6)+(3+7))
@@ -46,6 +49,19 @@ typedef struct qwi_cpu_kv_bf16_kernels {
     /* axpy4 of (o0, s0) and of (o1, s1) over the same rows */
     void (*axpy4x2)(float *o0, float *o1, const float s0[4], const float s1[4],
                     const uint16_t *const v[4], int64_t n);
+    /* Attention scores with positions as lanes, over a K tile transposed
+     * by qwi_cpu_kv_bf16_transpose: for each head h < nq and position
+     * j < n, out[h * out_ld + j] = scale * (q[h*hd] * kt[j] + ... +
+     * q[h*hd + hd-1] * kt[(hd-1)*ld + j]), one chain over d = 0 .. hd-1 in
+     * order per score (FMA steps; generic: multiply then add), then one
+     * multiply by scale. No lane reduction, so a score's bits depend only
+     * on q, its K row and the table, never on n, nq or the lane it lands
+     * in. */
+    void (*tscores)(const float *q, int32_t nq, int64_t hd, const float *kt, int64_t ld,
+                    int32_t n, float scale, float *out, int64_t out_ld);
+    /* qwi_cpu_kv_bf16_transpose (the widen is exact, so every table
+     * writes the same bits; the x86 ones by 8x8 register transposes). */
+    void (*transpose)(const uint16_t *const *k, int32_t n, int64_t hd, float *kt, int64_t ld);
 } qwi_cpu_kv_bf16_kernels;
 
 /* The portable table; always available. Static storage. */
@@ -60,6 +76,12 @@ const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void);
  * avx2 for "avx2", otherwise (avx512 and any wider table) the widest one
  * this CPU runs. Never NULL. Thread-safe. */
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_for(const qwi_cpu_kernels *kt);
+
+/* kt[d * ld + j] = k[j][d] widened to f32 (exact), for j < n <= ld and
+ * d < hd: the K rows of one tile as the [hd][ld] matrix tscores reads.
+ * Lanes n .. ld-1 are left as they were. */
+void qwi_cpu_kv_bf16_transpose(const uint16_t *const *k, int32_t n, int64_t hd, float *kt,
+                               int64_t ld);
 
 /* dst[i] = src[i] rounded to bf16 (nearest, ties to even; NaN stays NaN). */
 void qwi_cpu_kv_bf16_round(const float *src, uint16_t *dst, int64_t n);
