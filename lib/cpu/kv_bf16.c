@@ -9,36 +9,12 @@
 
 #define L 8
 
-/* The portable lane tree ((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7)). */
-static float tree8(const float a[L]) {
-    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-}
-
-static float g_dot(const float *q, const uint16_t *k, int64_t n) {
-    float acc[L] = { 0 };
-    int64_t i = 0;
-    for (; i + L <= n; i += L)
-        for (int j = 0; j < L; j++) acc[j] += q[i + j] * qwi_bf16_to_f32(k[i + j]);
-    for (int j = 0; i + j < n; j++) acc[j] += q[i + j] * qwi_bf16_to_f32(k[i + j]);
-    return tree8(acc);
-}
-
 static void g_axpy(float *o, float s, const uint16_t *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) o[i] += s * qwi_bf16_to_f32(v[i]);
 }
 
-static void g_dot4(const float *q, const uint16_t *const k[4], int64_t n, float out[4]) {
-    for (int i = 0; i < 4; i++) out[i] = g_dot(q, k[i], n);
-}
-
 static void g_axpy4(float *o, const float s[4], const uint16_t *const v[4], int64_t n) {
     for (int i = 0; i < 4; i++) g_axpy(o, s[i], v[i], n);
-}
-
-static void g_dot4x2(const float *q0, const float *q1, const uint16_t *const k[4], int64_t n,
-                     float out0[4], float out1[4]) {
-    g_dot4(q0, k, n, out0);
-    g_dot4(q1, k, n, out1);
 }
 
 static void g_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4],
@@ -65,11 +41,8 @@ static void g_tscores(const float *q, int32_t nq, int64_t hd, const float *kt, i
 
 static const qwi_cpu_kv_bf16_kernels generic = {
     .name = "generic",
-    .dot = g_dot,
     .axpy = g_axpy,
-    .dot4 = g_dot4,
     .axpy4 = g_axpy4,
-    .dot4x2 = g_dot4x2,
     .axpy4x2 = g_axpy4x2,
     .tscores = g_tscores,
     .transpose = qwi_cpu_kv_bf16_transpose,

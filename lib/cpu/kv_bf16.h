@@ -14,18 +14,15 @@
  * is one shift per 8/16 elements. So q stays f32 and every step is an f32
  * FMA (the generic table: a multiply then an add).
  *
- * Determinism contract (as kernels.h): within one table dot4/dot4x2 are
- * bit-identical to dot, axpy4/axpy4x2 to the axpy calls in order; tables
- * differ from each other within rounding only. Attention's scores use
- * tscores (positions as lanes, one FMA chain over d per score, so the
- * same bits for a row whatever block or lane it is computed in, and no
- * horizontal sums); dot/dot4/dot4x2 keep the lane-chunked contract below. The backend picks the table
- * matching its f32 kernel table once (qwi_cpu_kv_bf16_for), so every op of
- * a process uses one table.
- *   generic: 8 lanes (k % 8), multiply then add, tree ((0+4)+(1+5))+((2+6)+(3+7))
- *   avx2:    8 lanes in a ymm, FMA, the same tree
- *   avx512:  16 lanes in a zmm, FMA, tail zero-padded; lanes j and j+8
- *            added, then the 8-lane tree
+ * Determinism contract (as kernels.h): within one table axpy4/axpy4x2
+ * are bit-identical to the axpy calls in order (element-wise, so every
+ * table gives the same bits up to its multiply-add: FMA on x86, multiply
+ * then add in the generic one). Scores use tscores (positions as lanes,
+ * one chain over d per score), so a row has the same bits whatever block
+ * or lane it is computed in, with no horizontal sums; tables differ from
+ * each other within rounding only. The backend picks the table matching
+ * its f32 kernel table once (qwi_cpu_kv_bf16_for), so every op of a
+ * process uses one table.
  */
 #ifndef QWI_CPU_KV_BF16_H
 #define QWI_CPU_KV_BF16_H
@@ -35,17 +32,10 @@
 
 typedef struct qwi_cpu_kv_bf16_kernels {
     const char *name;
-    /* sum q[i] * k[i], q f32, k bf16 */
-    float (*dot)(const float *q, const uint16_t *k, int64_t n);
     /* o[i] += s * v[i] (element-wise) */
     void (*axpy)(float *o, float s, const uint16_t *v, int64_t n);
-    /* out[i] = dot(q, k[i], n), i < 4 */
-    void (*dot4)(const float *q, const uint16_t *const k[4], int64_t n, float out[4]);
     /* o += s[0]*v[0], ..., o += s[3]*v[3] in that order */
     void (*axpy4)(float *o, const float s[4], const uint16_t *const v[4], int64_t n);
-    /* dot4 of q0 and of q1 over the same rows (two GQA heads) */
-    void (*dot4x2)(const float *q0, const float *q1, const uint16_t *const k[4], int64_t n,
-                   float out0[4], float out1[4]);
     /* axpy4 of (o0, s0) and of (o1, s1) over the same rows */
     void (*axpy4x2)(float *o0, float *o1, const float s0[4], const float s1[4],
                     const uint16_t *const v[4], int64_t n);

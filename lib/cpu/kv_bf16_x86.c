@@ -49,14 +49,6 @@ AVX2_INLINE __m256 ldq8_tail(const float *p, int64_t r) {
     return _mm256_loadu_ps(tmp);
 }
 
-static AVX2 float avx2_dot(const float *q, const uint16_t *k, int64_t n) {
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(k + i), acc);
-    if (i < n) acc = _mm256_fmadd_ps(ldq8_tail(q + i, n - i), ld8_tail(k + i, n - i), acc);
-    return hsum8(acc);
-}
-
 static AVX2 void avx2_axpy(float *o, float s, const uint16_t *v, int64_t n) {
     __m256 sv = _mm256_set1_ps(s);
     int64_t i = 0;
@@ -67,48 +59,6 @@ static AVX2 void avx2_axpy(float *o, float s, const uint16_t *v, int64_t n) {
         float f;
         memcpy(&f, &u, 4);
         o[i] = __builtin_fmaf(s, f, o[i]);
-    }
-}
-
-static AVX2 void avx2_dot4(const float *q, const uint16_t *const k[4], int64_t n, float out[4]) {
-    __m256 c[4];
-    for (int j = 0; j < 4; j++) c[j] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 x = _mm256_loadu_ps(q + i);
-        for (int j = 0; j < 4; j++) c[j] = _mm256_fmadd_ps(x, ld8(k[j] + i), c[j]);
-    }
-    if (i < n) {
-        __m256 x = ldq8_tail(q + i, n - i);
-        for (int j = 0; j < 4; j++) c[j] = _mm256_fmadd_ps(x, ld8_tail(k[j] + i, n - i), c[j]);
-    }
-    for (int j = 0; j < 4; j++) out[j] = hsum8(c[j]);
-}
-
-static AVX2 void avx2_dot4x2(const float *q0, const float *q1, const uint16_t *const k[4],
-                             int64_t n, float out0[4], float out1[4]) {
-    __m256 c0[4], c1[4];
-    for (int j = 0; j < 4; j++) c0[j] = c1[j] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 x0 = _mm256_loadu_ps(q0 + i), x1 = _mm256_loadu_ps(q1 + i);
-        for (int j = 0; j < 4; j++) {
-            __m256 kv = ld8(k[j] + i);
-            c0[j] = _mm256_fmadd_ps(x0, kv, c0[j]);
-            c1[j] = _mm256_fmadd_ps(x1, kv, c1[j]);
-        }
-    }
-    if (i < n) {
-        __m256 x0 = ldq8_tail(q0 + i, n - i), x1 = ldq8_tail(q1 + i, n - i);
-        for (int j = 0; j < 4; j++) {
-            __m256 kv = ld8_tail(k[j] + i, n - i);
-            c0[j] = _mm256_fmadd_ps(x0, kv, c0[j]);
-            c1[j] = _mm256_fmadd_ps(x1, kv, c1[j]);
-        }
-    }
-    for (int j = 0; j < 4; j++) {
-        out0[j] = hsum8(c0[j]);
-        out1[j] = hsum8(c1[j]);
     }
 }
 
@@ -240,11 +190,8 @@ static AVX2 void avx2_tscores(const float *q, int32_t nq, int64_t hd, const floa
 
 static const qwi_cpu_kv_bf16_kernels avx2_table = {
     .name = "avx2",
-    .dot = avx2_dot,
     .axpy = avx2_axpy,
-    .dot4 = avx2_dot4,
     .axpy4 = avx2_axpy4,
-    .dot4x2 = avx2_dot4x2,
     .axpy4x2 = avx2_axpy4x2,
     .tscores = avx2_tscores,
     .transpose = avx2_transpose,
@@ -280,14 +227,6 @@ AVX512_INLINE __m512 ldq16_tail(const float *p, int64_t r) {
     return _mm512_maskz_loadu_ps((__mmask16)((1u << r) - 1u), p);
 }
 
-static AVX512 float avx512_dot(const float *q, const uint16_t *k, int64_t n) {
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), ld16(k + i), acc);
-    if (i < n) acc = _mm512_fmadd_ps(ldq16_tail(q + i, n - i), ld16_tail(k + i, n - i), acc);
-    return hsum16(acc);
-}
-
 static AVX512 void avx512_axpy(float *o, float s, const uint16_t *v, int64_t n) {
     __m512 sv = _mm512_set1_ps(s);
     int64_t i = 0;
@@ -298,49 +237,6 @@ static AVX512 void avx512_axpy(float *o, float s, const uint16_t *v, int64_t n) 
         float f;
         memcpy(&f, &u, 4);
         o[i] = __builtin_fmaf(s, f, o[i]);
-    }
-}
-
-static AVX512 void avx512_dot4(const float *q, const uint16_t *const k[4], int64_t n,
-                               float out[4]) {
-    __m512 c[4];
-    for (int j = 0; j < 4; j++) c[j] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 x = _mm512_loadu_ps(q + i);
-        for (int j = 0; j < 4; j++) c[j] = _mm512_fmadd_ps(x, ld16(k[j] + i), c[j]);
-    }
-    if (i < n) {
-        __m512 x = ldq16_tail(q + i, n - i);
-        for (int j = 0; j < 4; j++) c[j] = _mm512_fmadd_ps(x, ld16_tail(k[j] + i, n - i), c[j]);
-    }
-    for (int j = 0; j < 4; j++) out[j] = hsum16(c[j]);
-}
-
-static AVX512 void avx512_dot4x2(const float *q0, const float *q1, const uint16_t *const k[4],
-                                 int64_t n, float out0[4], float out1[4]) {
-    __m512 c0[4], c1[4];
-    for (int j = 0; j < 4; j++) c0[j] = c1[j] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 x0 = _mm512_loadu_ps(q0 + i), x1 = _mm512_loadu_ps(q1 + i);
-        for (int j = 0; j < 4; j++) {
-            __m512 kv = ld16(k[j] + i);
-            c0[j] = _mm512_fmadd_ps(x0, kv, c0[j]);
-            c1[j] = _mm512_fmadd_ps(x1, kv, c1[j]);
-        }
-    }
-    if (i < n) {
-        __m512 x0 = ldq16_tail(q0 + i, n - i), x1 = ldq16_tail(q1 + i, n - i);
-        for (int j = 0; j < 4; j++) {
-            __m512 kv = ld16_tail(k[j] + i, n - i);
-            c0[j] = _mm512_fmadd_ps(x0, kv, c0[j]);
-            c1[j] = _mm512_fmadd_ps(x1, kv, c1[j]);
-        }
-    }
-    for (int j = 0; j < 4; j++) {
-        out0[j] = hsum16(c0[j]);
-        out1[j] = hsum16(c1[j]);
     }
 }
 
@@ -440,11 +336,8 @@ static AVX512 void avx512_tscores(const float *q, int32_t nq, int64_t hd, const 
 
 static const qwi_cpu_kv_bf16_kernels avx512_table = {
     .name = "avx512",
-    .dot = avx512_dot,
     .axpy = avx512_axpy,
-    .dot4 = avx512_dot4,
     .axpy4 = avx512_axpy4,
-    .dot4x2 = avx512_dot4x2,
     .axpy4x2 = avx512_axpy4x2,
     .tscores = avx512_tscores,
     .transpose = avx2_transpose,
