@@ -257,6 +257,24 @@ static double prefill_flops(const model_info *mi, double c0, double c1, int logi
 
 /* ---- machine limits ---------------------------------------------------------- */
 
+/* One probe thread's own start and end (CLOCK_MONOTONIC). The probes time
+ * themselves: with as many threads as CPUs, a timing main thread competes
+ * with them for a CPU after the start barrier and starts its clock late
+ * (on 2 vCPUs the 2-thread peak read 4x one thread). */
+typedef struct probe_clock {
+    double t_start, t_end;
+} probe_clock;
+
+/* Seconds from the first thread's start to the last one's end. */
+static double probe_span(const probe_clock *c, int n) {
+    double t0 = c[0].t_start, t1 = c[0].t_end;
+    for (int t = 1; t < n; t++) {
+        if (c[t].t_start < t0) t0 = c[t].t_start;
+        if (c[t].t_end > t1) t1 = c[t].t_end;
+    }
+    return t1 - t0;
+}
+
 typedef struct bw_job {
     const uint64_t *src;
     uint64_t *dst;
@@ -264,13 +282,13 @@ typedef struct bw_job {
     int copy;
     uint64_t sink;
     pthread_barrier_t *bar;
-    double t_start, t_end;   /* this thread's pass, CLOCK_MONOTONIC */
+    probe_clock *clk;
 } bw_job;
 
 static void *bw_thread(void *p) {
     bw_job *j = p;
     pthread_barrier_wait(j->bar);
-    j->t_start = now_s();
+    j->clk->t_start = now_s();
     if (j->copy) {
         memcpy(j->dst, j->src, j->words * sizeof(uint64_t));
     } else {
@@ -285,14 +303,14 @@ static void *bw_thread(void *p) {
         }
         j->sink = s0 + s1 + s2 + s3;
     }
-    j->t_end = now_s();
+    j->clk->t_end = now_s();
     return NULL;
 }
 
 /* Best of `reps` passes over a buffer far larger than any cache, with
  * nthreads threads each on its own slice; bytes moved per second (a copy
  * counts its read and its write), over the span the workers time
- * themselves (see measure_peak for why the main thread must not). */
+ * themselves (probe_clock). */
 static double measure_bandwidth(int nthreads, int copy, int reps) {
     const size_t bytes = (size_t)512 << 20;
     uint64_t *src = malloc(bytes), *dst = copy ? malloc(bytes) : NULL;
@@ -302,26 +320,23 @@ static double measure_bandwidth(int nthreads, int copy, int reps) {
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, (unsigned)nthreads);
     bw_job *jobs = xcalloc((size_t)nthreads, sizeof *jobs);
+    probe_clock *clk = xcalloc((size_t)nthreads, sizeof *clk);
     pthread_t *th = xcalloc((size_t)nthreads, sizeof *th);
     size_t per = bytes / sizeof(uint64_t) / (size_t)nthreads;
     double best = 0;
     for (int r = 0; r < reps; r++) {
         for (int t = 0; t < nthreads; t++) {
-            jobs[t] = (bw_job){ src + (size_t)t * per, dst ? dst + (size_t)t * per : NULL, per, copy, 0, &bar, 0, 0 };
+            jobs[t] = (bw_job){ src + (size_t)t * per, dst ? dst + (size_t)t * per : NULL, per, copy, 0, &bar, &clk[t] };
             pthread_create(&th[t], NULL, bw_thread, &jobs[t]);
         }
         for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
-        double t0 = jobs[0].t_start, t1 = jobs[0].t_end;
-        for (int t = 1; t < nthreads; t++) {
-            if (jobs[t].t_start < t0) t0 = jobs[t].t_start;
-            if (jobs[t].t_end > t1) t1 = jobs[t].t_end;
-        }
-        double dt = t1 - t0;
+        double dt = probe_span(clk, nthreads);
         double moved = (double)per * nthreads * sizeof(uint64_t) * (copy ? 2.0 : 1.0);
         if (moved / dt > best) best = moved / dt;
     }
     pthread_barrier_destroy(&bar);
     free(jobs);
+    free(clk);
     free(th);
     free(src);
     free(dst);
@@ -490,50 +505,44 @@ typedef struct peak_job {
     long iters;
     float sink;
     pthread_barrier_t *bar;
-    double t_start, t_end;   /* this thread's loop, CLOCK_MONOTONIC */
+    probe_clock *clk;
 } peak_job;
 
 static void *peak_thread(void *p) {
     peak_job *j = p;
     pthread_barrier_wait(j->bar);
-    j->t_start = now_s();
+    j->clk->t_start = now_s();
 #if defined(__x86_64__) || defined(__i386__)
     if (j->kind == PEAK_BF16_DOT) j->sink = peak_loop_bf16(j->iters, 1.0f);
     else if (j->kind == PEAK_FMA512) j->sink = peak_loop_fma512(j->iters, 1.0f);
     else j->sink = peak_loop_fma256(j->iters, 1.0f);
 #endif
-    j->t_end = now_s();
+    j->clk->t_end = now_s();
     return NULL;
 }
 
-/* FLOP/s of kind's loop on nthreads threads at once, best of reps. The
- * span is timed by the workers themselves (first start to last end): when
- * nthreads equals the CPUs, a timing main thread competes with them for a
- * CPU after the start barrier and took its start time late, which made the
- * all-threads peak read up to 4x the one-thread one on 2 vCPUs. */
+/* FLOP/s of kind's loop on nthreads threads at once, best of reps, over
+ * the span the workers time themselves (probe_clock). */
 static double measure_peak(peak_kind kind, int nthreads, int reps) {
     const double flop_per_insn = kind == PEAK_BF16_DOT ? 64.0 : kind == PEAK_FMA512 ? 32.0 : 16.0;
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, (unsigned)nthreads);
     peak_job *jobs = xcalloc((size_t)nthreads, sizeof *jobs);
+    probe_clock *clk = xcalloc((size_t)nthreads, sizeof *clk);
     pthread_t *th = xcalloc((size_t)nthreads, sizeof *th);
     double best = 0;
     for (int r = 0; r < reps; r++) {
         for (int t = 0; t < nthreads; t++) {
-            jobs[t] = (peak_job){ kind, PEAK_ITERS, 0, &bar, 0, 0 };
+            jobs[t] = (peak_job){ kind, PEAK_ITERS, 0, &bar, &clk[t] };
             pthread_create(&th[t], NULL, peak_thread, &jobs[t]);
         }
         for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
-        double t0 = jobs[0].t_start, t1 = jobs[0].t_end;
-        for (int t = 1; t < nthreads; t++) {
-            if (jobs[t].t_start < t0) t0 = jobs[t].t_start;
-            if (jobs[t].t_end > t1) t1 = jobs[t].t_end;
-        }
-        double f = flop_per_insn * 16.0 * (double)PEAK_ITERS * nthreads / (t1 - t0);
+        double f = flop_per_insn * 16.0 * (double)PEAK_ITERS * nthreads / probe_span(clk, nthreads);
         if (f > best) best = f;
     }
     pthread_barrier_destroy(&bar);
     free(jobs);
+    free(clk);
     free(th);
     return best;
 }
