@@ -8,6 +8,8 @@
 #   make deps            check/install build and test dependencies (tools/deps.sh)
 #   make fresh-check     the two commands above in a clean Debian 12 root (root only)
 #   make tokbench        tokenizer throughput on varied real text (Debian packages)
+#   make gpu-bundle      unpack the link dependencies' .debs into gpu-deps/ for a
+#                        machine without apt (the lent GPU machine, docs/cuda.md)
 #   CUDA=0               build without the CUDA backend (auto-detected from nvcc)
 #   BUILD=dir            out-of-tree build directory (default: build)
 # Changing any setting (CUDA, OPT, SANITIZE, CC, CFLAGS...) rebuilds: see the
@@ -32,6 +34,22 @@ DEP_PKGS  := jansson libxxhash libpcre2-8 libutf8proc
 DEP_OK     := $(shell $(PKG_CONFIG) --exists $(DEP_PKGS) 2>/dev/null && echo yes)
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
+
+# ---- bundled dependencies (make gpu-bundle) ------------------------------------
+# A machine without our -dev packages and without pkg-config (the lent GPU
+# machine: no apt, no internet) builds against the .debs that `make
+# gpu-bundle` unpacked into DEPS_BUNDLE here and that travelled with the tree.
+# Used only when pkg-config cannot find the packages; the rpath lets the
+# library and programs find the bundled .so files at run time.
+DEPS_BUNDLE ?= $(CURDIR)/gpu-deps
+ifneq ($(DEP_OK),yes)
+BUNDLE_LIBDIR := $(patsubst %/libjansson.so,%,$(firstword $(wildcard $(DEPS_BUNDLE)/usr/lib/*/libjansson.so $(DEPS_BUNDLE)/usr/lib/libjansson.so)))
+ifneq ($(BUNDLE_LIBDIR),)
+DEP_OK     := bundle
+DEP_CFLAGS := -isystem $(DEPS_BUNDLE)/usr/include
+DEP_LIBS   := -L$(BUNDLE_LIBDIR) -Wl,-rpath,$(BUNDLE_LIBDIR) -ljansson -lxxhash -lpcre2-8 -lutf8proc
+endif
+endif
 
 OPT      ?= -O2
 SANITIZE ?=
@@ -125,7 +143,7 @@ TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 TESTUTIL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TESTUTIL_SRCS))
 
 .PHONY: all lib tools examples tests test check check-asan demo install uninstall deps clean abi-check \
-        depcheck qwinfer.pc fresh-check tokbench
+        depcheck qwinfer.pc fresh-check tokbench gpu-bundle check-gpu-bundle
 all: lib tools examples
 
 lib: $(SHLIB) $(STLIB)
@@ -133,9 +151,10 @@ lib: $(SHLIB) $(STLIB)
 # A missing library dependency fails here, once and clearly, not as a missing
 # header in the first object that includes it.
 depcheck:
-ifneq ($(DEP_OK),yes)
+ifeq ($(DEP_OK),)
 	@echo "qwinfer: the build dependencies are missing (pkg-config packages: $(DEP_PKGS))." >&2
-	@echo "qwinfer: run 'make deps' (as root it installs them), or 'sh tools/deps.sh' to see what to install." >&2
+	@echo "qwinfer: run 'make deps' (as root it installs them), or 'sh tools/deps.sh' to see what to install;" >&2
+	@echo "qwinfer: on a machine without apt, carry the folder 'make gpu-bundle' makes elsewhere ($(DEPS_BUNDLE))." >&2
 	@exit 1
 endif
 
@@ -201,6 +220,21 @@ demo:
 # Debian mirror; not part of `make test` (it takes minutes: docs/build.md).
 fresh-check:
 	@sh tools/fresh-check.sh $(BUILD)
+
+# The link dependencies as unpacked .debs in gpu-deps/, for a machine without
+# apt or pkg-config (docs/cuda.md: the lent GPU machine). Needs apt here.
+gpu-bundle:
+	@sh tools/gpu-bundle.sh $(DEPS_BUNDLE)
+
+# Proves the bundle: builds and runs with the system's packages and pkg-config
+# hidden, then walks tests/gpu/run.sh (root only; minutes; not in `make test`).
+check-gpu-bundle:
+	@sh tests/check_gpu_bundle.sh $(BUILD)-bundle-check
+
+# The flags a script outside make needs to link against the library the way
+# make does (tests/gpu/run.sh): `make -s print-DEP_LIBS`. Reads, builds nothing.
+print-%:
+	@printf '%s\n' '$($*)'
 
 # Tokenizer throughput on varied real text from Debian packages, beside
 # Hugging Face tokenizers (docs/tokenizer-benchmarks.md). Not part of test.

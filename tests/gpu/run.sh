@@ -14,15 +14,40 @@ T0=$(date +%s)
 declare -a ROWS
 row() { ROWS+=("$(printf '%-34s %s' "$1" "$2")"); }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1 ||
+    echo "no GPU (nvidia-smi failed)" >"$OUT/gpu.txt"
 git rev-parse HEAD >"$OUT/commit.txt" 2>/dev/null || echo unknown >"$OUT/commit.txt"
+
+# 0. toolchain and dependencies on a bare machine (docs/cuda.md): nvcc may
+# not be on PATH, and our -dev packages and pkg-config may be missing, in
+# which case the Makefile builds against gpu-deps/ (`make gpu-bundle` on a
+# machine with apt, carried with the working tree).
+fail() { row "$1" "FAIL: $2"; echo "run.sh: $2" >&2; printf '%s\n' "${ROWS[@]}"; exit 1; }
+if ! command -v nvcc >/dev/null 2>&1; then
+    for d in /usr/local/cuda/bin /usr/local/cuda-*/bin /opt/cuda/bin; do
+        [ -x "$d/nvcc" ] && { PATH="$d:$PATH"; break; }
+    done
+fi
+command -v nvcc >/dev/null 2>&1 || fail toolkit "no nvcc on PATH or in /usr/local/cuda*/bin"
+CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
+export PATH CUDA_HOME
+export LD_LIBRARY_PATH="$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+DEPS=$(make -s BUILD=$B print-DEP_OK 2>/dev/null)
+case "$DEPS" in
+    yes) row deps "system packages (pkg-config)" ;;
+    bundle) row deps "gpu-deps/ bundle" ;;
+    *) fail deps "jansson/xxhash/pcre2/utf8proc missing and no gpu-deps/: run 'make gpu-bundle' on a machine with apt and carry gpu-deps" ;;
+esac
 
 # 1. build: only sm_90a SASS here, to stay inside the budget
 ARCH='-gencode arch=compute_90a,code=sm_90a'
-if ! timeout 300 make -j16 BUILD=$B CUDA_ARCHS="$ARCH" lib tools >"$OUT/build.log" 2>&1; then
+if ! timeout 300 make -j"${JOBS:-16}" BUILD=$B CUDA=1 NVCC="$(command -v nvcc)" CUDA_ARCHS="$ARCH" lib tools >"$OUT/build.log" 2>&1; then
     row build FAIL; tail -n 30 "$OUT/build.log"
     printf '%s\n' "${ROWS[@]}"; exit 1
 fi
+# A library without the CUDA backend would run every check on nothing.
+grep -qx 'CUDA=1' $B/config.stamp && nm -g --defined-only $B/libqwinfer.a 2>/dev/null | grep -q ' qwi_cuda_backend_create$' ||
+    fail build "$B/libqwinfer.a was built without the CUDA backend (see $OUT/build.log)"
 row build "ok ($(( $(date +%s) - T0 ))s)"
 
 # models for e2e (bf16, so the CPU and CUDA engines read identical weights),
@@ -45,14 +70,12 @@ N8=8b; [ "$L8" != 36 ] && N8=8b_L$L8
     fi
 ) >"$OUT/models.log" 2>&1 &
 GEN_PID=$!
-LIBS="$(pkg-config --libs jansson libxxhash 2>/dev/null) -lpcre2-8 -lutf8proc -lcublasLt -lcublas -lcudart -lpthread -lm"
-if ! nvcc -O2 -std=c++17 $ARCH -Iinclude -Ilib tests/gpu/check_kernels.cu $B/libqwinfer.a $LIBS \
-        -o $B/check_kernels >"$OUT/check_build.log" 2>&1; then
-    # the library may not need pcre2/utf8proc in every revision
-    LIBS="$(pkg-config --libs jansson libxxhash 2>/dev/null) -lcublasLt -lcublas -lcudart -lpthread -lm"
-    nvcc -O2 -std=c++17 $ARCH -Iinclude -Ilib tests/gpu/check_kernels.cu $B/libqwinfer.a $LIBS \
-        -o $B/check_kernels >>"$OUT/check_build.log" 2>&1 || { row check-build FAIL; tail -n 20 "$OUT/check_build.log"; }
-fi
+# the same dependency flags make used (system or bundle, with its rpath);
+# nvcc passes -Wl, options to the host linker with -Xlinker
+DEP_LIBS=$(make -s BUILD=$B print-DEP_LIBS | sed 's/-Wl,-rpath,/-Xlinker -rpath -Xlinker /g')
+LIBS="$DEP_LIBS -L$CUDA_HOME/lib64 -lcublasLt -lcublas -lcudart -lpthread -lm"
+nvcc -O2 -std=c++17 $ARCH -Iinclude -Ilib tests/gpu/check_kernels.cu $B/libqwinfer.a $LIBS \
+    -o $B/check_kernels >"$OUT/check_build.log" 2>&1 || { row check-build FAIL; tail -n 20 "$OUT/check_build.log"; }
 
 # 2. kernel checks and micro-benchmarks
 if [ -x $B/check_kernels ]; then
@@ -87,7 +110,7 @@ if [ -f tests/gpu/e2e.c ]; then
             row "e2e benchmarks" "skipped (${LEFT}s left)"
         fi
         if [ $LEFT -ge 30 ]; then
-            LD_LIBRARY_PATH="$PWD/$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" \
+            LD_LIBRARY_PATH="$PWD/$B:$LD_LIBRARY_PATH" \
                 timeout $LEFT $B/e2e "${ARGS[@]}" >"$OUT/e2e.log" 2>&1
             rc=$?
             if [ $rc -eq 77 ]; then
