@@ -186,13 +186,21 @@ prefill_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, const int
 template <int HD>
 static void launch_prefill(const qwk_paged *pg, const qwk_bf16 *q, const int32_t *tiles, int32_t ntiles,
                            qwk_bf16 *out, cudaStream_t stream) {
-    static bool attr_set = false;   /* constant-initialised: no guard */
-    const size_t sm = pf_smem<HD>::TOTAL;
-    if (!attr_set) {
-        cudaFuncSetAttribute(prefill_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-        attr_set = true;
-    }
+    const size_t sm = pf_smem<HD>::TOTAL;   /* allowed by qwk_attention_init */
     prefill_attention_kernel<HD><<<dim3(ntiles, pg->nh), 128, sm, stream>>>(*pg, q, tiles, out);
+}
+
+cudaError_t qwk_attention_init(int head_dim) {
+    /* Dynamic shared memory beyond 48 KiB must be allowed per kernel and per
+     * device before the first launch; done at backend create, where a
+     * failure can still be reported, not lazily inside a step. */
+    switch (head_dim) {
+    case 16: return cudaFuncSetAttribute(prefill_attention_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<16>::TOTAL);
+    case 32: return cudaFuncSetAttribute(prefill_attention_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<32>::TOTAL);
+    case 64: return cudaFuncSetAttribute(prefill_attention_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<64>::TOTAL);
+    case 128: return cudaFuncSetAttribute(prefill_attention_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<128>::TOTAL);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 void qwk_prefill_attention(const qwk_paged *pg, const qwk_bf16 *q, const int32_t *tiles,

@@ -16,6 +16,7 @@
  */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@ typedef struct cu_layer {
 typedef struct cu_graph {
     cudaGraphExec_t exec;
     int32_t splits;
+    qwi_cuda_graph_state state;  /* qwi_cuda_graph_next/after (cuda_host.h) */
 } cu_graph;
 
 typedef struct cu_backend {
@@ -74,6 +76,7 @@ typedef struct cu_backend {
     int32_t buckets[QWI_CUDA_MAX_BUCKETS];
     int nbuckets;
     cu_graph graphs[QWI_CUDA_MAX_BUCKETS];
+    bool graph_failure_logged;  /* the eager fallback is reported once    */
 } cu_backend;
 
 static qw_status cu_fail(cudaError_t e, const char *what) {
@@ -357,26 +360,56 @@ static qw_status run_model(cu_backend *b, const step *s) {
     return gemm(b, b->hf, b->lm_head, b->logits, 1, s->lpad, V, H);
 }
 
-static qw_status run_graph(cu_backend *b, const step *s, int bi) {
-    cu_graph *g = &b->graphs[bi];
-    if (!g->exec) {
-        cudaGraph_t graph;
-        CK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
-        qw_status st = run_model(b, s);
-        cudaError_t e = cudaStreamEndCapture(b->stream, &graph);
-        if (st != QW_OK) {
-            if (e == cudaSuccess) cudaGraphDestroy(graph);
-            return st;
-        }
-        if (e != cudaSuccess) return cu_fail(e, "graph capture");
-        e = cudaGraphInstantiate(&g->exec, graph, 0);
-        cudaGraphDestroy(graph);
-        if (e != cudaSuccess) {
-            g->exec = NULL;
-            return cu_fail(e, "graph instantiate");
-        }
-        g->splits = s->splits;
+/* A capture or instantiation failed: run this bucket eagerly from now on.
+ * Logged once per backend on stderr, since it costs speed, not results. */
+static void graph_fallback(cu_backend *b, cu_graph *g, int32_t bucket, cudaError_t e, const char *what) {
+    cudaGetLastError();   /* a failed capture leaves a non-sticky error behind */
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    g->exec = NULL;
+    g->state = qwi_cuda_graph_after(g->state, QWI_GRAPH_CAPTURE, false);
+    if (!b->graph_failure_logged) {
+        b->graph_failure_logged = true;
+        fprintf(stderr, "qwinfer: cuda:%d: CUDA graph %s failed for decode batch %d (%s); "
+                "such steps run eagerly\n", b->device, what, bucket, cudaGetErrorString(e));
     }
+}
+
+/* A decode-only step of bucket bi: eager warm-up, then capture, then replay
+ * (cuda_host.h's graph states). Never fails because of graphs. */
+static qw_status run_decode_step(cu_backend *b, const step *s, int bi) {
+    cu_graph *g = &b->graphs[bi];
+    qwi_cuda_graph_action a = qwi_cuda_graph_next(g->state);
+    if (a == QWI_GRAPH_REPLAY) {
+        CK(cudaGraphLaunch(g->exec, b->stream), "graph launch");
+        return QW_OK;
+    }
+    if (a == QWI_GRAPH_RUN_EAGER) {
+        qw_status st = run_model(b, s);
+        g->state = qwi_cuda_graph_after(g->state, a, st == QW_OK);
+        return st;
+    }
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        graph_fallback(b, g, s->spad, e, "capture");
+        return run_model(b, s);
+    }
+    qw_status st = run_model(b, s);
+    e = cudaStreamEndCapture(b->stream, &graph);
+    if (st != QW_OK || e != cudaSuccess) {
+        if (e == cudaSuccess && graph) cudaGraphDestroy(graph);
+        graph_fallback(b, g, s->spad, e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated, "capture");
+        return run_model(b, s);
+    }
+    e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        g->exec = NULL;
+        graph_fallback(b, g, s->spad, e, "instantiation");
+        return run_model(b, s);
+    }
+    g->splits = s->splits;
+    g->state = qwi_cuda_graph_after(g->state, a, true);
     CK(cudaGraphLaunch(g->exec, b->stream), "graph launch");
     return QW_OK;
 }
@@ -460,7 +493,7 @@ static qw_status cu_forward(qwi_backend *base, const qwi_plan *p) {
         return qwi_fail(QW_ERR_INTERNAL, "cuda: packed plan of %zu bytes exceeds %zu", s.L.total, b->plan_cap);
     qwi_cuda_plan_pack(p, &cnt, &s.L, b->h_plan);
     CK(cudaMemcpyAsync(b->d_plan, b->h_plan, s.L.total, cudaMemcpyHostToDevice, b->stream), "plan upload");
-    st = bi >= 0 ? run_graph(b, &s, bi) : run_model(b, &s);
+    st = bi >= 0 ? run_decode_step(b, &s, bi) : run_model(b, &s);
     if (st != QW_OK) return st;
 
     const int32_t V = b->cfg.vocab_size;
@@ -560,9 +593,20 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
     b->smax = bc->max_num_seqs;
     b->tmax = QWI_MAX(bc->max_num_batched_tokens, b->buckets[b->nbuckets - 1]);
     b->lmax = b->smax;
+    if ((e = qwk_attention_init(c->head_dim)) != cudaSuccess) {
+        st = cu_fail(e, "attention kernel attributes");
+        goto fail;
+    }
     if ((st = setup_weights(b, model)) != QW_OK || (st = setup_activations(b)) != QW_OK ||
         (st = setup_kv(b)) != QW_OK)
         goto fail;
+    /* The weights went up with cudaMemcpy on the legacy stream while steps
+     * run on a non-blocking one, which does not wait for it: finish (and
+     * surface any error of) every copy before the first step. */
+    if ((e = cudaDeviceSynchronize()) != cudaSuccess) {
+        st = cu_fail(e, "weight upload");
+        goto fail;
+    }
     *out = &b->base;
     return QW_OK;
 fail:

@@ -52,6 +52,8 @@ qw_status qwi_cuda_kv_blocks(const qwi_cuda_mem *m, int32_t num_blocks, int64_t 
         uint64_t used = m->total > m->free_now ? m->total - m->free_now : 0;
         double budget = f * (double)m->total - (double)used;
         if (budget < 0) budget = 0;
+        /* the reserve is not the caller's to give away: cap, do not fail */
+        if (budget > (double)avail) budget = (double)avail;
         n = (int64_t)(budget / (double)m->per_block);
         if (m->max_useful_blocks > 0 && n > m->max_useful_blocks) n = m->max_useful_blocks;
     }
@@ -68,6 +70,33 @@ qw_status qwi_cuda_kv_blocks(const qwi_cuda_mem *m, int32_t num_blocks, int64_t 
     if (n > INT32_MAX) n = INT32_MAX;
     *out = (int32_t)n;
     return QW_OK;
+}
+
+int32_t qwi_cuda_gemm_bucket(int32_t m) {
+    if (m < 1) return 0;
+    if (m > 256) return m > INT32_MAX - 255 ? INT32_MAX : (m + 255) / 256 * 256;
+    int32_t b = 1;
+    while (b < m) b *= 2;
+    return b;
+}
+
+qwi_cuda_graph_action qwi_cuda_graph_next(qwi_cuda_graph_state s) {
+    switch (s) {
+    case QWI_GRAPH_WARM: return QWI_GRAPH_CAPTURE;
+    case QWI_GRAPH_READY: return QWI_GRAPH_REPLAY;
+    case QWI_GRAPH_NEW:
+    case QWI_GRAPH_BROKEN:
+    default: return QWI_GRAPH_RUN_EAGER;
+    }
+}
+
+qwi_cuda_graph_state qwi_cuda_graph_after(qwi_cuda_graph_state s, qwi_cuda_graph_action a, bool ok) {
+    switch (a) {
+    case QWI_GRAPH_RUN_EAGER: return ok && s == QWI_GRAPH_NEW ? QWI_GRAPH_WARM : s;
+    case QWI_GRAPH_CAPTURE: return ok ? QWI_GRAPH_READY : QWI_GRAPH_BROKEN;
+    case QWI_GRAPH_REPLAY:
+    default: return s;
+    }
 }
 
 int32_t qwi_cuda_decode_splits(int32_t batch, int32_t kv_heads, int32_t num_sms, int32_t max_splits) {

@@ -39,11 +39,47 @@ typedef struct qwi_cuda_mem {
 } qwi_cuda_mem;
 
 /* Number of KV blocks, from (in order) an explicit count, a byte budget, or
- * memory_fraction of total memory minus what is already in use. The result
+ * memory_fraction of total memory minus what is already in use, the last
+ * capped at free_now - reserve (so a fraction near 1.0 means "all that is
+ * free but the reserve", not a failure). An explicit count or byte budget
  * must fit in free_now - reserve. QW_ERR_KV_CAPACITY with a message when
  * nothing fits, QW_ERR_INVALID_ARGUMENT for a bad fraction. */
 qw_status qwi_cuda_kv_blocks(const qwi_cuda_mem *m, int32_t num_blocks, int64_t kv_cache_bytes,
                              double memory_fraction, int32_t *out);
+
+/* The cuBLASLt algorithm cache key for a GEMM of m rows: m rounded up to a
+ * power of two up to 256, then to a multiple of 256. A server's prefill
+ * chunks come in every length; keyed on the exact m, each new length would
+ * cost a heuristic query and a cache slot, and the cache would fill. With
+ * buckets a (N, K) pair has at most 9 + max_rows / 256 entries. The
+ * algorithm is chosen for the bucket's m and run at the real m (gemm.cu
+ * falls back to an exact query when cuBLASLt refuses that). m < 1: 0. */
+int32_t qwi_cuda_gemm_bucket(int32_t m);
+
+/* CUDA graph use per decode batch bucket. The first step of a bucket runs
+ * eagerly (warm-up: cuBLASLt heuristics, lazy module loading and the
+ * attention kernels' attributes happen outside any capture), the second is
+ * captured and launched, later ones replay. A capture or instantiation that
+ * fails marks the bucket BROKEN: it runs eagerly from then on, so a graph
+ * problem costs speed, never a failed step. */
+typedef enum qwi_cuda_graph_state {
+    QWI_GRAPH_NEW = 0,     /* never ran                                   */
+    QWI_GRAPH_WARM = 1,    /* ran eagerly once                            */
+    QWI_GRAPH_READY = 2,   /* captured and instantiated                   */
+    QWI_GRAPH_BROKEN = 3   /* capture or instantiation failed: eager only */
+} qwi_cuda_graph_state;
+
+typedef enum qwi_cuda_graph_action {
+    QWI_GRAPH_RUN_EAGER = 0,
+    QWI_GRAPH_CAPTURE = 1,   /* capture, instantiate, then launch         */
+    QWI_GRAPH_REPLAY = 2
+} qwi_cuda_graph_action;
+
+/* What a decode step of a bucket in state s does. */
+qwi_cuda_graph_action qwi_cuda_graph_next(qwi_cuda_graph_state s);
+/* The bucket's state after action a ran; ok says whether it succeeded (a
+ * failed eager run changes nothing: the step failed for another reason). */
+qwi_cuda_graph_state qwi_cuda_graph_after(qwi_cuda_graph_state s, qwi_cuda_graph_action a, bool ok);
 
 /* KV splits of decode attention for batch x kv_heads blocks on num_sms
  * multiprocessors: enough blocks for ~2 waves, at most max_splits. */

@@ -4,11 +4,18 @@
  * Row-major Y[M][N] = X[M][K] W[N][K]^T is, in cuBLASLt's column-major
  * terms, D(N x M) = op(A) B with A = W viewed as K x N (ld K, op T) and
  * B = X viewed as K x M (ld K), D ld N.
+ *
+ * The cache is keyed on qwi_cuda_gemm_bucket(M), not M: the algorithm is
+ * chosen once for the bucket's M and the B and D layouts are re-pointed at
+ * the real M on every call (their column count is the only thing M
+ * changes). Should cuBLASLt refuse the bucket's algorithm at some M, that
+ * call queries the exact shape uncached.
  */
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_host.h"
 #include "gemm.h"
 
 #define CACHE_SLOTS 4096   /* open addressing; past ~3/4 full, shapes run uncached */
@@ -105,20 +112,30 @@ fail:
     return st;
 }
 
+/* Point the B and D layouts of e at M columns (rows of X and Y). */
+static cublasStatus_t entry_set_m(entry *e, int32_t M) {
+    const uint64_t cols = (uint64_t)M;
+    cublasStatus_t st = cublasLtMatrixLayoutSetAttribute(e->b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutSetAttribute(e->d, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols);
+    return st;
+}
+
 int qwk_gemm_run(qwk_gemm *g, cudaStream_t stream, const void *x, const void *w, void *y, int y_f32,
                  int32_t M, int32_t N, int32_t K) {
     if (M <= 0 || N <= 0 || K <= 0) return 0;
-    uint32_t hsh = ((uint32_t)M * 2654435761u) ^ ((uint32_t)N * 40503u) ^ ((uint32_t)K * 97u) ^ (uint32_t)y_f32;
+    const int32_t MB = qwi_cuda_gemm_bucket(M);
+    uint32_t hsh = ((uint32_t)MB * 2654435761u) ^ ((uint32_t)N * 40503u) ^ ((uint32_t)K * 97u) ^ (uint32_t)y_f32;
     entry *e = NULL, tmp;
     for (int probe = 0; probe < CACHE_SLOTS; probe++) {
         entry *s = &g->slots[(hsh + probe) % CACHE_SLOTS];
-        if (s->m == M && s->n == N && s->k == K && s->f32 == y_f32) {
+        if (s->m == MB && s->n == N && s->k == K && s->f32 == y_f32) {
             e = s;
             break;
         }
         if (s->m == 0) {
             if (g->used < CACHE_SLOTS * 3 / 4) {
-                cublasStatus_t st = entry_init(g, s, M, N, K, y_f32);
+                cublasStatus_t st = entry_init(g, s, MB, N, K, y_f32);
                 if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
                 g->used++;
                 e = s;
@@ -126,16 +143,17 @@ int qwk_gemm_run(qwk_gemm *g, cudaStream_t stream, const void *x, const void *w,
             break;
         }
     }
-    int temp = 0;
-    if (!e) {
-        cublasStatus_t st = entry_init(g, &tmp, M, N, K, y_f32);
-        if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
-        e = &tmp;
-        temp = 1;
-    }
     const float alpha = 1.0f, beta = 0.0f;
-    cublasStatus_t st = cublasLtMatmul(g->lt, e->desc, &alpha, w, e->a, x, e->b, &beta, y, e->d, y, e->d,
-                                       &e->algo, g->ws, QWK_GEMM_WORKSPACE, stream);
-    if (temp) entry_free(e);
+    cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (e && (st = entry_set_m(e, M)) == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmul(g->lt, e->desc, &alpha, w, e->a, x, e->b, &beta, y, e->d, y, e->d, &e->algo, g->ws,
+                            QWK_GEMM_WORKSPACE, stream);
+    if (e && st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE) return (int)st;
+    /* no free slot, or the bucket's algorithm does not take this M: exact */
+    st = entry_init(g, &tmp, M, N, K, y_f32);
+    if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
+    st = cublasLtMatmul(g->lt, tmp.desc, &alpha, w, tmp.a, x, tmp.b, &beta, y, tmp.d, y, tmp.d, &tmp.algo, g->ws,
+                        QWK_GEMM_WORKSPACE, stream);
+    entry_free(&tmp);
     return (int)st;
 }

@@ -2,7 +2,7 @@
  * gemm.h - the CUDA backend's GEMMs through cuBLASLt: Y[M][N] = X[M][K] W^T
  * with X, W bf16 row-major (W is [N][K], Hugging Face layout), f32
  * accumulation, Y f32 or bf16. The algorithm is picked by cuBLASLt's
- * heuristic once per (M, N, K, output type) and cached with its layouts;
+ * heuristic once per (bucket of M, N, K, output type) and cached with its layouts;
  * one 32 MiB workspace serves every call on the stream.
  */
 #ifndef QWK_GEMM_H

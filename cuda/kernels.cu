@@ -151,12 +151,14 @@ void qwk_qk_norm_rope_kv(const float *qkv, const float *bias, const float *qn, c
         qkv, bias, qn, kn, inv_freq, positions, slot_mapping, nh, nkv, hd, eps, q_out, k_cache, v_cache);
 }
 
-__global__ void silu_mul_kernel(const float *gu, int32_t I, qwk_bf16 *out) {
-    int r = blockIdx.y;
-    const float *g = gu + (size_t)r * 2 * I, *u = g + I;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < I; i += gridDim.x * blockDim.x) {
-        float x = g[i];
-        out[(size_t)r * I + i] = f2bf(x / (1.0f + expf(-x)) * u[i]);
+__global__ void silu_mul_kernel(const float *gu, int32_t rows, int32_t I, qwk_bf16 *out) {
+    /* rows strided over grid.y, which is capped at 65,535 */
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *g = gu + (size_t)r * 2 * I, *u = g + I;
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < I; i += gridDim.x * blockDim.x) {
+            float x = g[i];
+            out[(size_t)r * I + i] = f2bf(x / (1.0f + expf(-x)) * u[i]);
+        }
     }
 }
 
@@ -164,7 +166,8 @@ void qwk_silu_mul(const float *gu, int32_t rows, int32_t I, qwk_bf16 *out, cudaS
     if (rows <= 0) return;
     int bx = (I + 255) / 256;
     if (bx > 64) bx = 64;
-    silu_mul_kernel<<<dim3(bx, rows), 256, 0, stream>>>(gu, I, out);
+    int by = rows < 65535 ? rows : 65535;
+    silu_mul_kernel<<<dim3(bx, by), 256, 0, stream>>>(gu, rows, I, out);
 }
 
 __global__ void copy_blocks_kernel(char *pool, size_t plane_bytes, size_t block_bytes,

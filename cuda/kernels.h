@@ -58,6 +58,11 @@ typedef struct qwk_paged {
     float scale;
 } qwk_paged;
 
+/* Allow the prefill attention kernel for head_dim its dynamic shared memory
+ * on the current device. Once per backend create, before any launch; a
+ * head_dim without a kernel gives cudaErrorInvalidValue. */
+cudaError_t qwk_attention_init(int head_dim);
+
 /* Mixed steps: each of ntiles tiles ((seq, first row) pairs, int32 [2])
  * covers up to 64 query rows of one sequence; row r attends causally to
  * context positions 0..positions[r]. out bf16 [rows][nh*hd]. Flash-attention

@@ -90,7 +90,8 @@ static __device__ float bmax_f(float v, red_smem *r) {
 
 /* order-preserving key of a float (larger x -> larger key); -inf/NaN absent */
 static __device__ __forceinline__ uint32_t fkey(float x) {
-    uint32_t u = __float_as_uint(x);
+    /* -0.0 == +0.0 for the CPU sampler (a tie, lower id first): one key */
+    uint32_t u = x == 0.0f ? 0u : __float_as_uint(x);
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 static __device__ __forceinline__ unsigned long long dkey(double e) {

@@ -132,6 +132,30 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     cudaFree(dpos); cudaFree(dbt); cudaFree(dt); cudaFree(po); cudaFree(pl);
 }
 
+/* more rows than a grid's y dimension holds (65,535): every row written */
+static void check_silu_many_rows() {
+    const int R = 70001, I = 48;
+    std::vector<float> gu((size_t)R * 2 * I);
+    for (auto &v : gu) v = 4 * frand();
+    float *dg = dev<float>(gu.size());
+    uint16_t *dout = dev<uint16_t>((size_t)R * I);
+    CK(cudaMemcpy(dg, gu.data(), gu.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dout, 0xff, (size_t)R * I * 2));   /* NaN: unwritten rows fail */
+    qwk_silu_mul(dg, R, I, dout, 0);
+    CK(cudaGetLastError());
+    std::vector<uint16_t> so((size_t)R * I);
+    CK(cudaMemcpy(so.data(), dout, so.size() * 2, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (size_t r = 0; r < (size_t)R; r++)
+        for (int i = 0; i < I; i++) {
+            double g = gu[r * 2 * I + i], u = gu[r * 2 * I + I + i];
+            double ref = g / (1 + exp(-g)) * u, got = qwi_bf16_to_f32(so[r * I + i]);
+            num += (got - ref) * (got - ref); den += ref * ref;
+        }
+    report("silu_mul 70001x48 (grid.y cap)", sqrt(num / den), 5e-3);
+    cudaFree(dg); cudaFree(dout);
+}
+
 static void check_rmsnorm_silu() {
     const int R = 37, H = 4096, I = 12288;
     std::vector<float> x((size_t)R * H), dl((size_t)R * H), w(H), gu((size_t)R * 2 * I);
@@ -282,6 +306,11 @@ static double bench_gemm_tflops(int M, int N, int K) {
 int main(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) { printf("no device\n"); return 2; }
+    /* what the backend does at create: the prefill kernel's shared memory */
+    for (int hd : {16, 32, 64, 128}) {
+        cudaError_t e = qwk_attention_init(hd);
+        if (e != cudaSuccess) { printf("CHECK attention_init hd %d FAIL %s\n", hd, cudaGetErrorString(e)); failures++; }
+    }
     const int cfgs[4][2] = {{16, 8}, {32, 8}, {40, 8}, {64, 8}};
     for (auto &c : cfgs) {
         check_attention(c[0], c[1], 128, {1, 15, 16, 17, 300, 2048}, {1, 1, 1, 1, 1, 1}, true, 1, "ragged");
@@ -293,6 +322,7 @@ int main(void) {
     check_attention(32, 8, 128, {32768}, {1}, true, 16, "ctx32K");
     check_attention(32, 8, 128, {32768}, {64}, false, 1, "ctx32K-chunk");
     check_rmsnorm_silu();
+    check_silu_many_rows();
     check_sampler();
     double copy = bench_copy_gbs();
     printf("BENCH copy_d2d %.0f GB/s 100%%\n", copy);
