@@ -143,7 +143,7 @@ TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 TESTUTIL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TESTUTIL_SRCS))
 
 .PHONY: all lib tools examples tests test check check-asan demo install uninstall deps clean abi-check \
-        depcheck qwinfer.pc fresh-check tokbench gpu-bundle check-gpu-bundle
+        depcheck qwinfer.pc fresh-check tokbench gpu-bundle check-gpu-bundle check-hf-oracle
 all: lib tools examples
 
 lib: $(SHLIB) $(STLIB)
@@ -230,6 +230,12 @@ gpu-bundle:
 # hidden, then walks tests/gpu/run.sh (root only; minutes; not in `make test`).
 check-gpu-bundle:
 	@sh tests/check_gpu_bundle.sh $(BUILD)-bundle-check
+
+# Hugging Face transformers as an independent oracle of the CPU engine
+# (tests/gpu/hf_oracle.py); needs PYTHON with torch and transformers.
+PYTHON ?= python3
+check-hf-oracle: lib $(BUILD)/bin/qw-makemodel
+	@sh tests/check_hf_oracle.sh $(BUILD) $(PYTHON)
 
 # The flags a script outside make needs to link against the library the way
 # make does (tests/gpu/run.sh): `make -s print-DEP_LIBS`. Reads, builds nothing.

@@ -589,6 +589,13 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
         goto fail;
     }
     b->num_sms = prop.multiProcessorCount;
+    {
+        /* QWINFER_CUDA_GRAPHS=0 runs every step eagerly (vLLM's enforce_eager):
+         * for debugging, and for tests/gpu/e2e.c's graph-vs-eager check */
+        const char *gv = getenv("QWINFER_CUDA_GRAPHS");
+        if (gv && !strcmp(gv, "0"))
+            for (int i = 0; i < QWI_CUDA_MAX_BUCKETS; i++) b->graphs[i].state = QWI_GRAPH_EAGER_ONLY;
+    }
     b->nbuckets = qwi_cuda_buckets(bc->max_num_seqs, b->buckets);
     b->smax = bc->max_num_seqs;
     b->tmax = QWI_MAX(bc->max_num_batched_tokens, b->buckets[b->nbuckets - 1]);

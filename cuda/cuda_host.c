@@ -85,7 +85,7 @@ qwi_cuda_graph_action qwi_cuda_graph_next(qwi_cuda_graph_state s) {
     case QWI_GRAPH_WARM: return QWI_GRAPH_CAPTURE;
     case QWI_GRAPH_READY: return QWI_GRAPH_REPLAY;
     case QWI_GRAPH_NEW:
-    case QWI_GRAPH_BROKEN:
+    case QWI_GRAPH_EAGER_ONLY:
     default: return QWI_GRAPH_RUN_EAGER;
     }
 }
@@ -93,7 +93,7 @@ qwi_cuda_graph_action qwi_cuda_graph_next(qwi_cuda_graph_state s) {
 qwi_cuda_graph_state qwi_cuda_graph_after(qwi_cuda_graph_state s, qwi_cuda_graph_action a, bool ok) {
     switch (a) {
     case QWI_GRAPH_RUN_EAGER: return ok && s == QWI_GRAPH_NEW ? QWI_GRAPH_WARM : s;
-    case QWI_GRAPH_CAPTURE: return ok ? QWI_GRAPH_READY : QWI_GRAPH_BROKEN;
+    case QWI_GRAPH_CAPTURE: return ok ? QWI_GRAPH_READY : QWI_GRAPH_EAGER_ONLY;
     case QWI_GRAPH_REPLAY:
     default: return s;
     }

@@ -60,13 +60,13 @@ int32_t qwi_cuda_gemm_bucket(int32_t m);
  * eagerly (warm-up: cuBLASLt heuristics, lazy module loading and the
  * attention kernels' attributes happen outside any capture), the second is
  * captured and launched, later ones replay. A capture or instantiation that
- * fails marks the bucket BROKEN: it runs eagerly from then on, so a graph
+ * fails marks the bucket EAGER_ONLY: it runs eagerly from then on, so a graph
  * problem costs speed, never a failed step. */
 typedef enum qwi_cuda_graph_state {
     QWI_GRAPH_NEW = 0,     /* never ran                                   */
     QWI_GRAPH_WARM = 1,    /* ran eagerly once                            */
     QWI_GRAPH_READY = 2,   /* captured and instantiated                   */
-    QWI_GRAPH_BROKEN = 3   /* capture or instantiation failed: eager only */
+    QWI_GRAPH_EAGER_ONLY = 3 /* capture failed, or QWINFER_CUDA_GRAPHS=0 */
 } qwi_cuda_graph_state;
 
 typedef enum qwi_cuda_graph_action {

@@ -4,7 +4,7 @@
  * throughput. Run by tests/gpu/run.sh on a lent GPU.
  *
  *   e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV]
- *       [--parity NAME=DIR]... [--bench NAME=DIR]...
+ *       [--parity NAME=DIR]... [--bench NAME=DIR]... [--dump DIR]
  *
  * DEV is the engine under test (default "cuda:0"); "cpu" runs every path of
  * this program against the CPU engine itself, to check the program without
@@ -17,6 +17,13 @@
  *   logits callback: max|gpu - cpu| / max|cpu| per row <= 2e-2. A divergence
  *   counts as a failure only when the CPU's token's logit on the GPU is more
  *   than 2e-2 * max|cpu| below the GPU's max (a near-tie otherwise).
+ *   On a CUDA device the prompts run a third time on an engine made with
+ *   QWINFER_CUDA_GRAPHS=0 (every step eager): its tokens and logits must
+ *   equal the graphed engine's bit for bit (graph replay == eager on the
+ *   same steps; "GRAPH NAME PASS|FAIL" line).
+ * --dump DIR: also write each engine's parity prompts, tokens and logits to
+ *   DIR/NAME_cpu.bin and DIR/NAME_dut.bin for tests/gpu/hf_oracle.py (format
+ *   in write_dump below).
  * --bench: decode tokens/s at batch 1, 16, 64, 256 (prompts of 128 tokens,
  *   a few warm-up decode steps, then S seconds of decode-only steps) with %
  *   of the bandwidth bound: bytes per step = weight bytes read by a decode
@@ -53,6 +60,7 @@
 
 /* The engine under test; --device changes it (e.g. "cpu" to check this program here). */
 static const char *dut = "cuda:0";
+static const char *dump_dir = NULL;   /* --dump */
 
 static double now_s(void) {
     struct timespec ts;
@@ -236,6 +244,68 @@ static void free_seqs(par_seq seq[NP]) {
         for (int k = 0; k < PARITY_TOKENS; k++) { free(seq[i].rows[k]); seq[i].rows[k] = NULL; }
 }
 
+/* Parity data for tests/gpu/hf_oracle.py: little-endian int32s "QWPD", 1
+ * (version), NP, vocab, PARITY_TOKENS; then per prompt: its length L, L ids,
+ * the number of tokens generated n, PARITY_TOKENS token ids (-1 past n),
+ * PARITY_TOKENS rows of vocab float32 logits (the row before output k; NaN
+ * where the engine gave none). 1 on success. */
+static int write_dump(const char *name, const char *engine, int32_t vocab, int32_t *const prompts[NP],
+                      const par_seq seq[NP]) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s_%s.bin", dump_dir, name, engine);
+    FILE *f = fopen(path, "wb");
+    if (!f) { printf("e2e: cannot write %s\n", path); return 0; }
+    int32_t hdr[5] = {0x44505751 /* "QWPD" */, 1, NP, vocab, PARITY_TOKENS};
+    int ok = fwrite(hdr, sizeof hdr, 1, f) == 1;
+    float *nan_row = malloc(sizeof(float) * (size_t)vocab);
+    ok = ok && nan_row;
+    for (int32_t v = 0; ok && v < vocab; v++) nan_row[v] = 0.0f / 0.0f;
+    for (int i = 0; i < NP && ok; i++) {
+        int32_t len = parity_lens[i], n = seq[i].n_tokens, toks[PARITY_TOKENS];
+        for (int k = 0; k < PARITY_TOKENS; k++) toks[k] = k < n ? seq[i].tokens[k] : -1;
+        ok = fwrite(&len, 4, 1, f) == 1 && fwrite(prompts[i], 4, (size_t)len, f) == (size_t)len &&
+             fwrite(&n, 4, 1, f) == 1 && fwrite(toks, 4, PARITY_TOKENS, f) == PARITY_TOKENS;
+        for (int k = 0; k < PARITY_TOKENS && ok; k++)
+            ok = fwrite(seq[i].rows[k] ? seq[i].rows[k] : nan_row, 4, (size_t)vocab, f) == (size_t)vocab;
+    }
+    free(nan_row);
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) printf("e2e: writing %s failed\n", path);
+    return ok;
+}
+
+/* Graph replay vs eager: the same prompts on an engine whose every step
+ * runs eagerly must give the same tokens and logits bit for bit. 1 pass. */
+static int graph_vs_eager(const char *name, const char *dir, int32_t *const prompts[NP], const par_seq gs[NP]) {
+    const char *old = getenv("QWINFER_CUDA_GRAPHS");
+    setenv("QWINFER_CUDA_GRAPHS", "0", 1);
+    qw_engine *eager = NULL;
+    qw_status st = make_engine(dir, dut, 1024, 0.5, 1, &eager);
+    if (old) setenv("QWINFER_CUDA_GRAPHS", old, 1); else unsetenv("QWINFER_CUDA_GRAPHS");
+    if (st != QW_OK) {
+        printf("GRAPH %s FAIL eager engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
+        return 0;
+    }
+    par_seq es[NP];
+    int pass = run_parity_engine(eager, prompts, es), first_bad = -1;
+    int32_t vocab = qw_engine_vocab_size(eager);
+    for (int i = 0; i < NP && pass; i++) {
+        if (es[i].n_tokens != gs[i].n_tokens || memcmp(es[i].tokens, gs[i].tokens, sizeof es[i].tokens)) {
+            pass = 0, first_bad = i;
+            break;
+        }
+        for (int k = 0; k < es[i].n_tokens && pass; k++)
+            if (!es[i].rows[k] || !gs[i].rows[k] ||
+                memcmp(es[i].rows[k], gs[i].rows[k], sizeof(float) * (size_t)vocab))
+                pass = 0, first_bad = i;
+    }
+    if (pass) printf("GRAPH %s PASS graphed == eager (tokens and logits, %d prompts)\n", name, NP);
+    else printf("GRAPH %s FAIL graphed != eager (prompt %d)\n", name, first_bad);
+    free_seqs(es);
+    qw_engine_destroy(eager);
+    return pass;
+}
+
 /* Returns 1 pass, 0 fail, -1 no device. */
 static int parity(const char *name, const char *dir) {
     qw_engine *gpu = NULL, *cpu = NULL;
@@ -330,6 +400,9 @@ static int parity(const char *name, const char *dir) {
     printf("PARITY %s %s %d/%d prompts equal for %d tokens, worst logits rel %.3e (tol %.1e)\n", name,
            pass ? "PASS" : "FAIL", n_equal, NP, PARITY_TOKENS, worst_rel, PARITY_TOL);
     printf("e2e parity_%s_logits_rel %.3e rel %s\n", name, worst_rel, pass ? "PASS" : "FAIL");
+    if (ok && strncmp(dut, "cuda", 4) == 0 && !graph_vs_eager(name, dir, prompts, gs)) pass = 0;
+    if (ok && dump_dir && !(write_dump(name, "cpu", vocab, prompts, cs) && write_dump(name, "dut", vocab, prompts, gs)))
+        pass = 0;
     free_seqs(cs);
     free_seqs(gs);
     for (int i = 0; i < NP; i++) free(prompts[i]);
@@ -564,7 +637,7 @@ static int split_arg(char *a, model_arg *m) {
 
 static int usage(void) {
     fprintf(stderr, "usage: e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV] [--parity NAME=DIR]... "
-                    "[--bench NAME=DIR]...\n");
+                    "[--bench NAME=DIR]... [--dump DIR]\n");
     return 2;
 }
 
@@ -579,6 +652,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--peak-tflops")) peak = atof(argv[++i]);
         else if (!strcmp(a, "--seconds")) seconds = atof(argv[++i]);
         else if (!strcmp(a, "--device")) dut = argv[++i];
+        else if (!strcmp(a, "--dump")) dump_dir = argv[++i];
         else if (!strcmp(a, "--parity") && npar < MAX_MODELS) {
             if (!split_arg(argv[++i], &par[npar++])) return usage();
         } else if (!strcmp(a, "--bench") && nben < MAX_MODELS) {
