@@ -229,13 +229,13 @@ gpu-bundle:
 # Proves the bundle: builds and runs with the system's packages and pkg-config
 # hidden, then walks tests/gpu/run.sh (root only; minutes; not in `make test`).
 check-gpu-bundle:
-	@sh tests/check_gpu_bundle.sh $(BUILD)-bundle-check
+	@sh tests/gpu/bundle_check.sh $(BUILD)-bundle-check
 
 # Hugging Face transformers as an independent oracle of the CPU engine
 # (tests/gpu/hf_oracle.py); needs PYTHON with torch and transformers.
 PYTHON ?= python3
 check-hf-oracle: lib $(BUILD)/bin/qw-makemodel
-	@sh tests/check_hf_oracle.sh $(BUILD) $(PYTHON)
+	@sh tests/gpu/hf_oracle_check.sh $(BUILD) $(PYTHON)
 
 # The flags a script outside make needs to link against the library the way
 # make does (tests/gpu/run.sh): `make -s print-DEP_LIBS`. Reads, builds nothing.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/check_hf_oracle.sh BUILD [PYTHON] - the Hugging Face oracle on the
+# tests/gpu/hf_oracle_check.sh BUILD [PYTHON] - the Hugging Face oracle on the
 # CPU: qw-makemodel writes a tiny bf16 checkpoint (and the 0.6B shape with
 # HF_ORACLE_06B=1), tests/gpu/e2e.c runs the parity prompts on the CPU
 # engine and dumps its tokens and logits, and tests/gpu/hf_oracle.py checks

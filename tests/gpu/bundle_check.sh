@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/check_gpu_bundle.sh [BUILD_DIR] - proves that a machine without our
+# tests/gpu/bundle_check.sh [BUILD_DIR] - proves that a machine without our
 # -dev packages and without pkg-config (the lent GPU machine) builds and runs
 # qwinfer from gpu-deps/ alone, and that tests/gpu/run.sh gets through its
 # whole path there (the device steps fail as they do without a GPU).
@@ -44,7 +44,7 @@ if [ "${QW_IN_MASKED_NS:-}" != 1 ]; then
 fi
 
 # --- inside the namespace ---------------------------------------------------
-fail() { echo "check_gpu_bundle: FAIL: $*"; exit 1; }
+fail() { echo "bundle_check: FAIL: $*"; exit 1; }
 ! command -v pkg-config >/dev/null 2>&1 || fail "pkg-config is still visible"
 [ ! -e /usr/include/jansson.h ] || fail "the system's jansson.h is still visible"
 [ "$(make -s BUILD="$B" print-DEP_OK)" = bundle ] || fail "the Makefile did not choose gpu-deps/"
@@ -60,7 +60,7 @@ done
 "$B/bin/qw-makemodel" --shape tiny --out "$B/tiny" >/dev/null || fail "qw-makemodel"
 "$B/bin/qw-generate" --model "$B/tiny" --max-tokens 4 --prompt-ids 1,2,3 >"$B/gen.txt" 2>&1 ||
     { cat "$B/gen.txt"; fail "qw-generate"; }
-echo "check_gpu_bundle: built ($CUDA_FLAG) and ran against gpu-deps/ with the system packages and pkg-config hidden"
+echo "bundle_check: built ($CUDA_FLAG) and ran against gpu-deps/ with the system packages and pkg-config hidden"
 
 if [ "$CUDA_FLAG" = CUDA=1 ] && [ -z "${QW_BUNDLE_SKIP_RUNSH:-}" ]; then
     # run.sh's own build dir is build-gpu; keep it out of the way of the caller's
@@ -69,5 +69,5 @@ if [ "$CUDA_FLAG" = CUDA=1 ] && [ -z "${QW_BUNDLE_SKIP_RUNSH:-}" ]; then
     cat "$B/runsh.txt" | tail -n 15
     grep -q '^deps  *gpu-deps/ bundle' "$B/gpu-out/table.txt" || fail "run.sh did not use the bundle"
     grep -q '^build  *ok' "$B/gpu-out/table.txt" || fail "run.sh did not build"
-    echo "check_gpu_bundle: tests/gpu/run.sh went through its whole path (device steps fail without a GPU)"
+    echo "bundle_check: tests/gpu/run.sh went through its whole path (device steps fail without a GPU)"
 fi
