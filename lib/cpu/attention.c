@@ -3,20 +3,22 @@
  *
  * One query row's attention is three steps on a small state (running max,
  * running sum and the P.V accumulator of each q head of one kv head):
- * row_begin, row_tile for each context tile in order, row_end. The
- * single-row entry point runs them directly; the parallel driver runs a
- * block of consecutive rows of one sequence tile by tile, so each K/V tile
- * is read from memory once for the whole block instead of once per row
- * (flash-attention's reuse; without it a long prefill re-read the whole
- * context from memory for every row). Both call the same functions in the
- * same per-row order, so a row's result is bit-identical either way.
+ * row_begin, the context tiles in order (online softmax between them),
+ * row_end. The parallel driver runs a block of consecutive rows of one
+ * sequence tile by tile, so each K/V tile is read from memory once for the
+ * whole block instead of once per row (flash-attention's reuse); the
+ * single-row entry point is the same driver with a block of one row. Every
+ * output's arithmetic depends only on its own row, so a row's result is
+ * bit-identical alone or in any block.
  *
- * Exact numerics reads the f32 cache through the f32 kernel table (K_PASS
- * and V_PASS for f32, unchanged bits). Fast numerics reads the bf16 cache
- * (cpu/kv_bf16.h): its K pass widens and transposes each K tile once per
- * block (ktile_load) and scores it with positions as lanes (tscores), its
- * V pass is V_PASS over the bf16-KV table; the softmax between them is
- * shared and stays f32.
+ * Exact numerics reads the f32 cache through the f32 kernel table
+ * (scores_f32, pv_f32, libm expf: row_tile). Fast numerics reads the bf16
+ * cache through the bf16-KV table (cpu/kv_bf16.h) in fast_block: per tile
+ * the K rows are widened and transposed once, the scores of all the
+ * block's (row, head) pairs come from one tscores_q pass (each K vector
+ * loaded feeds several q vectors), the softmax uses the table's polynomial
+ * exp (exp_sum), and pv adds P.V with the accumulators in registers and
+ * each V vector shared by several pairs.
  */
 #include <math.h>
 #include <string.h>
@@ -88,122 +90,113 @@ static inline void prefetch_slice(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
 }
 
-/* The K pass (scores of positions [t0, t1), scaled) and the V pass (acc +=
- * p * V, positions in order) of one tile, for a cache of element type ET
- * read through kernel table KT (the f32 table or the bf16 one: the same
- * member names). Four positions (and two heads) at a time: dot4/dot4x2 are
- * bit-identical to single dots, axpy4/axpy4x2 to axpys in order. Fast
- * mode's K pass is ktile_load + tscores instead (below). */
-#define K_PASS(SFX, ET, KT)                                                                \
-static void scores_##SFX(const qwi_cpu_attn *a, const KT *kt, const ET *kc, int32_t g,     \
-                         int32_t t0, int32_t t1, const row_state *st) {                   \
-    const int32_t group = a->num_heads / a->num_kv_heads;                                  \
-    const int32_t hd = a->head_dim, bs = a->block_size;                                    \
-    const int64_t kv_stride = (int64_t)a->num_kv_heads * hd;                               \
-    const float *q = st->q;                                                                \
-    float *scores = st->scores;                                                            \
-    int32_t p = t0;                                                                        \
-    for (; p + 4 <= t1; p += 4) {                                                          \
-        const ET *k4[4];                                                                   \
-        for (int32_t f = p + QWI_CPU_ATTN_PF; f < p + QWI_CPU_ATTN_PF + 4 && f < st->ctx; f++) \
-            prefetch_slice(kc + slot_of(st->bt, bs, f) * kv_stride + (int64_t)g * hd,     \
-                           (size_t)hd * sizeof(ET));                                       \
-        for (int i = 0; i < 4; i++)                                                        \
-            k4[i] = kc + slot_of(st->bt, bs, p + i) * kv_stride + (int64_t)g * hd;         \
-        int32_t h = 0;                                                                     \
-        for (; h + 2 <= group; h += 2) {   /* GQA: two heads per K load */                 \
-            float d0[4], d1[4];                                                            \
-            kt->dot4x2(q + (int64_t)h * hd, q + (int64_t)(h + 1) * hd, k4, hd, d0, d1);    \
-            for (int i = 0; i < 4; i++) {                                                  \
-                scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d0[i] * a->scale;           \
-                scores[(h + 1) * QWI_CPU_ATTN_TILE + (p + i - t0)] = d1[i] * a->scale;     \
-            }                                                                              \
-        }                                                                                  \
-        for (; h < group; h++) {                                                           \
-            float d[4];                                                                    \
-            kt->dot4(q + (int64_t)h * hd, k4, hd, d);                                      \
-            for (int i = 0; i < 4; i++)                                                    \
-                scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d[i] * a->scale;            \
-        }                                                                                  \
-    }                                                                                      \
-    for (; p < t1; p++) {                                                                  \
-        const ET *k = kc + slot_of(st->bt, bs, p) * kv_stride + (int64_t)g * hd;           \
-        for (int32_t h = 0; h < group; h++)                                                \
-            scores[h * QWI_CPU_ATTN_TILE + (p - t0)] =                                     \
-                kt->dot(q + (int64_t)h * hd, k, hd) * a->scale;                            \
-    }                                                                                      \
-}
-
-/* The V pass (acc += p * V) of one tile, as K_PASS for its cache type. */
-#define V_PASS(SFX, ET, KT)                                                                \
-static void pv_##SFX(const qwi_cpu_attn *a, const KT *kt, const ET *vc, int32_t g,         \
-                     int32_t t0, int32_t t1, const row_state *st) {                       \
-    const int32_t group = a->num_heads / a->num_kv_heads;                                  \
-    const int32_t hd = a->head_dim, bs = a->block_size;                                    \
-    const int64_t kv_stride = (int64_t)a->num_kv_heads * hd;                               \
-    const float *scores = st->scores;                                                      \
-    float *acc = st->acc;                                                                  \
-    int32_t p = t0;                                                                        \
-    for (; p + 4 <= t1; p += 4) {                                                          \
-        const ET *v4[4];                                                                   \
-        for (int32_t f = p + QWI_CPU_ATTN_PF; f < p + QWI_CPU_ATTN_PF + 4 && f < st->ctx; f++) \
-            prefetch_slice(vc + slot_of(st->bt, bs, f) * kv_stride + (int64_t)g * hd,     \
-                           (size_t)hd * sizeof(ET));                                       \
-        for (int i = 0; i < 4; i++)                                                        \
-            v4[i] = vc + slot_of(st->bt, bs, p + i) * kv_stride + (int64_t)g * hd;         \
-        int32_t h = 0;                                                                     \
-        for (; h + 2 <= group; h += 2)                                                     \
-            kt->axpy4x2(acc + (int64_t)h * hd, acc + (int64_t)(h + 1) * hd,                \
-                        scores + h * QWI_CPU_ATTN_TILE + (p - t0),                         \
-                        scores + (h + 1) * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);          \
-        for (; h < group; h++)                                                             \
-            kt->axpy4(acc + (int64_t)h * hd, scores + h * QWI_CPU_ATTN_TILE + (p - t0),    \
-                      v4, hd);                                                             \
-    }                                                                                      \
-    for (; p < t1; p++) {                                                                  \
-        const ET *v = vc + slot_of(st->bt, bs, p) * kv_stride + (int64_t)g * hd;           \
-        for (int32_t h = 0; h < group; h++)                                                \
-            kt->axpy(acc + (int64_t)h * hd, scores[h * QWI_CPU_ATTN_TILE + (p - t0)], v,   \
-                     hd);                                                                  \
-    }                                                                                      \
-}
-
-K_PASS(f32, float, qwi_cpu_kernels)
-V_PASS(f32, float, qwi_cpu_kernels)
-V_PASS(bf16, uint16_t, qwi_cpu_kv_bf16_kernels)
-
-/* Fast mode's K pass is split in two: ktile_load widens and transposes the
- * tile's K rows of kv head g, positions [t0, t1), once to ktile
- * ([head_dim][TILE] f32), and every row of the block then computes its
- * scores from it with positions as SIMD lanes (kb->tscores: one FMA chain
- * over d per score, no horizontal sums). A score's bits do not depend on
- * t1 or on the lane, so a row gets the same scores alone or in a block. */
-static void ktile_load(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32_t t0,
-                       int32_t t1, float *ktile) {
+/* Exact mode's K pass (scores of positions [t0, t1), scaled) over the f32
+ * cache. Four positions (and two heads) at a time: dot4/dot4x2 are
+ * bit-identical to single dots. */
+static void scores_f32(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, int32_t t0,
+                       int32_t t1, const row_state *st) {
+    const int32_t group = a->num_heads / a->num_kv_heads;
     const int32_t hd = a->head_dim, bs = a->block_size;
     const int64_t kv_stride = (int64_t)a->num_kv_heads * hd;
-    const uint16_t *k[QWI_CPU_ATTN_TILE];
-    for (int32_t p = t0; p < t1; p++) {
-        k[p - t0] = a->k_bf16 + slot_of(bt, bs, p) * kv_stride + (int64_t)g * hd;
-        prefetch_slice(k[p - t0], (size_t)hd * sizeof(uint16_t));
+    const float *kc = a->k_cache, *q = st->q;
+    float *scores = st->scores;
+    int32_t p = t0;
+    for (; p + 4 <= t1; p += 4) {
+        const float *k4[4];
+        for (int32_t f = p + QWI_CPU_ATTN_PF; f < p + QWI_CPU_ATTN_PF + 4 && f < st->ctx; f++)
+            prefetch_slice(kc + slot_of(st->bt, bs, f) * kv_stride + (int64_t)g * hd,
+                           (size_t)hd * sizeof(float));
+        for (int i = 0; i < 4; i++)
+            k4[i] = kc + slot_of(st->bt, bs, p + i) * kv_stride + (int64_t)g * hd;
+        int32_t h = 0;
+        for (; h + 2 <= group; h += 2) {   /* GQA: two heads per K load */
+            float d0[4], d1[4];
+            kt->dot4x2(q + (int64_t)h * hd, q + (int64_t)(h + 1) * hd, k4, hd, d0, d1);
+            for (int i = 0; i < 4; i++) {
+                scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d0[i] * a->scale;
+                scores[(h + 1) * QWI_CPU_ATTN_TILE + (p + i - t0)] = d1[i] * a->scale;
+            }
+        }
+        for (; h < group; h++) {
+            float d[4];
+            kt->dot4(q + (int64_t)h * hd, k4, hd, d);
+            for (int i = 0; i < 4; i++)
+                scores[h * QWI_CPU_ATTN_TILE + (p + i - t0)] = d[i] * a->scale;
+        }
     }
-    a->kb->transpose(k, t1 - t0, hd, ktile, QWI_CPU_ATTN_TILE);
+    for (; p < t1; p++) {
+        const float *k = kc + slot_of(st->bt, bs, p) * kv_stride + (int64_t)g * hd;
+        for (int32_t h = 0; h < group; h++)
+            scores[h * QWI_CPU_ATTN_TILE + (p - t0)] =
+                kt->dot(q + (int64_t)h * hd, k, hd) * a->scale;
+    }
 }
 
-/* Context tile [t0, min(ctx, t0 + TILE)) of one row; t0 < ctx. In fast
- * mode ktile holds the tile's K (ktile_load) for at least those
- * positions. */
+/* Exact mode's V pass (acc += p * V, positions in order) of one tile:
+ * axpy4/axpy4x2 are bit-identical to axpys in order. */
+static void pv_f32(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, int32_t t0,
+                   int32_t t1, const row_state *st) {
+    const int32_t group = a->num_heads / a->num_kv_heads;
+    const int32_t hd = a->head_dim, bs = a->block_size;
+    const int64_t kv_stride = (int64_t)a->num_kv_heads * hd;
+    const float *vc = a->v_cache, *scores = st->scores;
+    float *acc = st->acc;
+    int32_t p = t0;
+    for (; p + 4 <= t1; p += 4) {
+        const float *v4[4];
+        for (int32_t f = p + QWI_CPU_ATTN_PF; f < p + QWI_CPU_ATTN_PF + 4 && f < st->ctx; f++)
+            prefetch_slice(vc + slot_of(st->bt, bs, f) * kv_stride + (int64_t)g * hd,
+                           (size_t)hd * sizeof(float));
+        for (int i = 0; i < 4; i++)
+            v4[i] = vc + slot_of(st->bt, bs, p + i) * kv_stride + (int64_t)g * hd;
+        int32_t h = 0;
+        for (; h + 2 <= group; h += 2)
+            kt->axpy4x2(acc + (int64_t)h * hd, acc + (int64_t)(h + 1) * hd,
+                        scores + h * QWI_CPU_ATTN_TILE + (p - t0),
+                        scores + (h + 1) * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);
+        for (; h < group; h++)
+            kt->axpy4(acc + (int64_t)h * hd, scores + h * QWI_CPU_ATTN_TILE + (p - t0), v4, hd);
+    }
+    for (; p < t1; p++) {
+        const float *v = vc + slot_of(st->bt, bs, p) * kv_stride + (int64_t)g * hd;
+        for (int32_t h = 0; h < group; h++)
+            kt->axpy(acc + (int64_t)h * hd, scores[h * QWI_CPU_ATTN_TILE + (p - t0)], v, hd);
+    }
+}
+
+/* Fast mode's tile rows: k[i] and v[i] point at the K and V of kv head g
+ * at position t0 + i, i < t1 - t0, each prefetched. One block-table hop
+ * per block instead of a division per position (a decode step forms these
+ * pointers for every (sequence, kv head) task). */
+static void tile_rows(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32_t t0,
+                      int32_t t1, const uint16_t **k, const uint16_t **v) {
+    const int32_t bs = a->block_size;
+    const int64_t kv_stride = (int64_t)a->num_kv_heads * a->head_dim;
+    const size_t bytes = (size_t)a->head_dim * sizeof(uint16_t);
+    int32_t b = t0 / bs, o = t0 % bs;
+    for (int32_t i = 0; i < t1 - t0; i++) {
+        const int64_t off = ((int64_t)bt[b] * bs + o) * kv_stride + (int64_t)g * a->head_dim;
+        k[i] = a->k_bf16 + off;
+        v[i] = a->v_bf16 + off;
+        prefetch_slice(k[i], bytes);
+        prefetch_slice(v[i], bytes);
+        if (++o == bs) {
+            o = 0;
+            b++;
+        }
+    }
+}
+
+/* Exact mode: context tile [t0, min(ctx, t0 + TILE)) of one row; t0 <
+ * ctx. Scores, the online softmax (libm expf) and the V pass. */
 static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, int32_t t0,
-                     const float *ktile, row_state *st) {
+                     row_state *st) {
     const int32_t group = a->num_heads / a->num_kv_heads;
     const int32_t hd = a->head_dim;
     const int32_t t1 = QWI_MIN(st->ctx, t0 + QWI_CPU_ATTN_TILE);
     float *scores = st->scores, *acc = st->acc, *mx = st->mx, *sum = st->sum;
 
-    if (a->k_bf16)
-        a->kb->tscores(st->q, group, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, a->scale, scores,
-                       QWI_CPU_ATTN_TILE);
-    else scores_f32(a, kt, a->k_cache, g, t0, t1, st);
+    scores_f32(a, kt, g, t0, t1, st);
     for (int32_t h = 0; h < group; h++) {
         float *s = scores + h * QWI_CPU_ATTN_TILE;
         float m = mx[h];
@@ -222,8 +215,101 @@ static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g
         }
         sum[h] = l;
     }
-    if (a->k_bf16) pv_bf16(a, a->kb, a->v_bf16, g, t0, t1, st);
-    else pv_f32(a, kt, a->v_cache, g, t0, t1, st);
+    pv_f32(a, kt, g, t0, t1, st);
+}
+
+/* (row, head) pairs one fast-mode kernel call takes at most: enough for
+ * the kernels' register blocks (6 for scores, 8 for P.V), small enough
+ * for the stack. Splitting a call never changes a bit (each pair is
+ * independent in tscores_q and pv). */
+#define QWI_CPU_ATTN_BATCH 32
+
+/* Fast mode (bf16 cache), rows s[0..n) of one run of one sequence, kv
+ * head g: for each context tile, its K rows are widened and transposed
+ * once (ktile) and its V rows prefetched; then the scores of every
+ * (row, head) pair still attending come from one tscores_q pass over
+ * ktile, the online softmax runs per pair (the table's exp_sum), and the
+ * P.V pass adds every pair's positions with the V vectors shared across
+ * the pairs (pv). A pair's bits depend only on its q, the cached K/V, its
+ * context length and the table: tscores_q and pv fix every output's chain
+ * whatever the other pairs, and exp_sum's order depends only on the
+ * positions in the tile. */
+static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g,
+                       float *ktile) {
+    const qwi_cpu_kv_bf16_kernels *kb = a->kb;
+    const int32_t group = a->num_heads / a->num_kv_heads, hd = a->head_dim;
+    const int32_t *bt = s[0].bt;   /* the rows of a run share one block table */
+    int32_t ctx = 0;
+    for (int32_t i = 0; i < n; i++) ctx = QWI_MAX(ctx, s[i].ctx);
+    const float *qp[QWI_CPU_ATTN_BATCH], *pp[QWI_CPU_ATTN_BATCH];
+    float *op[QWI_CPU_ATTN_BATCH];
+    const uint16_t *kp[QWI_CPU_ATTN_TILE], *vp[QWI_CPU_ATTN_TILE];
+    for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
+        const int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
+        /* K widened and transposed once for the block (ktile: [hd][TILE]
+         * f32), from which every row's scores come with positions as SIMD
+         * lanes; the V rows stay bf16 and are widened in pv */
+        tile_rows(a, bt, g, t0, t1, kp, vp);
+        kb->transpose(kp, t1 - t0, hd, ktile, QWI_CPU_ATTN_TILE);
+        /* scores: lanes past a row's own context are computed (ktile holds
+         * them, up to t1) but never read */
+        int32_t nb = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if (s[i].ctx <= t0) continue;
+            for (int32_t h = 0; h < group; h++) {
+                qp[nb] = s[i].q + (int64_t)h * hd;
+                op[nb] = s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE;
+                if (++nb == QWI_CPU_ATTN_BATCH) {
+                    kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, a->scale);
+                    nb = 0;
+                }
+            }
+        }
+        if (nb) kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, a->scale);
+        /* online softmax per pair: rescale what earlier tiles accumulated */
+        for (int32_t i = 0; i < n; i++) {
+            if (s[i].ctx <= t0) continue;
+            const int32_t ni = QWI_MIN(s[i].ctx, t1) - t0;
+            for (int32_t h = 0; h < group; h++) {
+                float m = s[i].mx[h];
+                const float l = kb->exp_sum(s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE, ni, &m);
+                float alpha = 1.0f;
+                if (m != s[i].mx[h]) {
+                    const float x = s[i].mx[h] - m;
+                    kb->vexp(&x, &alpha, 1);
+                }
+                float *acc = s[i].acc + (int64_t)h * hd;
+                if (alpha != 1.0f) kb->scale(acc, acc, alpha, hd);
+                s[i].sum[h] = s[i].sum[h] * alpha + l;
+                s[i].mx[h] = m;
+            }
+        }
+        /* P.V by segments [lo, hi) of the tile: each pass takes the pairs
+         * whose rows attend past lo, over the positions up to the next row
+         * end, so every pair adds exactly its own positions, in order */
+        for (int32_t lo = 0;;) {
+            int32_t hi = INT32_MAX;
+            for (int32_t i = 0; i < n; i++) {
+                const int32_t ni = QWI_MIN(s[i].ctx, t1) - t0;
+                if (ni > lo) hi = QWI_MIN(hi, ni);
+            }
+            if (hi == INT32_MAX) break;
+            nb = 0;
+            for (int32_t i = 0; i < n; i++) {
+                if (QWI_MIN(s[i].ctx, t1) - t0 <= lo) continue;
+                for (int32_t h = 0; h < group; h++) {
+                    op[nb] = s[i].acc + (int64_t)h * hd;
+                    pp[nb] = s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE + lo;
+                    if (++nb == QWI_CPU_ATTN_BATCH) {
+                        kb->pv(op, pp, nb, vp + lo, hi - lo, hd);
+                        nb = 0;
+                    }
+                }
+            }
+            if (nb) kb->pv(op, pp, nb, vp + lo, hi - lo, hd);
+            lo = hi;
+        }
+    }
 }
 
 static void row_end(const qwi_cpu_attn *a, int32_t r, int32_t g, const row_state *s) {
@@ -231,41 +317,39 @@ static void row_end(const qwi_cpu_attn *a, int32_t r, int32_t g, const row_state
     float *out = a->out + r * (int64_t)a->num_heads * hd + (int64_t)g * group * hd;
     for (int32_t h = 0; h < group; h++) {
         float inv = 1.0f / s->sum[h];
-        for (int32_t d = 0; d < hd; d++) out[h * hd + d] = s->acc[h * hd + d] * inv;
+        if (a->k_bf16) {
+            a->kb->scale(out + h * hd, s->acc + h * hd, inv, hd);
+        } else {
+            for (int32_t d = 0; d < hd; d++) out[h * hd + d] = s->acc[h * hd + d] * inv;
+        }
     }
-}
-
-void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t r,
-                       int32_t g, float *scratch) {
-    row_state s;
-    float *ktile = ktile_of(scratch, a->num_heads / a->num_kv_heads, a->head_dim);
-    row_begin(a, r, g, scratch, &s);
-    for (int32_t t0 = 0; t0 < s.ctx; t0 += QWI_CPU_ATTN_TILE) {
-        if (a->k_bf16) ktile_load(a, s.bt, g, t0, QWI_MIN(s.ctx, t0 + QWI_CPU_ATTN_TILE), ktile);
-        row_tile(a, kt, g, t0, ktile, &s);
-    }
-    row_end(a, r, g, &s);
 }
 
 /* Rows r0 .. r0+n-1 (n <= QWI_CPU_ATTN_ROWS) of one sequence, tile by tile:
- * every row runs exactly qwr_attention_row's steps, interleaved by tile. */
+ * every row runs exactly the steps it runs alone (n = 1), interleaved by
+ * tile. */
 static void attention_block(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t r0,
                             int32_t n, int32_t g, float *scratch) {
     const size_t per_row = row_state_floats(a->num_heads / a->num_kv_heads, a->head_dim);
     row_state s[QWI_CPU_ATTN_ROWS];
-    float *ktile = ktile_of(scratch, a->num_heads / a->num_kv_heads, a->head_dim);
     int32_t ctx = 0;
     for (int32_t i = 0; i < n; i++) {
         row_begin(a, r0 + i, g, scratch + (size_t)i * per_row, &s[i]);
         ctx = QWI_MAX(ctx, s[i].ctx);
     }
-    /* the rows of a run share one sequence, hence one block table */
-    for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
-        if (a->k_bf16) ktile_load(a, s[0].bt, g, t0, QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE), ktile);
-        for (int32_t i = 0; i < n; i++)
-            if (t0 < s[i].ctx) row_tile(a, kt, g, t0, ktile, &s[i]);
+    if (a->k_bf16) {
+        fast_block(a, s, n, g, ktile_of(scratch, a->num_heads / a->num_kv_heads, a->head_dim));
+    } else {
+        for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE)
+            for (int32_t i = 0; i < n; i++)
+                if (t0 < s[i].ctx) row_tile(a, kt, g, t0, &s[i]);
     }
     for (int32_t i = 0; i < n; i++) row_end(a, r0 + i, g, &s[i]);
+}
+
+void qwr_attention_row(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t r,
+                       int32_t g, float *scratch) {
+    attention_block(a, kt, r, 1, g, scratch);
 }
 
 typedef struct attn_ctx {
@@ -273,6 +357,7 @@ typedef struct attn_ctx {
     const qwi_cpu_kernels *kt;
     float *const *scratch;
     int32_t rows;        /* most rows per run (<= QWI_CPU_ATTN_ROWS) */
+    int32_t heads;       /* kv heads per task (1 or num_kv_heads)    */
 } attn_ctx;
 
 int32_t qwi_cpu_attn_run_rows(const qwi_cpu_attn *a, int nthreads) {
@@ -298,24 +383,60 @@ int32_t qwi_cpu_attn_run_end(const qwi_cpu_attn *a, int32_t run_rows, int32_t r)
     return e;
 }
 
-/* Task t: kv head t % num_kv_heads of the run that starts at row t /
- * num_kv_heads, if one does (else nothing): the rows of a run share their
- * sequence's block table, so they read each K/V tile once. Decode rows are
- * each their own run, so a decode step is (sequence, kv head) tasks. */
+/* Prefetch the first tile's K and V rows of kv head g for the rows of a
+ * run starting at r0 (fast mode): the next head's slices lie in the same
+ * pages and cache-line rows as this head's, so they arrive while this head
+ * computes. */
+static void prefetch_head(const qwi_cpu_attn *a, int32_t r0, int32_t r1, int32_t g) {
+    int32_t ctx = 0;
+    for (int32_t r = r0; r < r1; r++) ctx = QWI_MAX(ctx, a->positions[r] + 1);
+    const int32_t *bt = a->block_tables + (int64_t)a->row_seq[r0] * a->max_blocks_per_seq;
+    const int32_t bs = a->block_size, n = QWI_MIN(ctx, QWI_CPU_ATTN_TILE);
+    const int64_t kv_stride = (int64_t)a->num_kv_heads * a->head_dim;
+    const size_t bytes = (size_t)a->head_dim * sizeof(uint16_t);
+    for (int32_t b = 0; b * bs < n; b++)
+        for (int32_t o = 0; o < bs && b * bs + o < n; o++) {
+            const int64_t off = ((int64_t)bt[b] * bs + o) * kv_stride + (int64_t)g * a->head_dim;
+            prefetch_slice(a->k_bf16 + off, bytes);
+            prefetch_slice(a->v_bf16 + off, bytes);
+        }
+}
+
+/* Task t: kv heads [g0, g0 + heads) of the run that starts at row t /
+ * ceil(num_kv_heads / heads), if one does (else nothing): the rows of a
+ * run share their sequence's block table, so they read each K/V tile once.
+ * A decode step (every row its own run) with enough rows for the threads
+ * runs all kv heads of a sequence in one task, head by head, the next
+ * head's K/V prefetched during this one: a (sequence, kv head) slice is
+ * 256-512 bytes out of every 2-4 KB cache row, so alone each task paid
+ * the TLB and memory misses of its scattered rows again. Otherwise a task
+ * is one (run, kv head) pair. Either way each (row, head) is computed
+ * alone by attention_block, so the split never changes a bit. */
 static void attn_task(void *p, int64_t t, int thread) {
     const attn_ctx *c = p;
     const qwi_cpu_attn *a = c->a;
-    const int32_t g = (int32_t)(t % a->num_kv_heads);
-    const int32_t r0 = (int32_t)(t / a->num_kv_heads);
+    const int32_t ng = (a->num_kv_heads + c->heads - 1) / c->heads;
+    const int32_t g0 = (int32_t)(t % ng) * c->heads;
+    const int32_t g1 = QWI_MIN(a->num_kv_heads, g0 + c->heads);
+    const int32_t r0 = (int32_t)(t / ng);
     const int32_t r1 = qwi_cpu_attn_run_end(a, c->rows, r0);
-    if (r1 > r0) attention_block(a, c->kt, r0, r1 - r0, g, c->scratch[thread]);
+    for (int32_t g = g0; r1 > r0 && g < g1; g++) {
+        if (a->k_bf16 && g + 1 < g1) prefetch_head(a, r0, r1, g + 1);
+        attention_block(a, c->kt, r0, r1 - r0, g, c->scratch[thread]);
+    }
 }
 
 void qwi_cpu_attention(qwi_cpu_pool *pool, const qwi_cpu_kernels *kt, float *const *scratch,
                        const qwi_cpu_attn *a) {
+    const int nthreads = qwi_cpu_pool_size(pool);
     attn_ctx c = { .a = a, .kt = kt, .scratch = scratch,
-                   .rows = qwi_cpu_attn_run_rows(a, qwi_cpu_pool_size(pool)) };
-    qwi_cpu_pool_run(pool, (int64_t)a->num_tokens * a->num_kv_heads, attn_task, &c);
+                   .rows = qwi_cpu_attn_run_rows(a, nthreads), .heads = 1 };
+    bool decode = a->num_tokens >= 8 * nthreads;
+    for (int32_t r = 1; decode && r < a->num_tokens; r++)
+        decode = a->row_seq[r] != a->row_seq[r - 1];
+    if (decode) c.heads = a->num_kv_heads;
+    const int64_t ng = (a->num_kv_heads + c.heads - 1) / c.heads;
+    qwi_cpu_pool_run(pool, (int64_t)a->num_tokens * ng, attn_task, &c);
 }
 
 void qwi_cpu_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,

@@ -14,10 +14,14 @@
  * or the thread that ran it.
  *
  * Parallelism: one task per (run of rows, kv head), a run being up to
- * qwi_cpu_attn_run_rows consecutive rows of one sequence. A decode step has
- * one row per sequence, so it splits into (sequence, kv head) pairs - 32
- * sequences of an 8-kv-head model are 256 tasks, handed out dynamically -
- * while a prefill chunk's rows share each K/V tile within a run.
+ * qwi_cpu_attn_run_rows consecutive rows of one sequence, so a prefill
+ * chunk's rows share each K/V tile within a run. A decode step with at
+ * least 8 rows per thread, every row a different sequence, is split by
+ * sequence instead (all kv heads of one sequence per task, the next head's
+ * K/V prefetched while one computes: the heads' slices share cache rows
+ * and pages) - 32 sequences are 32 tasks, handed out dynamically; fewer
+ * decode rows keep the (sequence, kv head) split, so one sequence still
+ * uses every thread.
  */
 #ifndef QWI_CPU_ATTENTION_H
 #define QWI_CPU_ATTENTION_H

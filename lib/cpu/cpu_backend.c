@@ -480,6 +480,7 @@ static qw_status setup_scratch(cpu_backend *b) {
     b->cx.f16_buf = b->f16_buf;
     b->cx.max_k = (int64_t)max_k;
     b->cx.xpair = b->xpair;
+    b->cx.act_exp = fast_mode(b) ? qwi_cpu_kv_bf16_for(b->cx.kt) : NULL;
     return QW_OK;
 }
 

@@ -212,8 +212,17 @@ void qwr_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *ou
     for (int j = 0; k + j < n; j++) acc[j] += x[k + j] * x[k + j];
     float ms = lanes_sum(acc) / (float)n;
     float r = 1.0f / sqrtf(ms + eps);
-    /* (x * r) * w: Hugging Face normalises first, then scales by the weight. */
-    for (int64_t i = 0; i < n; i++) out[i] = (x[i] * r) * w[i];
+    /* (x * r) * w: Hugging Face normalises first, then scales by the weight.
+     * By blocks of L through a local array: out may alias x, which kept
+     * the compiler from vectorising the plain loop (a decode step runs
+     * this for every q/k head of every row). Element-wise: the same bits. */
+    int64_t i = 0;
+    for (; i + L <= n; i += L) {
+        float t[L];
+        for (int j = 0; j < L; j++) t[j] = (x[i + j] * r) * w[i + j];
+        for (int j = 0; j < L; j++) out[i + j] = t[j];
+    }
+    for (; i < n; i++) out[i] = (x[i] * r) * w[i];
 }
 
 void qwr_head_rmsnorm(float *x, int64_t nheads, int64_t head_dim, const float *w, float eps) {

@@ -14,13 +14,15 @@
  * is one shift per 8/16 elements. So q stays f32 and every step is an f32
  * FMA (the generic table: a multiply then an add).
  *
- * Determinism contract (as kernels.h): within one table axpy4/axpy4x2
- * are bit-identical to the axpy calls in order (element-wise, so every
- * table gives the same bits up to its multiply-add: FMA on x86, multiply
- * then add in the generic one). Scores use tscores (positions as lanes,
- * one chain over d per score), so a row has the same bits whatever block
- * or lane it is computed in, with no horizontal sums; tables differ from
- * each other within rounding only. The backend picks the table matching
+ * Determinism contract (as kernels.h): within one table pv (and its
+ * fixed-size forms axpy4/axpy4x2) is bit-identical to the axpy calls in
+ * order (element-wise, so every table gives the same bits up to its
+ * multiply-add: FMA on x86, multiply then add in the generic one). Scores
+ * use tscores/tscores_q (positions as lanes, one chain over d per score),
+ * so a row has the same bits whatever block or lane it is computed in,
+ * with no horizontal sums; the softmax's exp_sum fixes its order by the
+ * tile's length alone. Tables differ from each other within rounding
+ * only. The backend picks the table matching
  * its f32 kernel table once (qwi_cpu_kv_bf16_for), so every op of a
  * process uses one table.
  */
@@ -52,7 +54,62 @@ typedef struct qwi_cpu_kv_bf16_kernels {
     /* qwi_cpu_kv_bf16_transpose (the widen is exact, so every table
      * writes the same bits; the x86 ones by 8x8 register transposes). */
     void (*transpose)(const uint16_t *const *k, int32_t n, int64_t hd, float *kt, int64_t ld);
+    /* tscores for nq q vectors at their own addresses: out[i][j] for
+     * i < nq, j < n gets exactly the bits tscores gives q[i] (the same
+     * chain over d, then the multiply by scale). Attention passes the q
+     * heads of several rows of a block at once, so each K tile vector
+     * loaded feeds up to 6 (AVX-512; AVX2 2) of them. */
+    void (*tscores_q)(const float *const *q, float *const *out, int32_t nq, int64_t hd,
+                      const float *kt, int64_t ld, int32_t n, float scale);
+    /* The P.V pass of nq accumulators over n positions: for each i < nq
+     * and e < hd, o[i][e] = o[i][e] + p[i][j] * v[j][e] for j = 0 .. n-1
+     * in that order (FMA; generic: multiply then add), i.e. bit for bit n
+     * axpy calls in order, whatever nq, n or the grouping of the calls.
+     * Accumulators stay in registers over the positions, each V vector is
+     * widened once for up to 8 (AVX2 4) of them. */
+    void (*pv)(float *const *o, const float *const *p, int32_t nq, const uint16_t *const *v,
+               int32_t n, int64_t hd);
+    /* y[i] = exp(x[i]) for i < n (y may alias x), by the polynomial of
+     * the exp contract below. */
+    void (*vexp)(const float *x, float *y, int64_t n);
+    /* One tile of the online softmax: m' = max(*m, s[0..n)), s[j] =
+     * exp(s[j] - m') by this table's vexp, *m = m', returns the sum of the
+     * new s[j] in a fixed order that depends only on n (the table's lane
+     * tree). n >= 1. */
+    float (*exp_sum)(float *s, int32_t n, float *m);
+    /* y[i] = x[i] * s, i < n (y may alias x): one rounded multiply each,
+     * so every table gives the same bits. The softmax rescale and the
+     * final 1/sum of each (row, head). */
+    void (*scale)(float *y, const float *x, float s, int64_t n);
 } qwi_cpu_kv_bf16_kernels;
+
+/* The exp of every table (vexp, exp_sum): exp(x) = 2^k * P(r) with k =
+ * round(x * log2(e)), r = x - k*ln2 (ln2 split in two, Cody-Waite) and P
+ * Cephes' degree-6 expf polynomial; no libm, so a table gives the same
+ * bits on every system. Max relative error against exp in float64 over
+ * x in [-87.3, 88]: QWI_VEXP_MAX_REL_ERR (measured over every float of
+ * that range: 8.46e-8 for the FMA tables, 8.16e-8 for the generic one,
+ * multiply then add; tests/test_vexp.c checks a sample). x < -87.3 gives
+ * +0 (exp < 1.3e-38, the bottom of the normal range), x > 88 gives
+ * exp(88), NaN gives NaN. */
+#define QWI_VEXP_MAX_REL_ERR 1e-7
+
+/* The exp contract's constants (Cephes expf), shared by every table. */
+#define QWI_VEXP_LO (-87.3f)
+#define QWI_VEXP_HI 88.0f
+#define QWI_VEXP_LOG2E 1.44269504088896341f
+#define QWI_VEXP_LN2_HI 0.693359375f        /* 9 bits: k * LN2_HI is exact */
+#define QWI_VEXP_LN2_LO (-2.12194440e-4f)
+#define QWI_VEXP_P0 1.9875691500e-4f
+#define QWI_VEXP_P1 1.3981999507e-3f
+#define QWI_VEXP_P2 8.3334519073e-3f
+#define QWI_VEXP_P3 4.1665795894e-2f
+#define QWI_VEXP_P4 1.6666665459e-1f
+#define QWI_VEXP_P5 5.0000001201e-1f
+
+/* The generic table's exp of one float (the contract's steps, multiply
+ * then add). Pure; thread-safe. */
+float qwi_cpu_vexp_scalar(float x);
 
 /* The portable table; always available. Static storage. */
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_generic(void);

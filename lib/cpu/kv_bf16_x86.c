@@ -6,15 +6,23 @@
  *
  * Every batched form runs, per output, exactly the FMA sequence of the
  * single form (same lanes, same order, same tail, same reduction): it only
- * interleaves independent chains and loads each K/V row once for all of
- * them, which is what hides the FMA latency and halves the K/V traffic.
+ * interleaves independent chains and loads each K/V vector once for all of
+ * them (register blocks of up to 6 x 4 zmm accumulators for the scores,
+ * 8 x 2 for P.V), which is what hides the FMA latency and cuts the K/V
+ * traffic per FMA. The exp is the contract's polynomial in FMA steps.
  */
+#include <math.h>
 #include <string.h>
 
 #include "cpu/kv_bf16.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+
+/* Full unrolling of the register-block loops (constant bounds once
+ * inlined) so the accumulator arrays live in registers, not on the stack:
+ * GCC's own limits stop short of the 16-24 accumulators used here. */
+#define UNROLL _Pragma("GCC unroll 8")
 
 #define AVX2 __attribute__((target("avx2,fma")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
@@ -36,19 +44,6 @@ AVX2_INLINE __m256 ld8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
 }
 
-/* First r (< 8) elements, the rest zero. */
-AVX2_INLINE __m256 ld8_tail(const uint16_t *p, int64_t r) {
-    uint16_t tmp[8] = { 0 };
-    memcpy(tmp, p, (size_t)r * sizeof(uint16_t));
-    return ld8(tmp);
-}
-
-AVX2_INLINE __m256 ldq8_tail(const float *p, int64_t r) {
-    float tmp[8] = { 0 };
-    memcpy(tmp, p, (size_t)r * sizeof(float));
-    return _mm256_loadu_ps(tmp);
-}
-
 static AVX2 void avx2_axpy(float *o, float s, const uint16_t *v, int64_t n) {
     __m256 sv = _mm256_set1_ps(s);
     int64_t i = 0;
@@ -62,41 +57,143 @@ static AVX2 void avx2_axpy(float *o, float s, const uint16_t *v, int64_t n) {
     }
 }
 
-static AVX2 void avx2_axpy4(float *o, const float s[4], const uint16_t *const v[4], int64_t n) {
-    __m256 w[4];
-    for (int j = 0; j < 4; j++) w[j] = _mm256_set1_ps(s[j]);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 acc = _mm256_loadu_ps(o + i);
-        for (int j = 0; j < 4; j++) acc = _mm256_fmadd_ps(w[j], ld8(v[j] + i), acc);
-        _mm256_storeu_ps(o + i, acc);
+/* Scalar FMA chains for elements [e0, hd) of every accumulator: the
+ * hd % 8 (or % 16) tail of pv, positions in order per element as the
+ * vector part. */
+static inline __attribute__((target("fma"))) void pv_tail(float *const *o,
+                                                          const float *const *p, int32_t nq,
+                                                          const uint16_t *const *v, int32_t n,
+                                                          int64_t e0, int64_t hd) {
+    for (int32_t i = 0; i < nq; i++)
+        for (int64_t e = e0; e < hd; e++) {
+            float acc = o[i][e];
+            for (int32_t j = 0; j < n; j++) {
+                uint32_t u = (uint32_t)v[j][e] << 16;
+                float f;
+                memcpy(&f, &u, 4);
+                acc = __builtin_fmaf(p[i][j], f, acc);
+            }
+            o[i][e] = acc;
+        }
+}
+
+/* Accumulators o[0..QB) elements [e0, e0 + 8*HC), held in registers over
+ * positions 0..n-1 (QB, HC constants once inlined; QB*HC <= 8). */
+AVX2_INLINE void avx2_pv_blk(float *const *o, const float *const *p, const int QB,
+                             const uint16_t *const *v, int32_t n, int64_t e0, const int HC) {
+    __m256 acc[4][4];
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HC; c++) acc[i][c] = _mm256_loadu_ps(o[i] + e0 + 8 * c);
+    for (int32_t j = 0; j < n; j++) {
+        __m256 vv[4];
+        UNROLL
+        for (int c = 0; c < HC; c++) vv[c] = ld8(v[j] + e0 + 8 * c);
+        UNROLL
+        for (int i = 0; i < QB; i++) {
+            const __m256 x = _mm256_broadcast_ss(p[i] + j);
+            UNROLL
+            for (int c = 0; c < HC; c++) acc[i][c] = _mm256_fmadd_ps(x, vv[c], acc[i][c]);
+        }
     }
-    if (i < n)
-        for (int j = 0; j < 4; j++) avx2_axpy(o + i, s[j], v[j] + i, n - i);
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HC; c++) _mm256_storeu_ps(o[i] + e0 + 8 * c, acc[i][c]);
+}
+
+/* QB accumulators: 8*HC-wide column blocks, then 8-wide ones, then the
+ * scalar tail (every element is still one chain over j in order). */
+AVX2_INLINE void avx2_pv_rows(float *const *o, const float *const *p, const int QB,
+                              const uint16_t *const *v, int32_t n, int64_t hd, const int HC) {
+    int64_t e = 0;
+    for (; e + 8 * HC <= hd; e += 8 * HC) avx2_pv_blk(o, p, QB, v, n, e, HC);
+    for (; e + 8 <= hd; e += 8) avx2_pv_blk(o, p, QB, v, n, e, 1);
+    if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
+}
+
+static AVX2 void avx2_pv(float *const *o, const float *const *p, int32_t nq,
+                         const uint16_t *const *v, int32_t n, int64_t hd) {
+    int32_t i = 0;
+    for (; i + 4 <= nq; i += 4) avx2_pv_rows(o + i, p + i, 4, v, n, hd, 2);
+    for (; i + 2 <= nq; i += 2) avx2_pv_rows(o + i, p + i, 2, v, n, hd, 4);
+    for (; i < nq; i++) avx2_pv_rows(o + i, p + i, 1, v, n, hd, 4);
+}
+
+static AVX2 void avx2_axpy4(float *o, const float s[4], const uint16_t *const v[4], int64_t n) {
+    avx2_pv(&o, &s, 1, v, 4, n);
 }
 
 static AVX2 void avx2_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4],
                               const uint16_t *const v[4], int64_t n) {
-    __m256 w0[4], w1[4];
-    for (int j = 0; j < 4; j++) {
-        w0[j] = _mm256_set1_ps(s0[j]);
-        w1[j] = _mm256_set1_ps(s1[j]);
-    }
+    float *o[2] = { o0, o1 };
+    const float *s[2] = { s0, s1 };
+    avx2_pv(o, s, 2, v, 4, n);
+}
+
+/* The exp contract on 8 lanes (FMA steps). */
+AVX2_INLINE __m256 vexp8(__m256 x) {
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(QWI_VEXP_LO), _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_set1_ps(QWI_VEXP_HI), x);   /* NaN x passes through */
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(QWI_VEXP_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(QWI_VEXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(QWI_VEXP_LN2_LO), r);
+    __m256 y = _mm256_set1_ps(QWI_VEXP_P0);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(QWI_VEXP_P1));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(QWI_VEXP_P2));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(QWI_VEXP_P3));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(QWI_VEXP_P4));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(QWI_VEXP_P5));
+    y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+/* Lanes j < r of 8 as an AVX2 mask. */
+AVX2_INLINE __m256i mask8(int32_t r) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static AVX2 void avx2_vexp(const float *x, float *y, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 a0 = _mm256_loadu_ps(o0 + i), a1 = _mm256_loadu_ps(o1 + i);
-        for (int j = 0; j < 4; j++) {
-            __m256 vv = ld8(v[j] + i);
-            a0 = _mm256_fmadd_ps(w0[j], vv, a0);
-            a1 = _mm256_fmadd_ps(w1[j], vv, a1);
-        }
-        _mm256_storeu_ps(o0 + i, a0);
-        _mm256_storeu_ps(o1 + i, a1);
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, vexp8(_mm256_loadu_ps(x + i)));
     if (i < n) {
-        for (int j = 0; j < 4; j++) avx2_axpy(o0 + i, s0[j], v[j] + i, n - i);
-        for (int j = 0; j < 4; j++) avx2_axpy(o1 + i, s1[j], v[j] + i, n - i);
+        const __m256i m = mask8((int32_t)(n - i));
+        _mm256_maskstore_ps(y + i, m, vexp8(_mm256_maskload_ps(x + i, m)));
     }
+}
+
+static AVX2 float avx2_exp_sum(float *s, int32_t n, float *m) {
+    __m256 vm = _mm256_set1_ps(*m);
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + j));
+    const __m256i tm = mask8(n - j);
+    if (j < n)
+        vm = _mm256_max_ps(vm, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY),
+                                                _mm256_maskload_ps(s + j, tm),
+                                                _mm256_castsi256_ps(tm)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float mx = _mm_cvtss_f32(h);
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256 acc = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        const __m256 e = vexp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
+        _mm256_storeu_ps(s + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (j < n) {
+        const __m256 e = _mm256_and_ps(
+            vexp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, tm), vmx)), _mm256_castsi256_ps(tm));
+        _mm256_maskstore_ps(s + j, tm, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    *m = mx;
+    return hsum8(acc);
 }
 
 /* Lanes [j0, j0 + 8 * nc) of up to two heads: nc (<= 4, a constant once
@@ -170,22 +267,39 @@ static AVX2 void avx2_transpose(const uint16_t *const *k, int32_t n, int64_t hd,
         }
 }
 
-static AVX2 void avx2_tscores(const float *q, int32_t nq, int64_t hd, const float *kt,
-                              int64_t ld, int32_t n, float scale, float *out, int64_t out_ld) {
+static AVX2 void avx2_tscores_q(const float *const *q, float *const *out, int32_t nq,
+                                int64_t hd, const float *kt, int64_t ld, int32_t n,
+                                float scale) {
     for (int32_t h = 0; h < nq; h += 2) {
-        const float *q1 = h + 1 < nq ? q + (int64_t)(h + 1) * hd : NULL;
+        const float *q1 = h + 1 < nq ? q[h + 1] : NULL;
+        float *o0 = out[h], *o1 = q1 ? out[h + 1] : NULL;
         for (int32_t j0 = 0; j0 < n; j0 += 32) {
-            const float *qh = q + (int64_t)h * hd;
-            float *o0 = out + (int64_t)h * out_ld, *o1 = q1 ? o0 + out_ld : NULL;
             /* the last chunk runs only the vectors it needs */
             switch (QWI_MIN(4, (n - j0 + 7) / 8)) {
-            case 1: avx2_tscores_chunk(qh, q1, hd, kt, ld, j0, n, scale, o0, o1, 1); break;
-            case 2: avx2_tscores_chunk(qh, q1, hd, kt, ld, j0, n, scale, o0, o1, 2); break;
-            case 3: avx2_tscores_chunk(qh, q1, hd, kt, ld, j0, n, scale, o0, o1, 3); break;
-            default: avx2_tscores_chunk(qh, q1, hd, kt, ld, j0, n, scale, o0, o1, 4); break;
+            case 1: avx2_tscores_chunk(q[h], q1, hd, kt, ld, j0, n, scale, o0, o1, 1); break;
+            case 2: avx2_tscores_chunk(q[h], q1, hd, kt, ld, j0, n, scale, o0, o1, 2); break;
+            case 3: avx2_tscores_chunk(q[h], q1, hd, kt, ld, j0, n, scale, o0, o1, 3); break;
+            default: avx2_tscores_chunk(q[h], q1, hd, kt, ld, j0, n, scale, o0, o1, 4); break;
             }
         }
     }
+}
+
+static AVX2 void avx2_tscores(const float *q, int32_t nq, int64_t hd, const float *kt,
+                              int64_t ld, int32_t n, float scale, float *out, int64_t out_ld) {
+    for (int32_t h = 0; h < nq; h += 2) {
+        const int32_t k = QWI_MIN(2, nq - h);
+        const float *qq[2] = { q + (int64_t)h * hd, q + (int64_t)(h + k - 1) * hd };
+        float *oo[2] = { out + (int64_t)h * out_ld, out + (int64_t)(h + k - 1) * out_ld };
+        avx2_tscores_q(qq, oo, k, hd, kt, ld, n, scale);
+    }
+}
+
+static AVX2 void avx2_scale(float *y, const float *x, float s, int64_t n) {
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sv));
+    for (; i < n; i++) y[i] = x[i] * s;
 }
 
 static const qwi_cpu_kv_bf16_kernels avx2_table = {
@@ -195,6 +309,11 @@ static const qwi_cpu_kv_bf16_kernels avx2_table = {
     .axpy4x2 = avx2_axpy4x2,
     .tscores = avx2_tscores,
     .transpose = avx2_transpose,
+    .tscores_q = avx2_tscores_q,
+    .pv = avx2_pv,
+    .vexp = avx2_vexp,
+    .exp_sum = avx2_exp_sum,
+    .scale = avx2_scale,
 };
 
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx2(void) {
@@ -217,16 +336,6 @@ AVX512_INLINE __m512 ld16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
 }
 
-AVX512_INLINE __m512 ld16_tail(const uint16_t *p, int64_t r) {
-    uint16_t tmp[16] = { 0 };
-    memcpy(tmp, p, (size_t)r * sizeof(uint16_t));
-    return ld16(tmp);
-}
-
-AVX512_INLINE __m512 ldq16_tail(const float *p, int64_t r) {
-    return _mm512_maskz_loadu_ps((__mmask16)((1u << r) - 1u), p);
-}
-
 static AVX512 void avx512_axpy(float *o, float s, const uint16_t *v, int64_t n) {
     __m512 sv = _mm512_set1_ps(s);
     int64_t i = 0;
@@ -240,97 +349,219 @@ static AVX512 void avx512_axpy(float *o, float s, const uint16_t *v, int64_t n) 
     }
 }
 
+/* Accumulators o[0..QB) elements [e0, e0 + 16*HC), held in registers
+ * over positions 0..n-1 (QB, HC constants once inlined; QB*HC <= 16). */
+AVX512_INLINE void avx512_pv_blk(float *const *o, const float *const *p, const int QB,
+                                 const uint16_t *const *v, int32_t n, int64_t e0, const int HC) {
+    __m512 acc[8][8];
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HC; c++) acc[i][c] = _mm512_loadu_ps(o[i] + e0 + 16 * c);
+    for (int32_t j = 0; j < n; j++) {
+        __m512 vv[8];
+        UNROLL
+        for (int c = 0; c < HC; c++) vv[c] = ld16(v[j] + e0 + 16 * c);
+        UNROLL
+        for (int i = 0; i < QB; i++) {
+            const __m512 x = _mm512_set1_ps(p[i][j]);
+            UNROLL
+            for (int c = 0; c < HC; c++) acc[i][c] = _mm512_fmadd_ps(x, vv[c], acc[i][c]);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HC; c++) _mm512_storeu_ps(o[i] + e0 + 16 * c, acc[i][c]);
+}
+
+/* QB accumulators: 16*HC-wide column blocks, then 16-wide ones, then the
+ * scalar tail (every element is still one chain over j in order). */
+AVX512_INLINE void avx512_pv_rows(float *const *o, const float *const *p, const int QB,
+                                  const uint16_t *const *v, int32_t n, int64_t hd,
+                                  const int HC) {
+    int64_t e = 0;
+    for (; e + 16 * HC <= hd; e += 16 * HC) avx512_pv_blk(o, p, QB, v, n, e, HC);
+    for (; e + 16 <= hd; e += 16) avx512_pv_blk(o, p, QB, v, n, e, 1);
+    if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
+}
+
+static AVX512 void avx512_pv(float *const *o, const float *const *p, int32_t nq,
+                             const uint16_t *const *v, int32_t n, int64_t hd) {
+    int32_t i = 0;
+    if (nq >= 8) {
+        /* column blocks outer, groups of 8 accumulators inner: the V
+         * columns of a block (n x 64 bytes) stay in L1 for every group */
+        const int32_t n8 = nq & ~7;
+        int64_t e = 0;
+        for (; e + 32 <= hd; e += 32)
+            for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 2);
+        for (; e + 16 <= hd; e += 16)
+            for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 1);
+        if (e < hd) pv_tail(o, p, n8, v, n, e, hd);
+        i = n8;
+    }
+    for (; i + 4 <= nq; i += 4) avx512_pv_rows(o + i, p + i, 4, v, n, hd, 4);
+    for (; i + 2 <= nq; i += 2) avx512_pv_rows(o + i, p + i, 2, v, n, hd, 8);
+    for (; i < nq; i++) avx512_pv_rows(o + i, p + i, 1, v, n, hd, 8);
+}
+
 static AVX512 void avx512_axpy4(float *o, const float s[4], const uint16_t *const v[4],
                                 int64_t n) {
-    __m512 w[4];
-    for (int j = 0; j < 4; j++) w[j] = _mm512_set1_ps(s[j]);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 acc = _mm512_loadu_ps(o + i);
-        for (int j = 0; j < 4; j++) acc = _mm512_fmadd_ps(w[j], ld16(v[j] + i), acc);
-        _mm512_storeu_ps(o + i, acc);
-    }
-    if (i < n)
-        for (int j = 0; j < 4; j++) avx512_axpy(o + i, s[j], v[j] + i, n - i);
+    avx512_pv(&o, &s, 1, v, 4, n);
 }
 
 static AVX512 void avx512_axpy4x2(float *o0, float *o1, const float s0[4], const float s1[4],
                                   const uint16_t *const v[4], int64_t n) {
-    __m512 w0[4], w1[4];
-    for (int j = 0; j < 4; j++) {
-        w0[j] = _mm512_set1_ps(s0[j]);
-        w1[j] = _mm512_set1_ps(s1[j]);
-    }
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 a0 = _mm512_loadu_ps(o0 + i), a1 = _mm512_loadu_ps(o1 + i);
-        for (int j = 0; j < 4; j++) {
-            __m512 vv = ld16(v[j] + i);
-            a0 = _mm512_fmadd_ps(w0[j], vv, a0);
-            a1 = _mm512_fmadd_ps(w1[j], vv, a1);
-        }
-        _mm512_storeu_ps(o0 + i, a0);
-        _mm512_storeu_ps(o1 + i, a1);
-    }
-    if (i < n) {
-        for (int j = 0; j < 4; j++) avx512_axpy(o0 + i, s0[j], v[j] + i, n - i);
-        for (int j = 0; j < 4; j++) avx512_axpy(o1 + i, s1[j], v[j] + i, n - i);
-    }
+    float *o[2] = { o0, o1 };
+    const float *s[2] = { s0, s1 };
+    avx512_pv(o, s, 2, v, 4, n);
 }
 
-/* Lanes [j0, j0 + 16 * nc) of up to two heads: nc (<= 4, a constant once
- * inlined) zmm of positions per head, one FMA chain over d per lane; lanes
- * at or past n are masked off. */
-AVX512_INLINE void avx512_tscores_chunk(const float *q0, const float *q1, int64_t hd,
-                                        const float *kt, int64_t ld, int32_t j0, int32_t n,
-                                        float scale, float *o0, float *o1, const int nc) {
+/* Lanes [j0, j0 + 16 * nc) of QB q vectors: nc (<= 4) zmm of positions
+ * each, one FMA chain over d per lane, every K vector loaded once for the
+ * QB of them (QB <= 6: 24 accumulators); lanes at or past n are masked
+ * off. QB and nc are constants once inlined. */
+AVX512_INLINE void avx512_tscores_chunk(const float *const *q, float *const *o, const int QB,
+                                        int64_t hd, const float *kt, int64_t ld, int32_t j0,
+                                        int32_t n, float scale, const int nc) {
     __mmask16 m[4];
+    UNROLL
     for (int c = 0; c < 4; c++) {
         int32_t r = n - j0 - 16 * c;
         m[c] = r >= 16 ? (__mmask16)0xFFFF : r <= 0 ? (__mmask16)0 : (__mmask16)((1u << r) - 1u);
     }
-    __m512 a0[4], a1[4];
-    for (int c = 0; c < 4; c++) a0[c] = a1[c] = _mm512_setzero_ps();
+    __m512 acc[6][4];
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < nc; c++) acc[i][c] = _mm512_setzero_ps();
     const float *kp = kt + j0;
-    if (q1) {
-        for (int64_t d = 0; d < hd; d++, kp += ld) {
-            __m512 x0 = _mm512_set1_ps(q0[d]), x1 = _mm512_set1_ps(q1[d]);
-            for (int c = 0; c < nc; c++) {
-                __m512 kv = _mm512_maskz_loadu_ps(m[c], kp + 16 * c);
-                a0[c] = _mm512_fmadd_ps(x0, kv, a0[c]);
-                a1[c] = _mm512_fmadd_ps(x1, kv, a1[c]);
-            }
-        }
-    } else {
-        for (int64_t d = 0; d < hd; d++, kp += ld) {
-            __m512 x0 = _mm512_set1_ps(q0[d]);
-            for (int c = 0; c < nc; c++)
-                a0[c] = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(m[c], kp + 16 * c), a0[c]);
+    for (int64_t d = 0; d < hd; d++, kp += ld) {
+        __m512 kv[4];
+        UNROLL
+        for (int c = 0; c < nc; c++) kv[c] = _mm512_maskz_loadu_ps(m[c], kp + 16 * c);
+        UNROLL
+        for (int i = 0; i < QB; i++) {
+            const __m512 x = _mm512_set1_ps(q[i][d]);
+            UNROLL
+            for (int c = 0; c < nc; c++) acc[i][c] = _mm512_fmadd_ps(x, kv[c], acc[i][c]);
         }
     }
     const __m512 sv = _mm512_set1_ps(scale);
-    for (int c = 0; c < nc; c++) {
-        _mm512_mask_storeu_ps(o0 + j0 + 16 * c, m[c], _mm512_mul_ps(a0[c], sv));
-        if (q1) _mm512_mask_storeu_ps(o1 + j0 + 16 * c, m[c], _mm512_mul_ps(a1[c], sv));
-    }
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < nc; c++)
+            _mm512_mask_storeu_ps(o[i] + j0 + 16 * c, m[c], _mm512_mul_ps(acc[i][c], sv));
 }
+
+#define TSQ_NC(QB)                                                                        \
+    switch (QWI_MIN(4, (n - j0 + 15) / 16)) {                                             \
+    case 1: avx512_tscores_chunk(q + h, out + h, QB, hd, kt, ld, j0, n, scale, 1); break; \
+    case 2: avx512_tscores_chunk(q + h, out + h, QB, hd, kt, ld, j0, n, scale, 2); break; \
+    case 3: avx512_tscores_chunk(q + h, out + h, QB, hd, kt, ld, j0, n, scale, 3); break; \
+    default: avx512_tscores_chunk(q + h, out + h, QB, hd, kt, ld, j0, n, scale, 4); break; \
+    }
+
+static AVX512 void avx512_tscores_q(const float *const *q, float *const *out, int32_t nq,
+                                    int64_t hd, const float *kt, int64_t ld, int32_t n,
+                                    float scale) {
+    /* lane chunks outer, groups of 6 q vectors inner: a chunk's columns
+     * of the K tile (hd x 256 bytes) are reused from L1 by every group */
+    for (int32_t j0 = 0; j0 < n; j0 += 64)
+        for (int32_t h = 0; h < nq; h += 6) {
+            /* the last chunk runs only the vectors it needs */
+            switch (QWI_MIN(6, nq - h)) {
+            case 1: TSQ_NC(1) break;
+            case 2: TSQ_NC(2) break;
+            case 3: TSQ_NC(3) break;
+            case 4: TSQ_NC(4) break;
+            case 5: TSQ_NC(5) break;
+            default: TSQ_NC(6) break;
+            }
+        }
+}
+
+#undef TSQ_NC
 
 static AVX512 void avx512_tscores(const float *q, int32_t nq, int64_t hd, const float *kt,
                                   int64_t ld, int32_t n, float scale, float *out,
                                   int64_t out_ld) {
-    for (int32_t h = 0; h < nq; h += 2) {
-        const float *q1 = h + 1 < nq ? q + (int64_t)(h + 1) * hd : NULL;
-        for (int32_t j0 = 0; j0 < n; j0 += 64) {
-            const float *qh = q + (int64_t)h * hd;
-            float *o0 = out + (int64_t)h * out_ld, *o1 = q1 ? o0 + out_ld : NULL;
-            /* the last chunk runs only the vectors it needs */
-            switch (QWI_MIN(4, (n - j0 + 15) / 16)) {
-            case 1: avx512_tscores_chunk(qh, q1, hd, kt, ld, j0, n, scale, o0, o1, 1); break;
-            case 2: avx512_tscores_chunk(qh, q1, hd, kt, ld, j0, n, scale, o0, o1, 2); break;
-            case 3: avx512_tscores_chunk(qh, q1, hd, kt, ld, j0, n, scale, o0, o1, 3); break;
-            default: avx512_tscores_chunk(qh, q1, hd, kt, ld, j0, n, scale, o0, o1, 4); break;
-            }
+    for (int32_t h = 0; h < nq; h += 6) {
+        const float *qq[6];
+        float *oo[6];
+        for (int i = 0; i < QWI_MIN(6, nq - h); i++) {
+            qq[i] = q + (int64_t)(h + i) * hd;
+            oo[i] = out + (int64_t)(h + i) * out_ld;
         }
+        avx512_tscores_q(qq, oo, QWI_MIN(6, nq - h), hd, kt, ld, n, scale);
+    }
+}
+
+/* The exp contract on 16 lanes (FMA steps). */
+AVX512_INLINE __m512 vexp16(__m512 x) {
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(QWI_VEXP_LO), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_set1_ps(QWI_VEXP_HI), x);   /* NaN x passes through */
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(QWI_VEXP_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(QWI_VEXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(QWI_VEXP_LN2_LO), r);
+    __m512 y = _mm512_set1_ps(QWI_VEXP_P0);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(QWI_VEXP_P1));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(QWI_VEXP_P2));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(QWI_VEXP_P3));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(QWI_VEXP_P4));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(QWI_VEXP_P5));
+    y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~under, y, _mm512_castsi512_ps(e));
+}
+
+AVX512_INLINE __mmask16 mask16(int32_t r) {
+    return r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1u);
+}
+
+static AVX512 void avx512_vexp(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, vexp16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        const __mmask16 m = mask16((int32_t)(n - i));
+        _mm512_mask_storeu_ps(y + i, m, vexp16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+static AVX512 float avx512_exp_sum(float *s, int32_t n, float *m) {
+    __m512 vm = _mm512_set1_ps(*m);
+    int32_t j = 0;
+    for (; j + 16 <= n; j += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(s + j));
+    const __mmask16 tm = mask16(n - j);
+    if (j < n) vm = _mm512_mask_max_ps(vm, tm, vm, _mm512_maskz_loadu_ps(tm, s + j));
+    const float mx = _mm512_reduce_max_ps(vm);
+    const __m512 vmx = _mm512_set1_ps(mx);
+    __m512 acc = _mm512_setzero_ps();
+    for (j = 0; j + 16 <= n; j += 16) {
+        const __m512 e = vexp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vmx));
+        _mm512_storeu_ps(s + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) {
+        const __m512 e = vexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tm, s + j), vmx));
+        _mm512_mask_storeu_ps(s + j, tm, e);
+        acc = _mm512_mask_add_ps(acc, tm, acc, e);
+    }
+    *m = mx;
+    return hsum16(acc);
+}
+
+static AVX512 void avx512_scale(float *y, const float *x, float s, int64_t n) {
+    const __m512 sv = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), sv));
+    if (i < n) {
+        const __mmask16 m = mask16((int32_t)(n - i));
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sv));
     }
 }
 
@@ -341,6 +572,11 @@ static const qwi_cpu_kv_bf16_kernels avx512_table = {
     .axpy4x2 = avx512_axpy4x2,
     .tscores = avx512_tscores,
     .transpose = avx2_transpose,
+    .tscores_q = avx512_tscores_q,
+    .pv = avx512_pv,
+    .vexp = avx512_vexp,
+    .exp_sum = avx512_exp_sum,
+    .scale = avx512_scale,
 };
 
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void) {

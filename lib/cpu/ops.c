@@ -3,6 +3,7 @@
  */
 #include "cpu/ops.h"
 #include "cpu/pairpanel.h"
+#include "cpu/silu_fast.h"
 
 /* ---- matmul ------------------------------------------------------------- */
 
@@ -127,6 +128,7 @@ typedef struct rows_ctx {
     float *out;
     int64_t rows_per_task, M, n;
     float eps;
+    const qwi_cpu_kv_bf16_kernels *act_exp;   /* silu: fast mode's exp, or NULL */
 } rows_ctx;
 
 /* Rows are grouped so that a task is worth waking a thread for. */
@@ -152,12 +154,15 @@ void qwi_cpu_rmsnorm_rows(const qwi_cpu_ctx *cx, const float *x, const float *w,
 static void silu_task(void *p, int64_t t, int thread) {
     const rows_ctx *c = p;
     int64_t r0 = t * c->rows_per_task, r1 = QWI_MIN(c->M, r0 + c->rows_per_task);
-    qwr_silu_mul(c->a + r0 * c->n, c->b + r0 * c->n, (r1 - r0) * c->n, c->out + r0 * c->n);
+    if (c->act_exp)
+        qwi_cpu_silu_mul_fast(c->act_exp, c->a + r0 * c->n, c->b + r0 * c->n, (r1 - r0) * c->n,
+                              c->out + r0 * c->n);
+    else qwr_silu_mul(c->a + r0 * c->n, c->b + r0 * c->n, (r1 - r0) * c->n, c->out + r0 * c->n);
 }
 
 void qwi_cpu_silu_mul_rows(const qwi_cpu_ctx *cx, const float *gate, const float *up,
                            int64_t M, int64_t n, float *out) {
-    rows_ctx c = { .a = gate, .b = up, .out = out, .M = M, .n = n,
+    rows_ctx c = { .a = gate, .b = up, .out = out, .M = M, .n = n, .act_exp = cx->act_exp,
                    .rows_per_task = rows_per_task(M, n, cx->nthreads) };
     qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, c.rows_per_task), silu_task, &c);
 }

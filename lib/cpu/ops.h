@@ -11,6 +11,7 @@
 #include "common.h"
 #include "dtype.h"
 #include "cpu/kernels.h"
+#include "cpu/kv_bf16.h"
 #include "cpu/threadpool.h"
 
 /* Largest number of weight rows one matmul task covers (a multiple of the
@@ -29,6 +30,9 @@ typedef struct qwi_cpu_ctx {
      * (cpu/pairpanel.h), at least M*ceil(K/2) for every such call; NULL when
      * no weight is in pair panels. */
     uint32_t *xpair;
+    /* Fast numerics: the bf16-KV table whose vexp the SiLU uses
+     * (cpu/silu_fast.h); NULL in exact mode (libm expf). */
+    const qwi_cpu_kv_bf16_kernels *act_exp;
 } qwi_cpu_ctx;
 
 /* A linear layer's weight: [n][k] of dtype, row-major or (panel) in the
@@ -64,7 +68,8 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
 void qwi_cpu_rmsnorm_rows(const qwi_cpu_ctx *cx, const float *x, const float *w, int64_t M,
                           int64_t n, float eps, float *out);
 
-/* out[r] = silu(gate[r]) * up[r] over M rows of n (out may alias gate). */
+/* out[r] = silu(gate[r]) * up[r] over M rows of n (out may alias gate);
+ * with cx->act_exp set, by qwi_cpu_silu_mul_fast. */
 void qwi_cpu_silu_mul_rows(const qwi_cpu_ctx *cx, const float *gate, const float *up,
                            int64_t M, int64_t n, float *out);
 
