@@ -26,6 +26,8 @@ extern "C" {
 }
 #include "gemm.h"
 #include "kernels.h"
+#include "penalties_cuda.h"
+#include "logprobs_cuda.h"
 
 #define GRAPH_BANNED_CAP 1024
 #define EAGER_BANNED_CAP 65536
@@ -76,7 +78,9 @@ typedef struct cu_backend {
     int32_t buckets[QWI_CUDA_MAX_BUCKETS];
     int nbuckets;
     cu_graph graphs[QWI_CUDA_MAX_BUCKETS];
+    qwi_cuda_penalties pen;     /* penalties and logit bias (penalties.cu) */
     bool graph_failure_logged;  /* the eager fallback is reported once    */
+    qwk_logprobs *lp;           /* logprobs buffers, made on first use     */
 } cu_backend;
 
 static qw_status cu_fail(cudaError_t e, const char *what) {
@@ -98,6 +102,8 @@ static void cu_destroy(qwi_backend *base) {
     cudaFree(b->d_plan);
     cudaFreeHost(b->h_plan);
     cudaFreeHost(b->h_sampled);
+    qwi_cuda_penalties_free(&b->pen);
+    qwk_logprobs_free(b->lp);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b->layers);
     free(b);
@@ -455,6 +461,65 @@ static qw_status check_plan(const cu_backend *b, const qwi_plan *p) {
     return QW_OK;
 }
 
+/* One pass of prompt logprobs over rows[0..n) (n <= lmax): final norm of
+ * x + delta (the last layer's residual, which run_model leaves intact),
+ * lm_head into the logits buffer, reduction to the pairs at dst. */
+static qw_status prompt_pass(cu_backend *b, const int32_t *rows, const int32_t *k, const int32_t *tg,
+                             qw_logprob *const *dst, int32_t n) {
+    const int32_t V = b->cfg.vocab_size, H = b->cfg.hidden_size;
+    cudaError_t e;
+    const int32_t *d_rows = qwk_logprobs_upload_rows(&b->lp, b->lmax, rows, n, b->stream, &e);
+    if (!d_rows) return cu_fail(e, "prompt logprobs rows");
+    qwk_add_rmsnorm(b->x, b->delta, d_rows, b->final_norm, n, H, (float)b->cfg.rms_norm_eps, b->hf, b->stream);
+    qw_status st = gemm(b, b->hf, b->lm_head, b->logits, 1, n, V, H);
+    if (st != QW_OK) return st;
+    CK(qwk_logprobs_reduce(&b->lp, b->lmax, b->logits, V, n, k, NULL, tg, dst, b->stream), "prompt logprobs");
+    return QW_OK;
+}
+
+/* Logprobs of the step (lib/logprobs.h), after sampling: the sampled rows'
+ * pairs from the logits still on device, then the marked prompt rows in
+ * passes of lmax rows. Only the pairs come back; the host scratch is
+ * allocated only in steps that ask. */
+static qw_status step_logprobs(cu_backend *b, const qwi_plan *p, int32_t nrows, const int32_t *lseq) {
+    const int32_t L = b->lmax;
+    int32_t *k = (int32_t *)malloc((size_t)L * 3 * sizeof(int32_t));
+    qw_logprob **dst = (qw_logprob **)malloc((size_t)L * sizeof *dst);
+    if (!k || !dst) {
+        free(k);
+        free(dst);
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: logprobs scratch of %d rows", L);
+    }
+    int32_t *rows = k + L, *tg = k + 2 * L;
+    for (int32_t i = 0; i < nrows; i++) {
+        int32_t sq = lseq[i];
+        k[i] = p->do_sample[sq] ? p->logprobs_n[sq] : -1;
+        dst[i] = p->logprobs_out + (size_t)sq * QWI_LP_STRIDE;
+    }
+    cudaError_t e = qwk_logprobs_reduce(&b->lp, L, b->logits, b->cfg.vocab_size, nrows, k, b->d_sampled, NULL, dst,
+                                        b->stream);
+    qw_status st = e == cudaSuccess ? QW_OK : cu_fail(e, "logprobs");
+    int32_t n = 0;
+    for (int32_t sq = 0; st == QW_OK && sq < p->num_seqs; sq++) {
+        if (p->prompt_logprobs_n[sq] < 0) continue;
+        for (int32_t r = p->query_start[sq]; st == QW_OK && r < p->query_start[sq + 1]; r++) {
+            if (p->prompt_target[r] < 0) continue;
+            rows[n] = r;
+            tg[n] = p->prompt_target[r];
+            k[n] = p->prompt_logprobs_n[sq];
+            dst[n] = p->prompt_logprobs_out + (size_t)r * QWI_LP_STRIDE;
+            if (++n == L) {
+                st = prompt_pass(b, rows, k, tg, dst, n);
+                n = 0;
+            }
+        }
+    }
+    if (st == QW_OK && n > 0) st = prompt_pass(b, rows, k, tg, dst, n);
+    free(k);
+    free(dst);
+    return st;
+}
+
 static qw_status cu_forward(qwi_backend *base, const qwi_plan *p) {
     cu_backend *b = (cu_backend *)base;
     if (!b || !p) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cuda: forward: NULL backend or plan");
@@ -503,6 +568,10 @@ static qw_status cu_forward(qwi_backend *base, const qwi_plan *p) {
             if (p->want_logits[lseq[i]])
                 CK(cudaMemcpyAsync(p->logits_out + (size_t)lseq[i] * V, b->logits + (size_t)i * V,
                                    (size_t)V * 4, cudaMemcpyDeviceToHost, b->stream), "logits copy-out");
+    /* Penalties and bias on the logit rows, after the raw copy-out above,
+     * undone after the sampler so logprobs read the raw logits. */
+    if ((st = qwi_cuda_penalties_apply(&b->pen, p, lseq, cnt.num_logit_rows, b->logits, V, b->stream)) != QW_OK)
+        return st;
     qwk_sample_args a;
     a.logits = b->logits;
     a.vocab = V;
@@ -519,11 +588,13 @@ static qw_status cu_forward(qwi_backend *base, const qwi_plan *p) {
     a.out = b->d_sampled;
     qwk_sample(&a, s.lpad, b->stream);
     CK(cudaGetLastError(), "kernel launch");
+    if ((st = qwi_cuda_penalties_restore(&b->pen, b->logits, V, b->stream)) != QW_OK) return st;
     CK(cudaMemcpyAsync(b->h_sampled, b->d_sampled, (size_t)s.lpad * 4, cudaMemcpyDeviceToHost, b->stream),
        "sampled ids copy-back");
     CK(cudaStreamSynchronize(b->stream), "step");
     for (int32_t i = 0; i < cnt.num_logit_rows; i++)
         if (p->do_sample[lseq[i]]) p->sampled[lseq[i]] = b->h_sampled[i];
+    if (p->logprobs_n) return step_logprobs(b, p, cnt.num_logit_rows, lseq);
     return QW_OK;
 }
 

@@ -261,9 +261,29 @@ typedef enum qw_request_option {
                                   after submit, wherever it is (0 = off)            */
     QW_REQ_CACHE_SALT = 12,    /* int: requests with different salts never share
                                   cached KV blocks (default 0)                      */
-    QW_REQ_SKIP_SPECIAL_TOKENS = 13 /* int 0/1: leave special tokens (<|im_end|>,
+    QW_REQ_SKIP_SPECIAL_TOKENS = 13, /* int 0/1: leave special tokens (<|im_end|>,
                                   ...) out of the streamed text of
                                   qw_request_get_text_piece (default 1)             */
+    QW_REQ_LOGPROBS = 14,      /* int -1..QW_MAX_LOGPROBS: per generated token, its
+                                  logprob (0) plus the top-k alternatives (k > 0);
+                                  -1 = off (default). See qw_request_get_logprobs */
+    QW_REQ_PROMPT_LOGPROBS = 15, /* int -1..QW_MAX_LOGPROBS: the same for every
+                                  prompt token after the first; -1 = off
+                                  (default). See qw_request_get_prompt_logprobs */
+    QW_REQ_REPETITION_PENALTY = 16, /* double in (0, 100]: Hugging Face/vLLM
+                                  repetition penalty over prompt and output;
+                                  1 = off (default). See "Penalties" below      */
+    QW_REQ_PRESENCE_PENALTY = 17, /* double in [-2, 2]: OpenAI presence penalty
+                                  over the output; 0 = off (default)            */
+    QW_REQ_FREQUENCY_PENALTY = 18, /* double in [-2, 2]: OpenAI frequency penalty
+                                  over the output; 0 = off (default)            */
+    QW_REQ_N = 19,             /* int 1..QW_MAX_SAMPLES: sequences sampled from
+                                  the one prompt (default 1); see "Parallel
+                                  samples" below                                  */
+    QW_REQ_INCLUDE_STOP_STR_IN_OUTPUT = 20, /* int 0/1: the text of a request
+                                  ended by a stop string keeps the stop string
+                                  (default 0: it ends where the match starts);
+                                  see qw_request_set_stop_strings               */
 } qw_request_option;
 
 typedef enum qw_request_state {
@@ -275,7 +295,9 @@ typedef enum qw_request_state {
 
 typedef enum qw_finish_reason {
     QW_FINISH_NONE = 0,       /* not finished                                  */
-    QW_FINISH_STOP = 1,       /* EOS or a stop token was generated             */
+    QW_FINISH_STOP = 1,       /* EOS, a stop token or a stop string was
+                                 generated (qw_request_get_stop_match says
+                                 which)                                        */
     QW_FINISH_LENGTH = 2,     /* max tokens or max model length reached        */
     QW_FINISH_CANCELLED = 3,  /* qw_engine_cancel() or engine destroyed        */
     QW_FINISH_ERROR = 4,      /* the backend failed or memory ran out; see the
@@ -305,6 +327,104 @@ QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, d
 /* Extra token ids that end generation (copied; replaces an earlier list).
  * The stop token is included in the output. Only before submission. */
 QW_API qw_status qw_request_set_stop_tokens(qw_request *req, const int32_t *ids, size_t n);
+
+/* ---- Stop conditions ---------------------------------------------------------
+ * After each generated token, in this order (the first that applies wins):
+ *  1. EOS (the model's end-of-sequence ids, unless QW_REQ_IGNORE_EOS) or a
+ *     stop token id (qw_request_set_stop_tokens): QW_FINISH_STOP. The token
+ *     stays the last of the output tokens; its text is in the output only if
+ *     it has some (special tokens have none unless QW_REQ_SKIP_SPECIAL_TOKENS
+ *     is 0).
+ *  2. A stop string that this token's text completed: QW_FINISH_STOP. The
+ *     token stays the last of the output tokens (it may carry text past the
+ *     match, which is dropped).
+ *  3. QW_REQ_MAX_TOKENS generated, or the max model length reached:
+ *     QW_FINISH_LENGTH.
+ * A token that is both EOS/stop token and completes a stop string reports
+ * both in qw_request_get_stop_match, and the text is cut at the stop string.
+ * QW_REQ_MIN_TOKENS = m: while fewer than m tokens were generated, EOS and
+ * the stop token ids are banned from sampling (the earliest is token m + 1),
+ * and a stop string completed by one of the first m - 1 tokens is passed
+ * over (and not found later); one completed by token m or later stops (as
+ * vLLM). QW_REQ_MAX_TOKENS always applies: with m above it the request just
+ * cannot stop early. QW_REQ_IGNORE_EOS: EOS ids are neither banned nor a
+ * stop; stop token ids and stop strings still stop the request.
+ * ------------------------------------------------------------------------- */
+#define QW_MAX_STOP_STRINGS 64
+#define QW_MAX_STOP_STRING_BYTES 1024
+
+/* Set the stop strings (copied; replaces an earlier list; n = 0 clears it):
+ * strings[i] is lens[i] bytes, or NUL-terminated when lens is NULL. They
+ * are matched on the detokenised output text (the text of
+ * qw_request_get_text_piece, so QW_REQ_SKIP_SPECIAL_TOKENS applies), across
+ * token boundaries and inside characters cut between tokens: a match counts
+ * on the token whose text completes it. When several matches complete on
+ * one token, the one that ends first wins (on the same end the longer, then
+ * the lower index). The request then finishes with QW_FINISH_STOP on that
+ * token's event; the text (qw_request_get_text) ends where the match starts,
+ * or after it with QW_REQ_INCLUDE_STOP_STR_IN_OUTPUT = 1. While the request
+ * runs, each event's text piece holds back only the trailing bytes that
+ * could still start a stop string (released by a later event, the last at
+ * the latest); no piece holds text past the stop, and the pieces of all
+ * events concatenated equal qw_request_get_text at the end. Matching keeps
+ * per string only a KMP state: cost O(new bytes x strings) per token.
+ * QW_ERR_INVALID_ARGUMENT (naming the index; nothing changes): n above
+ * QW_MAX_STOP_STRINGS, strings NULL with n > 0, a NULL or empty string, one
+ * over QW_MAX_STOP_STRING_BYTES bytes, or one that is not valid UTF-8 (it
+ * could never match whole characters). Only before submission
+ * (QW_ERR_INVALID_STATE after). qw_engine_submit refuses a request with stop
+ * strings on an engine without a tokenizer (QW_ERR_INVALID_STATE). */
+QW_API qw_status qw_request_set_stop_strings(qw_request *req, const char *const *strings,
+                                             const size_t *lens, size_t n);
+
+/* Which condition ended a request that finished with QW_FINISH_STOP:
+ * *stop_string gets the index of the stop string in the list or -1, and
+ * *stop_token the EOS or stop token id or -1 (both are set when one token
+ * did both). For a request that has not finished with QW_FINISH_STOP, both
+ * are -1 and QW_OK. Either pointer may be NULL. QW_ERR_INVALID_ARGUMENT for
+ * a NULL request. Safe from any thread. */
+QW_API qw_status qw_request_get_stop_match(const qw_request *req, int32_t *stop_string,
+                                           int32_t *stop_token);
+
+/* The request's output text so far: the concatenation of the text pieces
+ * of its events so far (so after a stop string's cut; while the
+ * request runs, without the bytes held back). Writes the first
+ * min(len, cap - 1) bytes and a NUL into buf when cap > 0 and the full
+ * length to *len_out; QW_OK even when cut (call again with cap > *len_out);
+ * buf may be NULL with cap 0 to ask for the length. QW_ERR_INVALID_ARGUMENT
+ * for NULL req or len_out, or buf NULL with cap > 0; QW_ERR_INVALID_STATE
+ * when the request was not submitted to an engine with a tokenizer (*len_out
+ * is 0 on failure). Step thread only, like qw_request_get_tokens. */
+QW_API qw_status qw_request_get_text(const qw_request *req, char *buf, size_t cap,
+                                     size_t *len_out);
+
+/* ---- Penalties and logit bias ----------------------------------------------
+ * Applied to the model's logits before temperature and the truncations, in
+ * this order (vLLM's), each in float32 for every token id i:
+ *   1. ids banned before QW_REQ_MIN_TOKENS (EOS, stop tokens) stay excluded
+ *      whatever the bias or penalties;
+ *   2. logit bias: logit_i += bias_i (qw_request_set_logit_bias);
+ *   3. repetition penalty r (QW_REQ_REPETITION_PENALTY, Hugging Face/vLLM):
+ *      where i occurs in the prompt or the output,
+ *      logit_i = logit_i > 0 ? logit_i / r : logit_i * r;
+ *   4. frequency penalty f (OpenAI): logit_i -= f * count_i, and
+ *   5. presence penalty p (OpenAI): logit_i -= p where count_i > 0,
+ *      count_i being how often i occurs in the output so far.
+ * The "prompt" is every token before the first generated one (a session's
+ * history included). They apply to greedy decoding (temperature 0) too; the
+ * logits callback and logprobs see the raw logits. Neutral values cost
+ * nothing; otherwise O(prompt + output + vocabulary) per sampled token.
+ * Batching, chunking and preemption do not change the result. */
+#define QW_MAX_LOGIT_BIAS 300
+
+/* Set the logit bias map: bias[i] is added to the logit of token ids[i]
+ * (copied; replaces an earlier map; n = 0 clears it). Each bias must be
+ * finite and within [-100, 100], n at most QW_MAX_LOGIT_BIAS and the ids
+ * distinct (QW_ERR_INVALID_ARGUMENT naming the entry otherwise, nothing
+ * changed); ids are checked against the vocabulary at submit
+ * (QW_ERR_TOKEN_OUT_OF_RANGE). Only before submission (QW_ERR_INVALID_STATE
+ * after). Not thread-safe on one request, like every setter. */
+QW_API qw_status qw_request_set_logit_bias(qw_request *req, const int32_t *ids, const float *bias, size_t n);
 /* Opaque host pointer, returned in every event of this request. Only
  * before submission (QW_ERR_INVALID_STATE after), like every setter. */
 QW_API qw_status qw_request_set_user_data(qw_request *req, void *user_data);
@@ -321,6 +441,43 @@ QW_API qw_finish_reason qw_request_get_finish_reason(const qw_request *req);
  * with cap 0 to ask for the count. Step thread only. */
 QW_API qw_status qw_request_get_tokens(const qw_request *req, int32_t *buf,
                                        size_t cap, size_t *n_out);
+
+/* ---- Parallel samples (QW_REQ_N) ------------------------------------------
+ * One submit of a request with QW_REQ_N = n gives n sequences from the one
+ * prompt (the OpenAI API's n, vLLM's parallel sampling). Sample 0 is the
+ * submitted request itself, so n = 1 is a plain request; samples 1..n-1 are
+ * requests the engine creates at submit with every option of the submitted
+ * one, owned by it (freed with it: never qw_request_release or submit them).
+ * Seeds: sample i samples with seed + i (uint64 arithmetic, wrapping), where
+ * seed is QW_REQ_SEED or, without it, the seed the engine derives for the
+ * submitted request; so sample i gives exactly the tokens of a separate
+ * request with QW_REQ_SEED = seed + i (with QW_REQ_N = 1). The prompt is
+ * prefilled once: when sample 0 has computed its prompt, the other samples'
+ * first tokens are sampled from the same logits and they share its full KV
+ * blocks (each gets a copy of the partial last block; without a free block
+ * for it, a sample recomputes those few tokens). Then each sample is an
+ * ordinary sequence: batched, preempted (it recomputes, through the prefix
+ * cache) and finished on its own, with its own events (sample_index = i,
+ * request = its handle, request_id and user_data of the submitted request).
+ * Samples that cannot all run at once (QW_OPT_MAX_NUM_SEQS, KV blocks) wait
+ * in the queue holding their share of the prompt's KV (released first when
+ * running sequences need blocks; they then recompute through the prefix
+ * cache). Each sample must fit the KV pool alone (the check of any request);
+ * the n samples together need not. A request with n samples counts n
+ * against QW_OPT_MAX_WAITING_REQUESTS. qw_engine_cancel on the submitted
+ * request cancels every sample; on a sample's handle, that sample only. If
+ * the submitted request ends before its prompt is computed (cancel,
+ * timeout, error), the other samples end with it, with the same reason.
+ * QW_REQ_N > 1 with a session (qw_request_set_session) is refused at submit
+ * with QW_ERR_INVALID_ARGUMENT: a session holds one continuation. */
+#define QW_MAX_SAMPLES 128
+
+/* The handle of sample `index` (0 = req itself) of a submitted request, in
+ * *out (borrowed: valid as long as req is; every getter works on it).
+ * QW_ERR_INVALID_ARGUMENT for NULL arguments or index >= QW_REQ_N;
+ * QW_ERR_INVALID_STATE for index >= 1 before req was submitted (the samples
+ * are made at submit). Any thread, once qw_engine_submit has returned. */
+QW_API qw_status qw_request_get_sample(qw_request *req, uint32_t index, qw_request **out);
 
 /* Timing and cache facts of one request, written by qw_request_get_stats.
  * Times are seconds; -1 where the event has not happened yet. Fields are
@@ -344,6 +501,59 @@ typedef struct qw_request_stats {
 QW_API qw_status qw_request_get_stats(const qw_request *req, qw_request_stats *out,
                                       size_t out_size);
 
+/* ---- Log-probabilities (QW_REQ_LOGPROBS, QW_REQ_PROMPT_LOGPROBS) ----------
+ * Definition: the log-softmax of the RAW model logits of the row that
+ * predicts the token, over the whole vocabulary: before temperature, top-k/
+ * top-p/min-p, penalties, logit bias and banned ids (vLLM's default
+ * "raw_logprobs"; the OpenAI API's logprobs). logprob(t) = logit[t] - lse,
+ * lse = max + log(sum exp(logit - max)) accumulated in double, rounded to
+ * float32 at the end: within 1e-4 of a float64 softmax. The top-k list is
+ * ordered by descending logprob, lower token id first on ties, and holds
+ * min(k, vocabulary size) entries. They are computed in the backend where
+ * the logits are (only k + 1 pairs per row leave a GPU) and cost nothing
+ * when off.
+ * Prompt logprobs: prompt token j (1 <= j < prompt length) gets the logprob
+ * of that token given the prompt tokens before it; token 0 has none. A
+ * request that asks for them does not look up the prefix cache (every prompt
+ * row is computed, as vLLM does), and for a session request (qw_request_
+ * set_session) they cover the request's own new prompt tokens only: index j
+ * is token j of the prompt set on this request, the history is context.
+ * Chunked prefill, batching and preemption (recompute) give the same values
+ * as one unchunked run alone. */
+#define QW_MAX_LOGPROBS 20
+
+/* One (token, logprob) pair. */
+typedef struct qw_logprob {
+    int32_t token;
+    float logprob;
+} qw_logprob;
+
+/* Logprobs of generated token `index` (0 = first generated): *sampled gets
+ * the token actually generated and its logprob, top[0..min(cap, k)) the
+ * top-k alternatives (k = QW_REQ_LOGPROBS), and *n_top gets k' = min(k,
+ * vocabulary size) even when cap is smaller. sampled and n_top may be NULL;
+ * top may be NULL with cap 0. Errors (nothing written): QW_ERR_INVALID_STATE
+ * when the request was not submitted with QW_REQ_LOGPROBS >= 0;
+ * QW_ERR_INVALID_ARGUMENT for a NULL request, top NULL with cap > 0, or an
+ * index at or beyond the number of tokens generated so far. Values of a
+ * token are final once its event is delivered. Step thread only (like
+ * qw_request_get_tokens), or any thread once the request finished. */
+QW_API qw_status qw_request_get_logprobs(const qw_request *req, size_t index, qw_logprob *sampled,
+                                         qw_logprob *top, size_t cap, size_t *n_top);
+
+/* Prompt logprobs of prompt token `index` (1 <= index < prompt length):
+ * *actual gets the prompt token and its logprob, top and *n_top as in
+ * qw_request_get_logprobs with k = QW_REQ_PROMPT_LOGPROBS. Available for
+ * every index once the request's first token event was delivered.
+ * QW_ERR_INVALID_ARGUMENT for index 0 (the first prompt token has no
+ * logprob: nothing precedes it), an index beyond the prompt, or one whose
+ * row was not computed yet; QW_ERR_INVALID_STATE without
+ * QW_REQ_PROMPT_LOGPROBS >= 0 at submit. Threading as
+ * qw_request_get_logprobs. */
+QW_API qw_status qw_request_get_prompt_logprobs(const qw_request *req, size_t index,
+                                                qw_logprob *actual, qw_logprob *top, size_t cap,
+                                                size_t *n_top);
+
 /* Submit a request to an engine. Safe from any thread. The engine takes its
  * own reference; the request joins the batch at the next step. Validated here:
  * a prompt (QW_ERR_EMPTY_PROMPT), token ids within the vocabulary
@@ -360,8 +570,10 @@ QW_API qw_status qw_engine_submit(qw_engine *engine, qw_request *req);
 
 /* Ask for a submitted request to stop. Safe from any thread. It finishes with
  * QW_FINISH_CANCELLED at the next step (one event with token -1), unless it
- * finished for another reason first. A request that is already finished, or
- * was never submitted to this engine, gives QW_ERR_INVALID_STATE. */
+ * finished for another reason first. With QW_REQ_N > 1 every sample still
+ * running is cancelled too (each with its own event). A request that is
+ * already finished (with all its samples), or was never submitted to this
+ * engine, gives QW_ERR_INVALID_STATE. */
 QW_API qw_status qw_engine_cancel(qw_engine *engine, qw_request *req);
 
 /* ---------------------------------------------------------------------------
@@ -461,6 +673,7 @@ typedef struct qw_event {
     uint64_t request_id;    /* qw_request_get_id()                            */
     qw_request *request;    /* valid at least until the next qw_engine_step   */
     void *user_data;        /* qw_request_set_user_data()                     */
+    uint32_t sample_index;  /* which of the QW_REQ_N samples (0 for n = 1)    */
 } qw_event;
 
 /* Run one scheduling step: apply submissions and cancellations, schedule
@@ -469,8 +682,9 @@ typedef struct qw_event {
  * cap must be at least 1: cap 0 gives QW_ERR_BUFFER_TOO_SMALL and does
  * nothing (such a step could never deliver the events it makes).
  * Pass sizeof(qw_event) as event_size: a larger size (a newer header) is
- * accepted and the extra bytes are zeroed; a size smaller than this library's
- * first qw_event gives QW_ERR_BUFFER_TOO_SMALL. *n_out gets the number written.
+ * accepted and the extra bytes are zeroed; the size of the first qw_event
+ * (up to user_data, before sample_index was appended) is accepted and gets
+ * the fields it has; a smaller one gives QW_ERR_BUFFER_TOO_SMALL. *n_out gets the number written.
  * Events that do not fit are kept and delivered first by the next call, which
  * then does no model work; so a loop of steps never loses an event, and
  * every successful call delivers an event or advances the work, so a loop
@@ -673,8 +887,10 @@ QW_API qw_status qw_request_set_chat(qw_request *req, const qw_chat *chat, uint3
  * since a character cut between tokens comes out whole with the token that
  * completes it; the finishing event also carries whatever was held back
  * (as U+FFFD). Special tokens are left out unless QW_REQ_SKIP_SPECIAL_TOKENS
- * is 0. The pieces of all events concatenated equal qw_tokenizer_decode of
- * all generated tokens. *piece (never NULL on success, not NUL-terminated)
+ * is 0. The pieces of all events concatenated equal qw_request_get_text and,
+ * without stop strings, qw_tokenizer_decode of all generated tokens (with
+ * stop strings a piece also holds back the bytes that may start one, and the
+ * text ends at the stop: see qw_request_set_stop_strings). *piece (never NULL on success, not NUL-terminated)
  * stays valid until the next qw_engine_step call or the request is freed;
  * copy it to keep it. Before the first event: "" and 0. Works for every
  * request submitted to an engine with a tokenizer, whatever its prompt kind;

@@ -19,6 +19,10 @@
 #include "model.h"
 #include "sample.h"
 
+/* Pairs a logprobs row is reduced to (qwi_plan's logprobs fields): [0] the
+ * row's target token, [1..k] the top k, k <= QW_MAX_LOGPROBS. */
+#define QWI_LP_STRIDE (QW_MAX_LOGPROBS + 1)
+
 /* One step's batch, built by the engine (lib/plan.c) from the scheduler's
  * decisions. All arrays are owned by the engine and valid for the call. */
 typedef struct qwi_plan {
@@ -43,6 +47,19 @@ typedef struct qwi_plan {
     float *logits_out;
 
     int32_t *sampled;              /* [num_seqs] out: token, or -1 if no sample  */
+
+    /* Logprobs (lib/logprobs.h; NULL when no seq of the step wants any).
+     * logprobs_n[i] >= 0: seq i's sampled row is reduced by the rule of
+     * qwi_logprobs_row (target = the sampled token, top logprobs_n[i]) to
+     * logprobs_out + i*QWI_LP_STRIDE. prompt_logprobs_n[i] >= 0: so is each
+     * row r of seq i with prompt_target[r] >= 0 (target = that token, top
+     * prompt_logprobs_n[i]) to prompt_logprobs_out + r*QWI_LP_STRIDE; these
+     * rows need the lm_head too, not only each seq's last row. */
+    const int8_t *logprobs_n;      /* [num_seqs]                                */
+    qw_logprob *logprobs_out;      /* [num_seqs][QWI_LP_STRIDE] out             */
+    const int8_t *prompt_logprobs_n;   /* [num_seqs]                            */
+    const int32_t *prompt_target;  /* [num_tokens]: -1 = no prompt logprob      */
+    qw_logprob *prompt_logprobs_out;   /* [num_tokens][QWI_LP_STRIDE] out       */
 } qwi_plan;
 
 typedef struct qwi_backend qwi_backend;

@@ -3,6 +3,7 @@
  * (DESIGN.md "One step"): drain the inbox, schedule, plan, forward, append
  * and stop, emit events.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "engine.h"
 #include "kv_budget.h"
 #include "options.h"
+#include "parallel_samples.h"
 #include "tokenizer_api.h"
 #include "weights_check.h"
 
@@ -52,13 +54,17 @@ static qw_status event_push(qw_engine *e, const qw_event *ev) {
     return QW_OK;
 }
 
+/* The qw_event of callers built before sample_index was appended. */
+#define QWI_EVENT_SIZE_V1 offsetof(qw_event, sample_index)
+
 /* Copy up to cap pending events into the caller's array of event_size
- * elements; bytes past our qw_event (a newer caller's fields) are zeroed. */
+ * elements (>= QWI_EVENT_SIZE_V1): an older caller's gets the fields it
+ * has; bytes past our qw_event (a newer caller's fields) are zeroed. */
 static size_t events_deliver(qw_engine *e, void *events, size_t cap, size_t event_size) {
     size_t n = 0;
     while (n < cap && e->pending_count > 0) {
         unsigned char *dst = (unsigned char *)events + n * event_size;
-        memcpy(dst, &e->pending[e->pending_head], sizeof(qw_event));
+        memcpy(dst, &e->pending[e->pending_head], event_size < sizeof(qw_event) ? event_size : sizeof(qw_event));
         if (event_size > sizeof(qw_event)) memset(dst + sizeof(qw_event), 0, event_size - sizeof(qw_event));
         e->pending_head = (e->pending_head + 1) % e->pending_cap;
         e->pending_count--;
@@ -225,10 +231,29 @@ static void leave_waiting_count(qw_engine *e, qw_request *r) {
     atomic_fetch_sub(&e->num_waiting_requests, 1);
 }
 
+static void emit(qw_engine *e, qw_request *r, qw_event_kind kind, int32_t token, qw_finish_reason why);
+static void finish_request(qw_engine *e, qw_request *r, qw_finish_reason why);
+
+/* End every sample of r (QW_REQ_N) that has not finished, with why and a
+ * finishing event: all of them (cancel), or only the ones not forked yet
+ * (r ends before its prompt was computed: they could never start). */
+static void finish_samples(qw_engine *e, qw_request *r, qw_finish_reason why, bool forked_too) {
+    if (!r->samples || (!forked_too && !r->fork_pending)) return;
+    r->fork_pending = false;
+    for (int32_t i = 0; i < r->num_samples - 1; i++) {
+        qw_request *c = r->samples[i];
+        if (atomic_load(&c->state) == QW_STATE_FINISHED) continue;
+        finish_request(e, c, why);
+        emit(e, c, QW_EVENT_FINISHED, -1, why);
+    }
+}
+
 /* Finish a request that the engine holds: take it out of the scheduler
  * (freeing its blocks), publish the state, and queue the engine's reference
- * to be dropped at the next step, after its events were delivered. */
+ * to be dropped at the next step, after its events were delivered. Samples
+ * of r (QW_REQ_N) still waiting for its prompt end with it. */
 static void finish_request(qw_engine *e, qw_request *r, qw_finish_reason why) {
+    finish_samples(e, r, why, false);
     qwi_sched_remove(&e->sched, &r->seq);
     leave_waiting_count(e, r);
     qw_session *ses = r->session;
@@ -274,6 +299,7 @@ QW_API void qw_engine_destroy(qw_engine *e) {
         }
         atomic_store(&r->finish_reason, QW_FINISH_CANCELLED);
         atomic_store(&r->state, QW_STATE_FINISHED);
+        qwi_samples_abandon(r);
         qwi_request_unref(r);
     }
     for (size_t i = 0; i < e->cancels.count; i++) qwi_request_unref(e->cancels.items[i]);
@@ -300,6 +326,7 @@ QW_API void qw_engine_destroy(qw_engine *e) {
     list_free(&e->finished);
     if (e->backend) e->backend->ops->destroy(e->backend);
     qwi_plan_buffers_destroy(&e->plan);
+    qwi_sample_scratch_free(e->fork_scratch);
     qwi_sched_destroy(&e->sched);
     qwi_kv_pool_destroy(&e->kv);
     qwi_model_free(e->model);
@@ -343,6 +370,8 @@ static qw_status prepare_request(qw_engine *e, qw_request *r, const int32_t *his
             return qwi_fail(QW_ERR_TOKEN_OUT_OF_RANGE, "qw_engine_submit: stop token %d is outside the vocabulary [0, %d)",
                             r->stop_tokens[i], e->vocab_size);
     }
+    qw_status bst = qwi_request_check_logit_bias(r, e->vocab_size);
+    if (bst != QW_OK) return bst;
     int64_t total = (int64_t)num_hist + r->num_prompt;
     if (total >= e->max_model_len)
         return qwi_fail(QW_ERR_TOO_LONG, "qw_engine_submit: prompt of %lld tokens%s leaves no room to generate within the max model length %d (%s)",
@@ -383,6 +412,13 @@ static qw_status prepare_request(qw_engine *e, qw_request *r, const int32_t *his
         qwi_block_table_destroy(&table);
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_submit: out of memory for a request of %d tokens", cap);
     }
+    /* Logprob arrays, sized like the token array and grown with it. */
+    if ((st = qwi_logprobs_prepare(&r->lp, e->vocab_size, num_hist, r->num_prompt, cap - (int32_t)total)) != QW_OK) {
+        free(tokens);
+        free(banned);
+        qwi_block_table_destroy(&table);
+        return st;
+    }
     if (num_hist) memcpy(tokens, hist, (size_t)num_hist * sizeof *tokens);
     memcpy(tokens + num_hist, r->prompt, (size_t)r->num_prompt * sizeof *tokens);
     nb = 0;
@@ -402,6 +438,8 @@ static qw_status prepare_request(qw_engine *e, qw_request *r, const int32_t *his
     r->seq.owner = r;
     r->seq.priority = r->priority;
     r->seq.salt = r->cache_salt;
+    /* Prompt logprobs need every prompt row computed (logprobs.h). */
+    r->seq.no_prefix_lookup = r->lp.prompt_n >= 0;
     r->banned = banned;
     r->num_banned = nb;
     r->max_generated = (int32_t)max_gen;
@@ -442,6 +480,37 @@ static qw_status prepare_session_request(qw_engine *e, qw_request *r) {
     return st;
 }
 
+/* Make the samples 1..n-1 of r (QW_REQ_N > 1; parallel_samples.h) and
+ * prepare each like r itself, from r's prompt ids (after r's own
+ * preparation). On failure none is left. Submitting thread. */
+static qw_status prepare_samples(qw_engine *e, qw_request *r) {
+    qw_status st = qwi_samples_create(r);
+    for (int32_t i = 0; st == QW_OK && i < r->num_samples - 1; i++) {
+        qw_request *c = r->samples[i];
+        st = qwi_request_prepare_text(e, c);   /* its own detokenizer */
+        if (st == QW_OK) st = prepare_request(e, c, NULL, 0);
+    }
+    if (st != QW_OK) qwi_samples_free(r);
+    return st;
+}
+
+/* Under inbox_mu, once r is queued: its samples are submitted with it (the
+ * engine's reference, the waiting count, arrival). Their seeds are set at
+ * the fork, from r's. */
+static void submit_samples(qw_engine *e, qw_request *r) {
+    r->fork_pending = r->samples != NULL;
+    if (!r->samples) return;
+    for (int32_t i = 0; i < r->num_samples - 1; i++) {
+        qw_request *c = r->samples[i];
+        atomic_store(&c->state, QW_STATE_QUEUED);
+        c->counted_waiting = true;
+        c->seq.arrival = r->seq.arrival;
+        c->engine = e;
+        c->t_arrival = r->t_arrival;
+        qwi_request_ref(c);
+    }
+}
+
 /* The refusal of a submit beyond QW_OPT_MAX_WAITING_REQUESTS. */
 static qw_status queue_full(const qw_engine *e) {
     return qwi_fail(QW_ERR_QUEUE_FULL,
@@ -459,14 +528,19 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
         return qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_submit: request %llu was already submitted",
                         (unsigned long long)r->id);
     /* Refuse cheaply while the queue is full (checked again under the lock
-     * before the request goes in). */
-    if (e->max_waiting > 0 && atomic_load(&e->num_waiting_requests) >= e->max_waiting) {
+     * before the request goes in). QW_REQ_N samples count n. */
+    const int32_t nseq = qwi_samples_count(r);
+    qw_status st = qwi_samples_check(r, e->max_waiting);
+    if (st == QW_OK && e->max_waiting > 0 && atomic_load(&e->num_waiting_requests) > e->max_waiting - nseq)
+        st = queue_full(e);
+    if (st != QW_OK) {
         atomic_store(&r->submit_claimed, false);
-        return queue_full(e);
+        return st;
     }
     /* A text or chat prompt becomes ids first (request_text.c). */
-    qw_status st = qwi_request_prepare_text(e, r);
+    st = qwi_request_prepare_text(e, r);
     if (st == QW_OK) st = r->session ? prepare_session_request(e, r) : prepare_request(e, r, NULL, 0);
+    if (st == QW_OK && nseq > 1) st = prepare_samples(e, r);
     if (st != QW_OK) {
         atomic_store(&r->submit_claimed, false);
         return st;
@@ -475,10 +549,11 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     pthread_mutex_lock(&e->inbox_mu);
     /* Raised only here, under the lock: two submitters cannot both take the
      * last place. The step thread may lower it meanwhile, never raise it. */
-    if (e->max_waiting > 0 && atomic_load(&e->num_waiting_requests) >= e->max_waiting) st = queue_full(e);
+    if (e->max_waiting > 0 && atomic_load(&e->num_waiting_requests) > e->max_waiting - nseq) st = queue_full(e);
     else st = list_push(&e->inbox, r);
     if (st != QW_OK) {
         pthread_mutex_unlock(&e->inbox_mu);
+        qwi_samples_free(r);
         if (r->session) {
             pthread_mutex_lock(&r->session->mu);
             r->session->busy = false;
@@ -488,13 +563,14 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
         return st;
     }
     atomic_store(&r->state, QW_STATE_QUEUED);
-    atomic_fetch_add(&e->num_waiting_requests, 1);
+    atomic_fetch_add(&e->num_waiting_requests, nseq);
     r->counted_waiting = true;
     uint64_t n = e->num_submitted++;
     r->seq.arrival = n;
     r->sampling.seed = r->has_seed ? r->seed : mix64(e->seed ^ mix64(n));
     r->engine = e;
     r->t_arrival = qwi_now();
+    submit_samples(e, r);
     qwi_request_ref(r);
     pthread_mutex_unlock(&e->inbox_mu);
     return QW_OK;
@@ -508,7 +584,7 @@ QW_API qw_status qw_engine_cancel(qw_engine *e, qw_request *r) {
     if (state == QW_STATE_CREATED || r->engine != e) {
         st = qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_cancel: request %llu was not submitted to this engine",
                       (unsigned long long)r->id);
-    } else if (state == QW_STATE_FINISHED) {
+    } else if (state == QW_STATE_FINISHED && !qwi_samples_any_unfinished(r)) {
         st = qwi_fail(QW_ERR_INVALID_STATE, "qw_engine_cancel: request %llu has already finished",
                       (unsigned long long)r->id);
     } else if ((st = list_push(&e->cancels, r)) == QW_OK) {
@@ -529,10 +605,11 @@ static void emit(qw_engine *e, qw_request *r, qw_event_kind kind, int32_t token,
         .request_id = r->id,
         .request = r,
         .user_data = r->user_data,
+        .sample_index = r->sample_index,
     };
     if (token < 0) ev.index = (uint32_t)(r->seq.num_tokens - r->seq.num_prompt_tokens);
     /* The event's text piece, read by qw_request_get_text_piece. */
-    qwi_request_text_event(r, token, why != QW_FINISH_NONE);
+    qwi_request_text_event(r, why != QW_FINISH_NONE);
     /* An event that cannot be queued (out of memory) is lost; the request's
      * state and tokens remain readable through the request handle. */
     (void)event_push(e, &ev);
@@ -579,6 +656,8 @@ static void drain_inbox(qw_engine *e) {
             finish_request(e, r, QW_FINISH_CANCELLED);
             emit(e, r, QW_EVENT_FINISHED, -1, QW_FINISH_CANCELLED);
         }
+        /* Cancelling the submitted request cancels all its samples. */
+        finish_samples(e, r, QW_FINISH_CANCELLED, true);
         qwi_request_unref(r);
     }
     list_free(&inbox);
@@ -603,8 +682,14 @@ static qw_status accept_token(qw_engine *e, qw_request *r, int32_t tok) {
     int32_t generated = seq->num_tokens - seq->num_prompt_tokens;
     const qwi_config *cfg = &e->model->cfg;
     qw_finish_reason why = QW_FINISH_NONE;
+    /* The text first: a stop string it completes ends the request here
+     * (from QW_REQ_MIN_TOKENS on, as vLLM), before the length limit. */
+    bool string_hit = qwi_request_text_token(r, tok, generated >= r->min_tokens) >= 0;
     if ((!r->ignore_eos && is_in(tok, cfg->eos_token_ids, cfg->num_eos)) ||
-        is_in(tok, r->stop_tokens, r->num_stop))
+        is_in(tok, r->stop_tokens, r->num_stop)) {
+        why = QW_FINISH_STOP;
+        r->stop_token_hit = tok;
+    } else if (string_hit)
         why = QW_FINISH_STOP;
     else if (generated >= r->max_generated || seq->num_tokens >= e->max_model_len)
         why = QW_FINISH_LENGTH;
@@ -618,6 +703,53 @@ static qw_status accept_token(qw_engine *e, qw_request *r, int32_t tok) {
     }
     if (why != QW_FINISH_NONE) finish_request(e, r, why);
     emit(e, r, QW_EVENT_TOKEN, tok, why);
+    return st;
+}
+
+/* Sample 0 (r, QW_REQ_N > 1) has computed its prompt in this step: queue
+ * its other samples. With r's last-row logits at hand (have_logits) and
+ * the scratch to sample from them, each gets a share of r's KV
+ * (qwi_samples_fork_kv) and its first token comes from sample_forked;
+ * returns true. Otherwise (out of memory) they are queued with no KV and
+ * compute the prompt themselves, through the prefix cache: the same tokens,
+ * at the cost of a prefill; returns false. Runs before r's own token is
+ * accepted, which may finish r and free its blocks. */
+static bool fork_samples(qw_engine *e, qw_request *r, bool have_logits) {
+    r->fork_pending = false;
+    if (have_logits && !e->fork_scratch) e->fork_scratch = qwi_sample_scratch_create(e->vocab_size);
+    bool share = have_logits && e->fork_scratch;
+    for (int32_t i = 0; i < r->num_samples - 1; i++) {
+        qw_request *c = r->samples[i];
+        if (atomic_load(&c->state) == QW_STATE_FINISHED) continue;   /* cancelled on its own */
+        /* Seed of sample i: seed + i, wrapping (qwinfer.h). */
+        c->sampling.seed = r->sampling.seed + c->sample_index;
+        if (share) qwi_samples_fork_kv(&e->kv, e->backend, &r->seq, &c->seq);
+        if (qwi_sched_add(&e->sched, &c->seq) != QW_OK) {
+            c->seq.state = QWI_SEQ_NEW;
+            finish_request(e, c, QW_FINISH_ERROR);
+            emit(e, c, QW_EVENT_FINISHED, -1, QW_FINISH_ERROR);
+        }
+    }
+    return share;
+}
+
+/* After r's first token (fork_samples returned true): each sample it
+ * forked gets its first token from the same logits with its own seed, and
+ * accepts it like any token (stop conditions, event). Returns the first
+ * failure of accept_token, QW_OK otherwise. */
+static qw_status sample_forked(qw_engine *e, qw_request *r, const float *logits, double now) {
+    qw_status st = QW_OK;
+    for (int32_t i = 0; i < r->num_samples - 1; i++) {
+        qw_request *c = r->samples[i];
+        if (atomic_load(&c->state) == QW_STATE_FINISHED) continue;
+        int32_t tok = qwi_samples_first_token(c, r, logits, e->vocab_size, e->fork_scratch);
+        if (c->logits_fn) c->logits_fn(c->logits_user, c, c->seq.num_tokens, logits, e->vocab_size);
+        leave_waiting_count(e, c);
+        c->t_scheduled = c->t_first_token = now;
+        e->stats.generation_tokens++;
+        qw_status ast = accept_token(e, c, tok);
+        if (ast != QW_OK && st == QW_OK) st = ast;
+    }
     return st;
 }
 
@@ -649,9 +781,9 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
     if (cap == 0)
         return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_engine_step: cap is 0; the events array must hold at least one event");
     if (!events) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_step: events is NULL with cap %zu", cap);
-    if (event_size < sizeof(qw_event))
-        return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_engine_step: event_size %zu is smaller than qw_event (%zu)",
-                        event_size, sizeof(qw_event));
+    if (event_size < QWI_EVENT_SIZE_V1)
+        return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_engine_step: event_size %zu is smaller than the first qw_event (%zu)",
+                        event_size, (size_t)QWI_EVENT_SIZE_V1);
 
     /* Undelivered events first, and no new work until they are out: the
      * requests they point to must stay alive, and the host sees events in
@@ -686,7 +818,14 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
                 sp->banned = NULL;
                 sp->num_banned = 0;
             }
-            if (plan->do_sample[i] && r->logits_fn && qwi_plan_buffers_need_logits(&e->plan) == QW_OK) {
+            qwi_request_bind_penalties(r, sp);
+            /* Rows to reduce to logprobs; without the buffers the step
+             * fails for every entry rather than lose them silently. */
+            if (st == QW_OK)
+                st = qwi_logprobs_plan_seq(&e->plan, i, &r->lp, so.entries[i].seq, so.entries[i].num_new_tokens);
+            /* The samples of a QW_REQ_N request fork from its first row. */
+            if (plan->do_sample[i] && (r->logits_fn || r->fork_pending) &&
+                qwi_plan_buffers_need_logits(&e->plan) == QW_OK) {
                 e->plan.want_logits[i] = 1;
                 plan->logits_out = e->plan.logits;
             }
@@ -698,7 +837,7 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
             e->stats.prompt_tokens += (uint64_t)(so.entries[i].num_new_tokens - (decode ? 1 : 0));
         }
         double tf = qwi_now();
-        st = e->backend->ops->forward(e->backend, plan);
+        if (st == QW_OK) st = e->backend->ops->forward(e->backend, plan);
         forward_s = qwi_now() - tf;
         e->stats.steps++;
         e->stats.last_batch = (uint64_t)so.num_entries;
@@ -713,15 +852,19 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
             qwi_sched_commit(&e->sched, &so);
             double now = qwi_now();
             for (int32_t i = 0; i < so.num_entries; i++) {
-                if (!plan->do_sample[i]) continue;
                 qw_request *r = so.entries[i].seq->owner;
-                if (e->plan.want_logits[i])
-                    r->logits_fn(r->logits_user, r, r->seq.num_tokens,
-                                 e->plan.logits + (size_t)i * (size_t)e->vocab_size, e->vocab_size);
+                qwi_logprobs_store_prompt(&r->lp, plan, i);
+                if (!plan->do_sample[i]) continue;
+                qwi_logprobs_store_sampled(&r->lp, plan, i, r->seq.num_tokens - r->seq.num_prompt_tokens);
+                const float *row = e->plan.want_logits[i] ? e->plan.logits + (size_t)i * (size_t)e->vocab_size : NULL;
+                /* Before r's token, which may finish r and free its KV. */
+                bool forked = r->fork_pending && fork_samples(e, r, row != NULL);
+                if (row && r->logits_fn) r->logits_fn(r->logits_user, r, r->seq.num_tokens, row, e->vocab_size);
                 if (r->t_first_token < 0) r->t_first_token = now;
                 e->stats.generation_tokens++;
                 qw_status ast = accept_token(e, r, plan->sampled[i]);
                 if (ast != QW_OK) st = ast;
+                if (forked && (ast = sample_forked(e, r, row, now)) != QW_OK) st = ast;
             }
         }
         for (int32_t i = 0; i < so.num_entries; i++) {

@@ -66,6 +66,7 @@ struct qw_engine {
         uint64_t prompt_tokens, generation_tokens, steps, last_batch, batch_sum, finished;
         double forward_seconds, host_seconds;
     } stats;
+    qwi_sample_scratch *fork_scratch; /* QW_REQ_N first tokens (made on first use) */
     qwi_req_list finished;       /* engine refs to drop at the next step  */
     qw_event *pending;           /* ring of undelivered events            */
     size_t pending_head, pending_count, pending_cap;

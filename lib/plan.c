@@ -46,6 +46,11 @@ void qwi_plan_buffers_destroy(qwi_plan_buffers *b) {
     free(b->want_logits);
     free(b->sampling);
     free(b->logits);
+    free(b->lp_n);
+    free(b->plp_n);
+    free(b->plp_target);
+    free(b->lp_out);
+    free(b->plp_out);
     memset(b, 0, sizeof *b);
 }
 
@@ -95,5 +100,11 @@ qwi_plan *qwi_plan_build(qwi_plan_buffers *b, const qwi_sched_output *out) {
     p->want_logits = b->want_logits;
     p->logits_out = b->logits;
     p->sampled = b->sampled;
+    /* Logprobs are off until qwi_logprobs_plan_seq marks an entry. */
+    p->logprobs_n = NULL;
+    p->logprobs_out = NULL;
+    p->prompt_logprobs_n = NULL;
+    p->prompt_target = NULL;
+    p->prompt_logprobs_out = NULL;
     return p;
 }

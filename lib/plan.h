@@ -19,6 +19,11 @@ typedef struct qwi_plan_buffers {
     uint8_t *do_sample, *want_logits;
     qwi_sampling *sampling;
     float *logits;               /* [max_seqs * vocab], allocated on first need */
+    /* logprobs.c: allocated on first need (qwi_logprobs_plan_seq) */
+    int8_t *lp_n, *plp_n;        /* [max_seqs]                                */
+    int32_t *plp_target;         /* [max_tokens]                              */
+    qw_logprob *lp_out;          /* [max_seqs][QWI_LP_STRIDE]                 */
+    qw_logprob *plp_out;         /* [max_tokens][QWI_LP_STRIDE]               */
     qwi_plan plan;
 } qwi_plan_buffers;
 

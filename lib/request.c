@@ -34,6 +34,8 @@ QW_API qw_status qw_request_create(qw_request **out) {
     r->temperature = 1.0;
     r->top_p = 1.0;
     r->min_p = 0.0;
+    r->repetition_penalty = 1.0;
+    qwi_logprobs_init(&r->lp);
     r->t_arrival = r->t_scheduled = r->t_first_token = r->t_finished = -1;
     *out = r;
     return QW_OK;
@@ -43,10 +45,14 @@ void qwi_request_ref(qw_request *req) { atomic_fetch_add(&req->refcount, 1); }
 
 void qwi_request_unref(qw_request *req) {
     if (atomic_fetch_sub(&req->refcount, 1) != 1) return;
+    qwi_samples_free(req);
     free(req->prompt);
     qwi_request_text_free(req);
     free(req->stop_tokens);
     free(req->banned);
+    free(req->bias_ids);
+    free(req->bias_values);
+    qwi_logprobs_free(&req->lp);
     free(req->seq.tokens);
     qwi_block_table_destroy(&req->seq.table);
     if (req->session) qwi_session_unref(req->session);   /* qw_request_set_session's */
@@ -55,6 +61,10 @@ void qwi_request_unref(qw_request *req) {
 
 QW_API qw_status qw_request_release(qw_request *req) {
     if (!req) return QW_OK;
+    if (req->parent)   /* its one reference is the submitted request's */
+        return qwi_fail(QW_ERR_INVALID_STATE, "qw_request_release: request %llu's sample %u belongs to the "
+                        "submitted request (QW_REQ_N): release that one", (unsigned long long)req->id,
+                        req->sample_index);
     bool expected = false;
     if (!atomic_compare_exchange_strong(&req->caller_released, &expected, true))
         return qwi_fail(QW_ERR_INVALID_STATE, "qw_request_release: request %llu released twice",
@@ -153,9 +163,27 @@ QW_API qw_status qw_request_set_int(qw_request *req, qw_request_option key, int6
             return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_SKIP_SPECIAL_TOKENS must be 0 or 1, got %lld", (long long)v);
         req->keep_special = v == 0;
         return QW_OK;
+    case QW_REQ_INCLUDE_STOP_STR_IN_OUTPUT:
+        if (v != 0 && v != 1)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_INCLUDE_STOP_STR_IN_OUTPUT must be 0 or 1, got %lld",
+                            (long long)v);
+        req->include_stop_str = v == 1;
+        return QW_OK;
+    case QW_REQ_LOGPROBS:
+    case QW_REQ_PROMPT_LOGPROBS:
+        return qwi_logprobs_set(&req->lp, key == QW_REQ_PROMPT_LOGPROBS, v);
+    case QW_REQ_N:
+        if (v < 1 || v > QW_MAX_SAMPLES)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_N must be in [1, %d] (QW_MAX_SAMPLES), got %lld",
+                            QW_MAX_SAMPLES, (long long)v);
+        req->num_samples = (int32_t)v;
+        return QW_OK;
     case QW_REQ_TEMPERATURE:
     case QW_REQ_TOP_P:
     case QW_REQ_MIN_P:
+    case QW_REQ_REPETITION_PENALTY:
+    case QW_REQ_PRESENCE_PENALTY:
+    case QW_REQ_FREQUENCY_PENALTY:
         return qwi_fail(QW_ERR_INVALID_ARGUMENT, "request option %d is a double: use qw_request_set_double", (int)key);
     }
     return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_int: unknown option %d", (int)key);
@@ -180,6 +208,19 @@ QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, d
         if (!(v >= 0 && v <= 1))
             return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_MIN_P must be in [0, 1], got %g", v);
         req->min_p = v;
+        return QW_OK;
+    case QW_REQ_REPETITION_PENALTY:
+        if (!(v > 0 && v <= 100))
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QW_REQ_REPETITION_PENALTY must be in (0, 100] (1 = off), got %g", v);
+        req->repetition_penalty = v;
+        return QW_OK;
+    case QW_REQ_PRESENCE_PENALTY:
+    case QW_REQ_FREQUENCY_PENALTY:
+        if (!(v >= -2 && v <= 2))
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s must be in [-2, 2] (0 = off), got %g",
+                            key == QW_REQ_PRESENCE_PENALTY ? "QW_REQ_PRESENCE_PENALTY" : "QW_REQ_FREQUENCY_PENALTY", v);
+        if (key == QW_REQ_PRESENCE_PENALTY) req->presence_penalty = v;
+        else req->frequency_penalty = v;
         return QW_OK;
     default:
         break;
@@ -277,6 +318,8 @@ qw_status qwi_request_grow(qw_request *r, int32_t block_size) {
         }
         pthread_mutex_unlock(&ses->mu);
     }
+    /* Logprobs of generated tokens are stored at accept, like the tokens. */
+    if (st == QW_OK) st = qwi_logprobs_grow(&r->lp, cap - seq->num_prompt_tokens);
     if (st == QW_OK) {
         int32_t *tokens = realloc(seq->tokens, sizeof(int32_t) * (size_t)cap);
         if (tokens) {

@@ -3,8 +3,10 @@
  *
  * Exact definition, which every backend reproduces:
  *
- *   x_i   logit i as float; NaN, -inf and banned ids are "absent" (never
- *         candidates). Banned ids outside [0, vocab) are ignored.
+ *   x_i   logit i as float after the logit bias and the penalties
+ *         (penalties.h; the raw logit when there are none); NaN, -inf and
+ *         banned ids are "absent" (never candidates), whatever the bias.
+ *         Banned ids outside [0, vocab) are ignored.
  *   greedy (temperature <= 0 or NaN): the largest x_i, lowest id on ties.
  *   m     the largest x_i over present ids (may be +inf).
  *   s_i   0 if x_i == m, else ((double)x_i - (double)m) / (double)T: the
@@ -43,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "penalties.h"
 #include "philox.h"
 #include "sample.h"
 
@@ -62,6 +65,11 @@ struct qwi_sample_scratch {
     cand *sorted;        /* a prefix of order O                          */
     cand *tmp;           /* merge-sort buffer; top-k heap                */
     double hist[NBUCKETS];
+    /* penalties and bias (penalties.h): the penalised copy of the row, the
+     * touched ids, and their places (-1 between calls) */
+    float *pen;
+    qwi_penalty_entry *ents;
+    int32_t *slot;
 };
 
 qwi_sample_scratch *qwi_sample_scratch_create(int32_t vocab_size) {
@@ -76,7 +84,11 @@ qwi_sample_scratch *qwi_sample_scratch_create(int32_t vocab_size) {
     s->list = malloc((size_t)vocab_size * sizeof(cand));
     s->sorted = malloc((size_t)vocab_size * sizeof(cand));
     s->tmp = malloc((size_t)vocab_size * sizeof(cand));
-    if (!s->banned || !s->list || !s->sorted || !s->tmp) goto oom;
+    s->pen = malloc((size_t)vocab_size * sizeof(float));
+    s->ents = malloc((size_t)vocab_size * sizeof(qwi_penalty_entry));
+    s->slot = malloc((size_t)vocab_size * sizeof(int32_t));
+    if (!s->banned || !s->list || !s->sorted || !s->tmp || !s->pen || !s->ents || !s->slot) goto oom;
+    memset(s->slot, 0xff, (size_t)vocab_size * sizeof(int32_t));   /* all -1 */
     return s;
 oom:
     qwi_sample_scratch_free(s);
@@ -90,6 +102,9 @@ void qwi_sample_scratch_free(qwi_sample_scratch *s) {
     free(s->list);
     free(s->sorted);
     free(s->tmp);
+    free(s->pen);
+    free(s->ents);
+    free(s->slot);
     free(s);
 }
 
@@ -391,12 +406,28 @@ static void mark_banned(qwi_sample_scratch *s, const qwi_sampling *p, int32_t vo
     }
 }
 
-/* Greedy without scratch (misuse fallback): bans by linear search. */
+/* The row the transforms read: logits itself, or, when p has penalties or
+ * a bias to apply, their result in s->pen (penalties.h). O(len + vocab). */
+static const float *penalised(const float *logits, int32_t vocab, const qwi_sampling *p, qwi_sample_scratch *s) {
+    if (!qwi_penalties_active(p)) return logits;
+    memcpy(s->pen, logits, (size_t)vocab * sizeof(float));
+    int32_t n = qwi_penalties_collect(p, vocab, s->slot, s->ents);
+    for (int32_t j = 0; j < n; j++) {
+        const qwi_penalty_entry *e = &s->ents[j];
+        s->pen[e->id] = qwi_penalty_apply(s->pen[e->id], e, p->repetition_penalty, p->frequency_penalty,
+                                          p->presence_penalty);
+    }
+    return s->pen;
+}
+
+/* Greedy without scratch (misuse fallback): bans by linear search, and
+ * penalties by direct scans (slow, but the same definition). */
 static int32_t argmax_noscratch(const float *logits, int32_t vocab, const qwi_sampling *p) {
     int32_t best = -1;
     float bx = -INFINITY;
+    bool pen = qwi_penalties_active(p);
     for (int32_t i = 0; i < vocab; i++) {
-        float x = logits[i];
+        float x = pen ? qwi_penalties_value(p, i, logits[i]) : logits[i];
         if (isnan(x) || !(x > bx)) continue;
         int ban = 0;
         for (int32_t j = 0; p->banned && j < p->num_banned && !ban; j++) ban = p->banned[j] == i;
@@ -412,6 +443,7 @@ int32_t qwi_sample(const float *logits, int32_t vocab, const qwi_sampling *p,
                    int64_t position, qwi_sample_scratch *scratch) {
     if (vocab <= 0 || !logits || !p) return 0;
     if (!scratch || scratch->cap < vocab) return argmax_noscratch(logits, vocab, p);
+    logits = penalised(logits, vocab, p, scratch);
     mark_banned(scratch, p, vocab, 1);
     const uint8_t *banned = p->num_banned > 0 && p->banned ? scratch->banned : NULL;
     int32_t tok;
@@ -452,6 +484,7 @@ int32_t qwi_sample_probs(const float *logits, int32_t vocab, const qwi_sampling 
         probs[argmax_noscratch(logits, vocab, p)] = 1.0f;
         return 1;
     }
+    logits = penalised(logits, vocab, p, scratch);
     mark_banned(scratch, p, vocab, 1);
     const uint8_t *banned = p->num_banned > 0 && p->banned ? scratch->banned : NULL;
     int32_t count = 1;

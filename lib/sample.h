@@ -20,6 +20,19 @@ typedef struct qwi_sampling {
     uint64_t seed;
     const int32_t *banned;    /* ids whose logit is treated as -inf (e.g.   */
     int32_t num_banned;       /*   EOS before min_tokens); may be NULL/0     */
+    /* Penalties and logit bias (lib/penalties.h): applied to a copy of the
+     * logits before everything else here, greedy included. The neutral
+     * values below, or a zero-initialised struct, cost nothing. */
+    float repetition_penalty; /* <= 0, NaN or 1: off; over prompt + output  */
+    float presence_penalty;   /* 0: off; over output                        */
+    float frequency_penalty;  /* 0: off; over output                        */
+    const int32_t *prompt_tokens;  /* the sequence's tokens before its first */
+    int32_t num_prompt_tokens;     /*   generated one (session history too)  */
+    const int32_t *output_tokens;  /* the tokens generated so far            */
+    int32_t num_output_tokens;
+    const int32_t *bias_ids;  /* logit bias: bias[i] is added to the logit  */
+    const float *bias;        /*   of bias_ids[i] (distinct ids; ids out of */
+    int32_t num_bias;         /*   [0, vocab) are ignored)                  */
 } qwi_sampling;
 
 /* Scratch memory for qwi_sample, sized for one vocabulary; reusable across
@@ -35,7 +48,9 @@ void qwi_sample_scratch_free(qwi_sample_scratch *s);
 double qwi_rng_uniform(uint64_t seed, int64_t position);
 
 /* Pick the next token from logits[0..vocab) (not modified). Order of
- * transforms: banned -> greedy shortcut -> temperature -> top-k -> softmax ->
+ * transforms: banned -> logit bias -> repetition -> frequency -> presence
+ * penalty (vLLM's order; lib/penalties.h defines them, on a copy in the
+ * scratch) -> greedy shortcut -> temperature -> top-k -> softmax ->
  * top-p (smallest set with mass >= top_p, ties broken by lower id) -> min-p
  * (drop p < min_p * p_max) -> renormalise -> inverse CDF at
  * qwi_rng_uniform(seed, position) over candidates ordered by descending

@@ -231,7 +231,7 @@ static admit_result admit_one(qwi_sched *s, step_ctx *c, bool contended) {
     int32_t hits = 0;
     uint64_t last_key = 0;
     int32_t computed = seq->num_computed_tokens;
-    if (seq->table.num_blocks == 0) {
+    if (seq->table.num_blocks == 0 && !seq->no_prefix_lookup) {
         /* The last token is always recomputed, so its logits exist. */
         int32_t max_blocks = QWI_MIN((seq->num_tokens - 1) / bs, s->max_blocks_per_seq);
         hits = qwi_kv_find_prefix(s->kv, seq->tokens, max_blocks, seq->salt, s->hits, &last_key);

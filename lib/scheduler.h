@@ -72,6 +72,8 @@ typedef struct qwi_seq {
     qwi_seq_state state;
     int32_t priority;             /* lower runs first                       */
     uint64_t salt;                /* prefix cache namespace                 */
+    bool no_prefix_lookup;        /* admission never takes cached blocks
+                                     (prompt logprobs need every row)       */
     uint64_t arrival;             /* engine-wide submission counter         */
     uint64_t arrival_step;        /* scheduler step at submission           */
     int32_t num_preemptions;

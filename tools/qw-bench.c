@@ -7,6 +7,8 @@
  *            [--rate R | --concurrency C] [--scenario mixed-long|shared-prefix|chat]
  *            [--long-len N] [--prefix-len N] [--turns N]
  *            [--temperature T] [--top-p P] [--max-num-seqs N] [--max-batched-tokens N]
+ *            [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]
+ *            [--logprobs N]
  *            [--kv-blocks N] [--seed N] [--numerics fast|exact] [--no-limits]
  *
  * The engine is driven only through the public API (qwinfer.h). The machine
@@ -136,6 +138,8 @@ typedef struct args {
     int threads, num_requests, input_len, output_len, long_len, prefix_len, turns;
     int max_num_seqs, max_batched, kv_blocks, json, limits;
     double rate, temperature, top_p;
+    double rep_penalty, pres_penalty, freq_penalty;   /* 1, 0, 0: off */
+    int logprobs;                                     /* -1: off      */
     int concurrency;
     uint64_t seed;
 } args;
@@ -148,13 +152,15 @@ static void usage(void) {
             "  [--scenario mixed-long|shared-prefix|chat] [--long-len N] [--prefix-len N]\n"
             "  [--turns N] [--temperature T] [--top-p P] [--max-num-seqs N]\n"
             "  [--max-batched-tokens N] [--kv-blocks N] [--seed N] [--numerics fast|exact]\n"
-            "  [--no-limits]\n"
+            "  [--no-limits] [--repetition-penalty R] [--presence-penalty P]\n"
+            "  [--frequency-penalty F] [--logprobs N]\n"
             "offline: all requests at once; serve: Poisson arrivals at --rate (or a fixed\n"
             "--concurrency). lognormal is a ShareGPT-like mix with the given lengths as\n"
             "medians. Throughput runs sample at --temperature 1.0 (top-p 1.0) unless told\n"
             "otherwise, as served traffic does. --numerics sets QW_OPT_NUMERICS (default:\n"
             "the engine's, fast). --no-limits skips measuring bandwidth and the GEMM, bf16\n"
-            "dot-product and FMA peaks.\n");
+            "dot-product and FMA peaks. The penalties and --logprobs (QW_REQ_*) are off\n"
+            "unless given.\n");
     exit(2);
 }
 
@@ -163,7 +169,7 @@ static void parse(int argc, char **argv, args *a) {
                  .threads = 0, .num_requests = 64, .input_len = 128, .output_len = 128,
                  .long_len = 4096, .prefix_len = 512, .turns = 4, .max_num_seqs = 256,
                  .max_batched = 2048, .kv_blocks = 0, .limits = 1, .rate = 0,
-                 .temperature = 1.0, .top_p = 1.0, .seed = 1 };
+                 .temperature = 1.0, .top_p = 1.0, .seed = 1, .rep_penalty = 1.0, .logprobs = -1 };
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -178,6 +184,8 @@ static void parse(int argc, char **argv, args *a) {
         INT("--max-batched-tokens", max_batched) INT("--kv-blocks", kv_blocks)
         INT("--concurrency", concurrency)
         DBL("--rate", rate) DBL("--temperature", temperature) DBL("--top-p", top_p)
+        DBL("--repetition-penalty", rep_penalty) DBL("--presence-penalty", pres_penalty)
+        DBL("--frequency-penalty", freq_penalty) INT("--logprobs", logprobs)
 #undef STR
 #undef INT
 #undef DBL
@@ -660,6 +668,12 @@ static qw_request *make_request(bench *b, breq *q) {
     if (s == QW_OK) s = qw_request_set_int(r, QW_REQ_IGNORE_EOS, 1);
     if (s == QW_OK) s = qw_request_set_double(r, QW_REQ_TEMPERATURE, b->a.temperature);
     if (s == QW_OK && b->a.top_p < 1.0) s = qw_request_set_double(r, QW_REQ_TOP_P, b->a.top_p);
+    if (s == QW_OK && b->a.rep_penalty != 1.0)
+        s = qw_request_set_double(r, QW_REQ_REPETITION_PENALTY, b->a.rep_penalty);
+    if (s == QW_OK && b->a.pres_penalty != 0.0) s = qw_request_set_double(r, QW_REQ_PRESENCE_PENALTY, b->a.pres_penalty);
+    if (s == QW_OK && b->a.freq_penalty != 0.0)
+        s = qw_request_set_double(r, QW_REQ_FREQUENCY_PENALTY, b->a.freq_penalty);
+    if (s == QW_OK && b->a.logprobs >= 0) s = qw_request_set_int(r, QW_REQ_LOGPROBS, b->a.logprobs);
     if (s == QW_OK) s = qw_request_set_int(r, QW_REQ_SEED, (int64_t)(q - b->reqs) + 1);
     if (s == QW_OK) s = qw_request_set_user_data(r, q);
     if (s != QW_OK) die("request options: %s", qw_last_error());
@@ -1217,6 +1231,9 @@ int main(int argc, char **argv) {
                b.a.model, b.a.device, threads, L.kernels);
         printf("  \"numerics\": \"%s\",\n  \"temperature\": %g,\n", b.a.numerics ? b.a.numerics : "fast",
                b.a.temperature);
+        printf("  \"top_p\": %g,\n  \"repetition_penalty\": %g,\n  \"presence_penalty\": %g,\n"
+               "  \"frequency_penalty\": %g,\n  \"logprobs\": %d,\n",
+               b.a.top_p, b.a.rep_penalty, b.a.pres_penalty, b.a.freq_penalty, b.a.logprobs);
         printf("  \"weight_bytes\": %.0f,\n  \"params_per_token\": %.0f,\n  \"load_s\": %.3f,\n",
                b.mi.weight_bytes, b.mi.params_per_token, tl);
         printf("  \"rss_after_load_bytes\": %.0f,\n  \"peak_rss_load_bytes\": %.0f,\n"
@@ -1259,9 +1276,11 @@ int main(int argc, char **argv) {
                    L.read_bw / 1e9, L.copy_bw / 1e9, L.gemm / 1e9, L.kernels,
                    layout_names[L.panel], threads);
         printf("workload: mode %s%s%s, %d requests, input %d, output %d (%s), rate %g, concurrency %d, "
-               "temperature %g, top-p %g\n", b.a.mode, b.a.scenario[0] ? ", scenario " : "",
+               "temperature %g, top-p %g, repetition penalty %g, presence %g, frequency %g, logprobs %d\n",
+               b.a.mode, b.a.scenario[0] ? ", scenario " : "",
                b.a.scenario, b.a.num_requests, b.a.input_len, b.a.output_len, b.a.len_dist, b.a.rate,
-               b.a.concurrency, b.a.temperature, b.a.top_p);
+               b.a.concurrency, b.a.temperature, b.a.top_p, b.a.rep_penalty, b.a.pres_penalty, b.a.freq_penalty,
+               b.a.logprobs);
     }
 
     int mixed = !strcmp(b.a.scenario, "mixed-long");

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "logprobs.h"
 #include "cpu/attention.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
@@ -604,6 +605,10 @@ static qw_status check_plan(const cpu_backend *b, const qwi_plan *p) {
             return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: plan samples but has no sampling params");
         if (p->want_logits && p->want_logits[s] && !p->logits_out)
             return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: plan wants logits but logits_out is NULL");
+        if (p->logprobs_n && ((p->logprobs_n[s] >= 0 && (!p->logprobs_out || !p->do_sample[s])) ||
+                              p->logprobs_n[s] > QW_MAX_LOGPROBS || p->prompt_logprobs_n[s] > QW_MAX_LOGPROBS ||
+                              (p->prompt_logprobs_n[s] >= 0 && (!p->prompt_target || !p->prompt_logprobs_out))))
+            return qwi_fail(QW_ERR_INTERNAL, "cpu: seq %d: inconsistent logprobs request in the plan", s);
         const int32_t *bt = p->block_tables + (int64_t)s * p->max_blocks_per_seq;
         for (int32_t i = 0; i < QWI_DIV_UP(ctx, bs); i++)
             if (bt[i] < 0 || bt[i] >= b->bc.num_blocks)
@@ -619,6 +624,9 @@ static qw_status check_plan(const cpu_backend *b, const qwi_plan *p) {
             if (p->slot_mapping[r] < 0 || p->slot_mapping[r] >= nslots)
                 return qwi_fail(QW_ERR_INTERNAL, "cpu: row %d: slot %d outside the pool (%lld)", r,
                                 p->slot_mapping[r], (long long)nslots);
+            if (p->logprobs_n && p->prompt_logprobs_n[s] >= 0 && p->prompt_target[r] >= b->cfg.vocab_size)
+                return qwi_fail(QW_ERR_INTERNAL, "cpu: row %d: prompt logprob target %d outside [0, %d)", r,
+                                p->prompt_target[r], b->cfg.vocab_size);
         }
     }
     return QW_OK;
@@ -632,6 +640,7 @@ typedef struct fwd_ctx {
     void *k_cache, *v_cache;       /* this layer's K/V pools (f32 or bf16)  */
     int32_t nlog;                  /* rows in the current logits pass        */
     int32_t log0;                  /* index of its first row in logit_seq    */
+    int32_t row0;                  /* prompt logprobs: first row of the pass */
     int64_t rows_per_task;
 } fwd_ctx;
 
@@ -690,6 +699,50 @@ static void sample_task(void *arg, int64_t i, int thread) {
         memcpy(p->logits_out + (int64_t)s * V, lg, (size_t)V * sizeof(float));
     if (p->do_sample[s])
         p->sampled[s] = qwi_sample(lg, V, &p->sampling[s], p->context_lens[s], b->ss[thread]);
+    if (p->do_sample[s] && p->logprobs_n && p->logprobs_n[s] >= 0)
+        qwi_logprobs_row(lg, V, p->sampled[s], p->logprobs_n[s], p->logprobs_out + (int64_t)s * QWI_LP_STRIDE);
+}
+
+/* Prompt logprobs: rows row0.. of one pass, normed into xf, then each
+ * logits row reduced to its pairs at once (never kept past the pass). */
+static void prompt_gather_task(void *arg, int64_t i, int thread) {
+    const fwd_ctx *c = arg;
+    const cpu_backend *b = c->b;
+    const int64_t H = b->cfg.hidden_size;
+    qwr_rmsnorm(b->x + (c->row0 + i) * H, b->final_norm, H, (float)b->cfg.rms_norm_eps, b->xf + i * H);
+}
+
+static void prompt_reduce_task(void *arg, int64_t i, int thread) {
+    const fwd_ctx *c = arg;
+    const cpu_backend *b = c->b;
+    const qwi_plan *p = c->p;
+    const int32_t V = b->cfg.vocab_size;
+    const int64_t r = c->row0 + i;
+    qwi_logprobs_row(b->logits + i * V, V, p->prompt_target[r], p->prompt_logprobs_n[b->row_seq[r]],
+                     p->prompt_logprobs_out + r * QWI_LP_STRIDE);
+}
+
+/* The lm_head over every marked prompt row, in passes of at most
+ * logit_rows contiguous rows of one sequence (the logits scratch). */
+static void prompt_logprobs(cpu_backend *b, fwd_ctx *c) {
+    const qwi_plan *p = c->p;
+    qwi_cpu_mm_job head = { &b->lm_head, b->logits, 0 };
+    for (int32_t s = 0; s < p->num_seqs; s++) {
+        if (p->prompt_logprobs_n[s] < 0) continue;
+        for (int32_t r = p->query_start[s]; r < p->query_start[s + 1];) {
+            if (p->prompt_target[r] < 0) {
+                r++;
+                continue;
+            }
+            int32_t end = r;
+            while (end < p->query_start[s + 1] && p->prompt_target[end] >= 0 && end - r < b->logit_rows) end++;
+            c->row0 = r;
+            qwi_cpu_pool_run(b->pool, end - r, prompt_gather_task, c);
+            qwi_cpu_matmul(&b->cx, b->xf, end - r, b->cfg.hidden_size, &head, 1);
+            qwi_cpu_pool_run(b->pool, end - r, prompt_reduce_task, c);
+            r = end;
+        }
+    }
 }
 
 static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
@@ -771,5 +824,6 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
         qwi_cpu_matmul(cx, b->xf, c.nlog, H, &head, 1);
         qwi_cpu_pool_run(b->pool, c.nlog, sample_task, &c);
     }
+    if (p->prompt_logprobs_n) prompt_logprobs(b, &c);
     return QW_OK;
 }

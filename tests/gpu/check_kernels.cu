@@ -3,7 +3,11 @@
  * kernel against a plain C++ reference (qwr_* below, f64/f32 on the host)
  * over Qwen3 head configurations, ragged lengths, page boundaries and
  * contexts 1..32K; then bandwidth/peak benchmarks. Prints "CHECK name ok|FAIL
- * err" lines and "BENCH name value unit pct" lines.
+ * err" lines and "BENCH name value unit pct" lines. Checks come in groups
+ * (check_kernels list), each run by run.sh in its own process so a CUDA fault
+ * in one does not hide the others; --small shrinks the shapes for the
+ * compute-sanitizer pass. A CUDA API error prints "CUDA error <string>" and
+ * exits 2.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -16,8 +20,11 @@ extern "C" {
 #include "sample.h"
 #include "dtype.h"
 }
+#include "../../cuda/cuda_host.h"
 #include "../../cuda/gemm.h"
 #include "../../cuda/kernels.h"
+#include "../../cuda/logprobs_cuda.h"
+extern "C" void qwi_logprobs_row(const float *logits, int32_t vocab, int32_t target, int32_t k, qw_logprob *out);
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); exit(2); } } while (0)
 static int failures = 0;
@@ -267,6 +274,39 @@ static void check_sampler() {
     printf("BENCH sampler_48rows_ms %.3f ms -\n", ms);
 }
 
+/* cuda/logprobs.cu == qwi_logprobs_row (lib/logprobs.c): same ids in the
+ * same order (ties included), logprobs within 1e-5 (both sum in double). */
+static void check_logprobs() {
+    const int V = 151936, R = 48, S = QW_MAX_LOGPROBS + 1;
+    std::vector<float> lg((size_t)R * V);
+    for (auto &v : lg) v = 12 * frand();
+    for (int r = 0; r < R; r++)   /* ties at the top: lower id first */
+        for (int t = 0; t < 3; t++) lg[(size_t)r * V + (r * 977 + t * 50000) % V] = 14.0f;
+    std::vector<int32_t> k(R), tg(R);
+    for (int r = 0; r < R; r++) { k[r] = r % 3 == 2 ? -1 : r % (QW_MAX_LOGPROBS + 1); tg[r] = (r * 7919) % V; }
+    float *dl = dev<float>(lg.size());
+    CK(cudaMemcpy(dl, lg.data(), lg.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<qw_logprob> got((size_t)R * S), want(S);
+    std::vector<qw_logprob *> dst(R);
+    for (int r = 0; r < R; r++) dst[r] = &got[(size_t)r * S];
+    qwk_logprobs *ctx = NULL;
+    CK(qwk_logprobs_reduce(&ctx, R, dl, V, R, k.data(), NULL, tg.data(), dst.data(), 0));
+    int bad = 0;
+    double err = 0;
+    for (int r = 0; r < R; r++) {
+        if (k[r] < 0) continue;
+        qwi_logprobs_row(&lg[(size_t)r * V], V, tg[r], k[r], want.data());
+        for (int j = 0; j <= k[r]; j++) {
+            bad += got[(size_t)r * S + j].token != want[j].token;
+            err = fmax(err, fabs((double)got[(size_t)r * S + j].logprob - want[j].logprob));
+        }
+    }
+    qwk_logprobs_free(ctx);
+    cudaFree(dl);
+    report("logprobs ids == qwi_logprobs_row (48 rows, vocab 151936)", bad, 0);
+    report("logprobs values vs qwi_logprobs_row", err, 1e-5);
+}
+
 static double bench_copy_gbs() {
     size_t n = 2ull << 30;
     void *a = dev<char>(n), *b = dev<char>(n);
@@ -303,13 +343,253 @@ static double bench_gemm_tflops(int M, int N, int K) {
     return 2.0 * M * N * K * 10 / (ms * 1e-3) / 1e12;
 }
 
-int main(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) { printf("no device\n"); return 2; }
-    /* what the backend does at create: the prefill kernel's shared memory */
-    for (int hd : {16, 32, 64, 128}) {
-        cudaError_t e = qwk_attention_init(hd);
-        if (e != cudaSuccess) { printf("CHECK attention_init hd %d FAIL %s\n", hd, cudaGetErrorString(e)); failures++; }
+/* ---- q/k norm + RoPE + K/V page write ------------------------------------ */
+static void check_rope_kv(int nh, int nkv, int hd, int rows, bool bias, bool norm, const char *tag) {
+    const int heads = nh + 2 * nkv, width = heads * hd, half = hd / 2, nslots = rows * 2 + 5;
+    std::vector<float> qkv((size_t)rows * width), b(width), qn(hd), kn(hd);
+    for (auto &v : qkv) v = 3 * frand();
+    for (auto &v : b) v = 0.5f * frand();
+    for (auto &v : qn) v = 1 + 0.2f * frand();
+    for (auto &v : kn) v = 1 + 0.2f * frand();
+    std::vector<double> inv(half);
+    for (int i = 0; i < half; i++) inv[i] = pow(1e6, -2.0 * i / hd);
+    std::vector<int32_t> pos(rows), slot(rows);
+    for (int r = 0; r < rows; r++) {
+        pos[r] = (int32_t)((r * 7919u + 13) % 40000);
+        slot[r] = r % 5 == 4 ? -1 : (int32_t)((r * 37 + 11) % nslots);   /* -1: no KV write */
+    }
+    /* distinct slots: drop duplicates to -1 (the engine never maps two rows to one slot) */
+    std::vector<int> seen(nslots, 0);
+    for (int r = 0; r < rows; r++) if (slot[r] >= 0 && seen[slot[r]]++) slot[r] = -1;
+    float *dqkv = dev<float>(qkv.size()), *db = dev<float>(width), *dqn = dev<float>(hd), *dkn = dev<float>(hd);
+    double *dinv = dev<double>(half);
+    int32_t *dpos = dev<int32_t>(rows), *dslot = dev<int32_t>(rows);
+    uint16_t *dq = dev<uint16_t>((size_t)rows * nh * hd), *dk = dev<uint16_t>((size_t)nslots * nkv * hd),
+             *dv = dev<uint16_t>((size_t)nslots * nkv * hd);
+    CK(cudaMemcpy(dqkv, qkv.data(), qkv.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, b.data(), width * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dqn, qn.data(), hd * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dkn, kn.data(), hd * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dinv, inv.data(), half * 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dpos, pos.data(), rows * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dslot, slot.data(), rows * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dk, 0xff, (size_t)nslots * nkv * hd * 2));   /* NaN: what stays unwritten */
+    CK(cudaMemset(dv, 0xff, (size_t)nslots * nkv * hd * 2));
+    qwk_qk_norm_rope_kv(dqkv, bias ? db : NULL, norm ? dqn : NULL, norm ? dkn : NULL, dinv, dpos, dslot, rows, nh,
+                        nkv, hd, 1e-6f, dq, dk, dv, 0);
+    CK(cudaGetLastError());
+    std::vector<uint16_t> q((size_t)rows * nh * hd), k((size_t)nslots * nkv * hd), v(k.size());
+    CK(cudaMemcpy(q.data(), dq, q.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(k.data(), dk, k.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(v.data(), dv, v.size() * 2, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    int misplaced = 0;
+    std::vector<double> x(hd), y(hd);
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < heads; h++) {
+            bool is_q = h < nh, is_k = !is_q && h < nh + nkv;
+            for (int i = 0; i < hd; i++) x[i] = qkv[(size_t)r * width + h * hd + i] + (bias ? b[h * hd + i] : 0.f);
+            if ((is_q || is_k) && norm) {
+                double ss = 0;
+                for (int i = 0; i < hd; i++) ss += x[i] * x[i];
+                double rs_ = 1 / sqrt(ss / hd + 1e-6);
+                for (int i = 0; i < hd; i++) x[i] = x[i] * rs_ * (is_q ? qn[i] : kn[i]);
+            }
+            y = x;
+            if (is_q || is_k)
+                for (int i = 0; i < half; i++) {
+                    double c = cos(pos[r] * inv[i]), sn = sin(pos[r] * inv[i]);
+                    y[i] = x[i] * c - x[i + half] * sn;
+                    y[i + half] = x[i + half] * c + x[i] * sn;
+                }
+            const uint16_t *got;
+            if (is_q) got = &q[((size_t)r * nh + h) * hd];
+            else if (slot[r] < 0) continue;
+            else got = &(is_k ? k : v)[((size_t)slot[r] * nkv + (is_k ? h - nh : h - nh - nkv)) * hd];
+            for (int i = 0; i < hd; i++) {
+                double g = qwi_bf16_to_f32(got[i]);
+                num += (g - y[i]) * (g - y[i]);
+                den += y[i] * y[i];
+            }
+        }
+    /* slots no row maps to must be untouched */
+    for (int sl = 0; sl < nslots; sl++)
+        if (!seen[sl])
+            for (int i = 0; i < nkv * hd; i++)
+                misplaced += k[(size_t)sl * nkv * hd + i] != 0xffff || v[(size_t)sl * nkv * hd + i] != 0xffff;
+    char name[128];
+    snprintf(name, sizeof name, "qk_norm_rope_kv %s h%d/%d hd%d rows%d", tag, nh, nkv, hd, rows);
+    report(name, misplaced ? 1.0 : sqrt(num / den), 8e-3);
+    cudaFree(dqkv); cudaFree(db); cudaFree(dqn); cudaFree(dkn); cudaFree(dinv); cudaFree(dpos); cudaFree(dslot);
+    cudaFree(dq); cudaFree(dk); cudaFree(dv);
+}
+
+/* ---- the GEMM wrapper: Y[M][N] = X[M][K] W[N][K]^T, not another orientation */
+static void check_gemm(qwk_gemm *g, int M, int N, int K, int f32) {
+    std::vector<uint16_t> hx((size_t)M * K), hw((size_t)N * K);
+    for (auto &v : hx) v = qwi_f32_to_bf16(frand());
+    for (auto &v : hw) v = qwi_f32_to_bf16(frand());
+    uint16_t *x = dev<uint16_t>(hx.size()), *w = dev<uint16_t>(hw.size());
+    void *y = dev<char>((size_t)M * N * 4);
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    int st = qwk_gemm_run(g, 0, x, w, y, f32, M, N, K);
+    CK(cudaDeviceSynchronize());
+    double num = 0, den = 0;
+    if (st) num = 1, den = 1;
+    else {
+        std::vector<float> yf((size_t)M * N);
+        std::vector<uint16_t> yb((size_t)M * N);
+        if (f32) CK(cudaMemcpy(yf.data(), y, yf.size() * 4, cudaMemcpyDeviceToHost));
+        else CK(cudaMemcpy(yb.data(), y, yb.size() * 2, cudaMemcpyDeviceToHost));
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double ref = 0;
+                for (int k = 0; k < K; k++)
+                    ref += (double)qwi_bf16_to_f32(hx[(size_t)m * K + k]) * qwi_bf16_to_f32(hw[(size_t)n * K + k]);
+                double got = f32 ? yf[(size_t)m * N + n] : qwi_bf16_to_f32(yb[(size_t)m * N + n]);
+                num += (got - ref) * (got - ref);
+                den += ref * ref;
+            }
+    }
+    char name[96];
+    snprintf(name, sizeof name, "gemm %dx%dx%d %s out%s", M, N, K, f32 ? "f32" : "bf16", st ? " (cublasLt error)" : "");
+    report(name, sqrt(num / den), f32 ? 1e-4 : 5e-3);
+    cudaFree(x); cudaFree(w); cudaFree(y);
+}
+
+/* ---- embedding gather and KV block copy: exact ------------------------------ */
+static void check_embed_copy() {
+    const int V = 1000, H = 264, R = 77;
+    std::vector<uint16_t> table((size_t)V * H);
+    for (auto &v : table) v = qwi_f32_to_bf16(frand());
+    std::vector<int32_t> tok(R);
+    for (int r = 0; r < R; r++) tok[r] = (r * 613 + 5) % V;
+    uint16_t *dt = dev<uint16_t>(table.size());
+    int32_t *dtok = dev<int32_t>(R);
+    float *dx = dev<float>((size_t)R * H);
+    CK(cudaMemcpy(dt, table.data(), table.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dtok, tok.data(), R * 4, cudaMemcpyHostToDevice));
+    qwk_embed(dt, dtok, R, H, dx, 0);
+    std::vector<float> x((size_t)R * H);
+    CK(cudaMemcpy(x.data(), dx, x.size() * 4, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < H; i++) bad += x[(size_t)r * H + i] != qwi_bf16_to_f32(table[(size_t)tok[r] * H + i]);
+    report("embed gather 77x264 (exact)", bad, 0);
+    /* copy_blocks: 4 planes of 9 blocks; copy 2->7, 0->3, 5->1 in every plane */
+    const int planes = 4, nb = 9;
+    const size_t block_bytes = 16 * 2 * 40 * 2;   /* bs 16, nkv 2, hd 40: not a multiple of 256 */
+    const size_t plane = nb * block_bytes;
+    std::vector<uint8_t> pool(planes * plane);
+    for (auto &v : pool) v = (uint8_t)(frand() * 127 + 128);
+    std::vector<int32_t> src = {2, 0, 5}, dst = {7, 3, 1};
+    uint8_t *dp = dev<uint8_t>(pool.size());
+    int32_t *ds = dev<int32_t>(3), *dd = dev<int32_t>(3);
+    CK(cudaMemcpy(dp, pool.data(), pool.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ds, src.data(), 12, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dd, dst.data(), 12, cudaMemcpyHostToDevice));
+    qwk_copy_blocks(dp, plane, planes, block_bytes, ds, dd, 3, 0);
+    std::vector<uint8_t> after(pool.size());
+    CK(cudaMemcpy(after.data(), dp, after.size(), cudaMemcpyDeviceToHost));
+    std::vector<uint8_t> want = pool;
+    for (int p = 0; p < planes; p++)
+        for (int i = 0; i < 3; i++)
+            memcpy(&want[p * plane + dst[i] * block_bytes], &pool[p * plane + src[i] * block_bytes], block_bytes);
+    report("copy_blocks 4 planes x 3 blocks (exact)", memcmp(want.data(), after.data(), want.size()) != 0, 0);
+    cudaFree(dt); cudaFree(dtok); cudaFree(dx); cudaFree(dp); cudaFree(ds); cudaFree(dd);
+}
+
+/* ---- attention benchmarks: Qwen3-8B heads (32 q, 8 kv, hd 128), bs 16 ------ */
+struct paged_bench {
+    uint16_t *k, *v, *q, *out;
+    int32_t *hdr, *qs, *cl, *pos, *bt, *tiles;
+    float *po, *pl;
+    int ntiles;
+};
+
+static paged_bench paged_setup(int S, int ctx, int qlen, int splits) {
+    const int bs = 16, nh = 32, nkv = 8, hd = 128, maxb = (ctx + bs - 1) / bs, T = S * qlen;
+    paged_bench p;
+    size_t kvn = (size_t)S * maxb * bs * nkv * hd;
+    p.k = dev<uint16_t>(kvn); p.v = dev<uint16_t>(kvn);
+    p.q = dev<uint16_t>((size_t)T * nh * hd); p.out = dev<uint16_t>((size_t)T * nh * hd);
+    CK(cudaMemset(p.k, 0x3c, kvn * 2)); CK(cudaMemset(p.v, 0x3c, kvn * 2));
+    CK(cudaMemset(p.q, 0x3c, (size_t)T * nh * hd * 2));
+    std::vector<int32_t> hdr(8, 0), qs(S + 1), cl(S, ctx), pos(T), bt((size_t)S * maxb), tiles;
+    hdr[2] = maxb;
+    for (int s = 0; s < S; s++) {
+        qs[s] = s * qlen;
+        for (int i = 0; i < maxb; i++) bt[(size_t)s * maxb + i] = (int32_t)(((size_t)s * maxb + i) * 7919 % ((size_t)S * maxb));
+        for (int i = 0; i < qlen; i++) pos[s * qlen + i] = ctx - qlen + i;
+        for (int i = 0; i < qlen; i += 64) { tiles.push_back(s); tiles.push_back(s * qlen + i); }
+    }
+    qs[S] = T;
+    p.ntiles = (int)tiles.size() / 2;
+    p.hdr = dev<int32_t>(8); p.qs = dev<int32_t>(S + 1); p.cl = dev<int32_t>(S); p.pos = dev<int32_t>(T);
+    p.bt = dev<int32_t>(bt.size()); p.tiles = dev<int32_t>(tiles.size() + 2);
+    p.po = dev<float>((size_t)S * nh * splits * hd); p.pl = dev<float>((size_t)S * nh * splits);
+    CK(cudaMemcpy(p.hdr, hdr.data(), 32, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(p.qs, qs.data(), 4 * (S + 1), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(p.cl, cl.data(), 4 * S, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(p.pos, pos.data(), 4 * T, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(p.bt, bt.data(), 4 * bt.size(), cudaMemcpyHostToDevice));
+    if (!tiles.empty()) CK(cudaMemcpy(p.tiles, tiles.data(), 4 * tiles.size(), cudaMemcpyHostToDevice));
+    return p;
+}
+
+static void paged_free(paged_bench &p) {
+    cudaFree(p.k); cudaFree(p.v); cudaFree(p.q); cudaFree(p.out); cudaFree(p.hdr); cudaFree(p.qs); cudaFree(p.cl);
+    cudaFree(p.pos); cudaFree(p.bt); cudaFree(p.tiles); cudaFree(p.po); cudaFree(p.pl);
+}
+
+/* Decode attention at 64 sequences x 2K context: GB/s of K/V read. */
+static void bench_decode_attention(double copy_gbs, int num_sms) {
+    const int S = 64, ctx = 2048;
+    const int splits = qwi_cuda_decode_splits(S, 8, num_sms, 16);
+    paged_bench p = paged_setup(S, ctx, 1, splits);
+    qwk_paged pg = {p.k, p.v, p.hdr, p.qs, p.cl, p.pos, p.bt, 16, 32, 8, 128, (float)(1.0 / sqrt(128.0))};
+    for (int i = 0; i < 3; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
+    CK(cudaGetLastError());
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    cudaEventRecord(e0);
+    for (int i = 0; i < 20; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
+    cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
+    float ms; cudaEventElapsedTime(&ms, e0, e1);
+    double bytes = (double)S * ctx * 8 * 128 * 2 * 2;   /* K and V, bf16 */
+    double gbs = bytes * 20 / (ms * 1e-3) / 1e9;
+    printf("BENCH decode_attn_64x2K %.0f GB/s %.1f%%\n", gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
+    paged_free(p);
+}
+
+/* Prefill attention, 4 sequences of 2K causal: TFLOP/s (QK^T + PV). */
+static void bench_prefill_attention(double peak_tflops) {
+    const int S = 4, L = 2048;
+    paged_bench p = paged_setup(S, L, L, 1);
+    qwk_paged pg = {p.k, p.v, p.hdr, p.qs, p.cl, p.pos, p.bt, 16, 32, 8, 128, (float)(1.0 / sqrt(128.0))};
+    qwk_prefill_attention(&pg, p.q, p.tiles, p.ntiles, p.out, 0);
+    CK(cudaGetLastError());
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    cudaEventRecord(e0);
+    for (int i = 0; i < 5; i++) qwk_prefill_attention(&pg, p.q, p.tiles, p.ntiles, p.out, 0);
+    cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
+    float ms; cudaEventElapsedTime(&ms, e0, e1);
+    double flops = (double)S * 32 * 4.0 * 128 * ((double)L * (L + 1) / 2);
+    double tf = flops * 5 / (ms * 1e-3) / 1e12;
+    printf("BENCH prefill_attn_4x2K_causal %.1f TFLOP/s %.1f%%\n", tf, peak_tflops > 0 ? 100 * tf / peak_tflops : 0.0);
+    paged_free(p);
+}
+
+/* ---- check groups: each one its own process under run.sh ------------------- */
+static bool small = false;   /* --small: shapes cheap enough for compute-sanitizer */
+
+static void group_attention() {
+    check_attention(4, 2, 16, {1, 17, 40}, {1, 1, 1}, true, 2, "tiny");
+    check_attention(4, 2, 16, {40, 9}, {40, 9}, false, 1, "tiny");
+    if (small) {
+        check_attention(16, 8, 128, {1, 17, 70}, {1, 1, 1}, true, 3, "small");
+        check_attention(16, 8, 128, {70, 16}, {70, 3}, false, 1, "small");
+        return;
     }
     const int cfgs[4][2] = {{16, 8}, {32, 8}, {40, 8}, {64, 8}};
     for (auto &c : cfgs) {
@@ -317,19 +597,84 @@ int main(void) {
         check_attention(c[0], c[1], 128, {33, 4097}, {1, 1}, true, 7, "split7");
         check_attention(c[0], c[1], 128, {70, 16, 200, 5}, {70, 3, 64, 1}, false, 1, "mixed/chunked");
     }
-    check_attention(4, 2, 16, {1, 17, 40}, {1, 1, 1}, true, 2, "tiny");
-    check_attention(4, 2, 16, {40, 9}, {40, 9}, false, 1, "tiny");
     check_attention(32, 8, 128, {32768}, {1}, true, 16, "ctx32K");
     check_attention(32, 8, 128, {32768}, {64}, false, 1, "ctx32K-chunk");
+}
+
+static void group_norms() {
     check_rmsnorm_silu();
-    check_silu_many_rows();
-    check_sampler();
+    if (!small) check_silu_many_rows();
+}
+
+static void group_rope_kv() {
+    check_rope_kv(16, 8, 128, small ? 9 : 300, false, true, "qwen3");
+    check_rope_kv(4, 2, 64, small ? 7 : 100, true, false, "qwen2-bias");
+    if (!small) check_rope_kv(64, 8, 128, 33, false, true, "32b");
+}
+
+static void group_gemm() {
+    void *ws = dev<char>(QWK_GEMM_WORKSPACE);
+    qwk_gemm *g;
+    if (qwk_gemm_create(ws, &g)) { report("gemm create", 1, 0); return; }
+    check_gemm(g, 37, 96, 64, 1);    /* M != N != K: a transposed operand shows */
+    check_gemm(g, 37, 96, 64, 0);
+    check_gemm(g, 1, 160, 128, 1);   /* decode: one row */
+    if (!small) {
+        check_gemm(g, 300, 192, 256, 1);   /* 300 and 257 share bucket 512: the cached */
+        check_gemm(g, 257, 192, 256, 1);   /* algorithm runs at two real M */
+        check_gemm(g, 512, 192, 256, 0);
+    }
+    qwk_gemm_destroy(g);
+    cudaFree(ws);
+}
+
+static void group_bench(int num_sms) {
     double copy = bench_copy_gbs();
     printf("BENCH copy_d2d %.0f GB/s 100%%\n", copy);
     double peak = bench_gemm_tflops(8192, 8192, 8192);
     printf("BENCH gemm_bf16_8192 %.0f TFLOP/s -\n", peak);
     double pf = bench_gemm_tflops(2048, 12288 * 2, 4096);
     printf("BENCH gemm_prefill_8b_gateup %.0f TFLOP/s %.0f%%\n", pf, 100 * pf / peak);
+    bench_decode_attention(copy, num_sms);
+    bench_prefill_attention(peak);
+}
+
+static const char *const GROUPS[] = {"attention", "norms", "rope_kv", "gemm", "embed_copy", "sampler", "logprobs", "bench"};
+
+/* check_kernels [--small] [GROUP...]   (no GROUP: all; "list": the names) */
+int main(int argc, char **argv) {
+    std::vector<const char *> want;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--small")) small = true;
+        else if (!strcmp(argv[i], "list")) { for (auto g : GROUPS) printf("%s\n", g); return 0; }
+        else want.push_back(argv[i]);
+    }
+    if (want.empty()) for (auto g : GROUPS) want.push_back(g);
+    int n = 0;
+    cudaError_t de = cudaGetDeviceCount(&n);
+    if (de != cudaSuccess || n == 0) {
+        printf("no device (%s)\n", de != cudaSuccess ? cudaGetErrorString(de) : "0 devices");
+        return 2;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    /* what the backend does at create: the prefill kernel's shared memory */
+    for (int hd : {16, 32, 64, 128}) {
+        cudaError_t e = qwk_attention_init(hd);
+        if (e != cudaSuccess) { printf("CHECK attention_init hd %d FAIL %s\n", hd, cudaGetErrorString(e)); failures++; }
+    }
+    for (const char *g : want) {
+        if (!strcmp(g, "attention")) group_attention();
+        else if (!strcmp(g, "norms")) group_norms();
+        else if (!strcmp(g, "rope_kv")) group_rope_kv();
+        else if (!strcmp(g, "gemm")) group_gemm();
+        else if (!strcmp(g, "embed_copy")) check_embed_copy();
+        else if (!strcmp(g, "sampler")) check_sampler();
+        else if (!strcmp(g, "logprobs")) check_logprobs();
+        else if (!strcmp(g, "bench")) group_bench(prop.multiProcessorCount);
+        else { printf("unknown group %s\n", g); return 2; }
+    }
+    CK(cudaDeviceSynchronize());
     printf("RESULT kernel checks: %d failed\n", failures);
     return failures ? 1 : 0;
 }
