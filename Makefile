@@ -8,6 +8,7 @@
 #   make deps            check/install build and test dependencies (tools/deps.sh)
 #   make fresh-check     the two commands above in a clean Debian 12 root (root only)
 #   make tokbench        tokenizer throughput on varied real text (Debian packages)
+#   make cdef            regenerate include/qwinfer_cdef.h (cffi's view of qwinfer.h)
 #   make gpu-bundle      unpack the link dependencies' .debs into gpu-deps/ for a
 #                        machine without apt (the lent GPU machine, docs/cuda.md)
 #   CUDA=0               build without the CUDA backend (auto-detected from nvcc)
@@ -143,7 +144,7 @@ TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 TESTUTIL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TESTUTIL_SRCS))
 
 .PHONY: all lib tools examples tests test check check-asan demo install uninstall deps clean abi-check \
-        depcheck qwinfer.pc fresh-check tokbench gpu-bundle check-gpu-bundle check-hf-oracle
+        depcheck qwinfer.pc fresh-check tokbench gpu-bundle check-gpu-bundle check-hf-oracle cdef
 all: lib tools examples
 
 lib: $(SHLIB) $(STLIB)
@@ -237,6 +238,11 @@ PYTHON ?= python3
 check-hf-oracle: lib $(BUILD)/bin/qw-makemodel
 	@sh tests/gpu/hf_oracle_check.sh $(BUILD) $(PYTHON)
 
+# include/qwinfer_cdef.h: the public header as cffi's cdef() takes it, for
+# bindings (tools/gen-cdef.sh); tests/check_cdef.sh fails when it is stale.
+cdef:
+	@sh tools/gen-cdef.sh include/qwinfer.h include/qwinfer_cdef.h
+
 # The flags a script outside make needs to link against the library the way
 # make does (tests/gpu/run.sh): `make -s print-DEP_LIBS`. Reads, builds nothing.
 print-%:
@@ -274,6 +280,7 @@ INSTALL_DYN   := qw-generate
 install: lib $(addprefix $(BUILD)/bin/,$(INSTALL_TOOLS)) qwinfer.pc
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
 	install -m 644 include/qwinfer.h $(DESTDIR)$(INCDIR)/qwinfer.h
+	install -m 644 include/qwinfer_cdef.h $(DESTDIR)$(INCDIR)/qwinfer_cdef.h
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/
 	ln -sf libqwinfer.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libqwinfer.so
@@ -306,7 +313,7 @@ qwinfer.pc: pkgconfig/qwinfer.pc.in
 	    -e '/^@$(PC_DROP)@/d' -e 's|^@$(PC_KEEP)@||' $< > $(BUILD)/qwinfer.pc
 
 uninstall:
-	rm -f $(DESTDIR)$(INCDIR)/qwinfer.h $(DESTDIR)$(LIBDIR)/libqwinfer.* $(DESTDIR)$(LIBDIR)/pkgconfig/qwinfer.pc
+	rm -f $(DESTDIR)$(INCDIR)/qwinfer.h $(DESTDIR)$(INCDIR)/qwinfer_cdef.h $(DESTDIR)$(LIBDIR)/libqwinfer.* $(DESTDIR)$(LIBDIR)/pkgconfig/qwinfer.pc
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_TOOLS) $(INSTALL_DYN))
 
 clean:

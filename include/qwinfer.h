@@ -900,6 +900,58 @@ QW_API qw_status qw_request_get_text_piece(const qw_request *req, const char **p
                                            size_t *len);
 
 /* ---------------------------------------------------------------------------
+ * Names and model information (for logs, bindings and clients)
+ * ------------------------------------------------------------------------- */
+
+/* Static, never-NULL names: "stop", "length", "cancelled", "error",
+ * "timeout", "none" (the words OpenAI-style APIs use for finish reasons);
+ * "token", "finished"; "created", "queued", "running", "finished"; and the
+ * constants' own spellings for option keys ("QW_OPT_DEVICE",
+ * "QW_REQ_TOP_P"). An unknown value gives "unknown". Any thread. */
+QW_API const char *qw_finish_reason_string(qw_finish_reason reason);
+QW_API const char *qw_event_kind_string(qw_event_kind kind);
+QW_API const char *qw_request_state_string(qw_request_state state);
+QW_API const char *qw_engine_option_name(qw_engine_option key);
+QW_API const char *qw_request_option_name(qw_request_option key);
+
+/* Most EOS ids qw_model_info reports. */
+#define QW_MAX_EOS_IDS 8
+
+/* The loaded model, written by qw_engine_get_model_info. Fields are only
+ * ever appended; pass sizeof(qw_model_info). */
+typedef struct qw_model_info {
+    uint64_t size;                  /* set by the library: bytes it wrote      */
+    char architecture[64];          /* "Qwen3ForCausalLM" or "Qwen2ForCausalLM" */
+    char dtype[16];                 /* checkpoint dtype: "bfloat16", "float16",
+                                       "float32"                               */
+    int32_t vocab_size;
+    int32_t hidden_size;
+    int32_t intermediate_size;
+    int32_t num_layers;
+    int32_t num_heads;              /* query heads                             */
+    int32_t num_kv_heads;
+    int32_t head_dim;
+    int32_t max_position_embeddings; /* from config.json                      */
+    int32_t max_model_len;          /* what this engine accepts (capped by
+                                       QW_OPT_MAX_MODEL_LEN and the KV pool)   */
+    int32_t tie_word_embeddings;    /* 1 if lm_head is the embedding           */
+    int32_t has_tokenizer;          /* 1 if the model directory had one        */
+    int32_t bos_token_id;           /* -1 when the config has none             */
+    int32_t num_eos;                /* entries of eos_token_ids                */
+    int32_t eos_token_ids[QW_MAX_EOS_IDS]; /* config.json and
+                                       generation_config.json, as generation
+                                       stops on them                           */
+    double rope_theta;
+    double rms_norm_eps;
+} qw_model_info;
+
+/* Fill *out (of out_size bytes, at least 8) with the engine's model facts;
+ * bytes past what this version knows are zeroed. Any thread (the facts
+ * never change after create). NULL arguments: QW_ERR_INVALID_ARGUMENT. */
+QW_API qw_status qw_engine_get_model_info(const qw_engine *engine, qw_model_info *out,
+                                          size_t out_size);
+
+/* ---------------------------------------------------------------------------
  * Experimental: may change between minor versions.
  * ------------------------------------------------------------------------- */
 

@@ -109,11 +109,13 @@ QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_optio
     case QW_OPT_MODEL_PATH:
     case QW_OPT_DEVICE:
         return qwi_fail(QW_ERR_INVALID_ARGUMENT,
-                        "engine option %d is a string: use qw_engine_options_set_string", (int)key);
+                        "engine option %s (%d) is a string: use qw_engine_options_set_string",
+                        qw_engine_option_name(key), (int)key);
     case QW_OPT_GPU_MEMORY_UTILIZATION:
     case QW_OPT_KV_CACHE_MEMORY_FRACTION:
         return qwi_fail(QW_ERR_INVALID_ARGUMENT,
-                        "engine option %d is a double: use qw_engine_options_set_double", (int)key);
+                        "engine option %s (%d) is a double: use qw_engine_options_set_double",
+                        qw_engine_option_name(key), (int)key);
     }
     return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_int: unknown option %d", (int)key);
 }
@@ -132,7 +134,10 @@ QW_API qw_status qw_engine_options_set_double(qw_engine_options *o, qw_engine_op
         slot = &o->kv_cache_memory_fraction;
         break;
     default:
-        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "engine option %d is not a double option", (int)key);
+        if (!strcmp(qw_engine_option_name(key), "unknown"))
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_double: unknown option %d", (int)key);
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "engine option %s (%d) is not a double option",
+                        qw_engine_option_name(key), (int)key);
     }
     if (!(v > 0 && v <= 1)) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "%s must be in (0, 1], got %g", name, v);
     *slot = v;
@@ -148,8 +153,11 @@ QW_API qw_status qw_engine_options_set_string(qw_engine_options *o, qw_engine_op
     case QW_OPT_MODEL_PATH: slot = &o->model_path; break;
     case QW_OPT_DEVICE: slot = &o->device; break;
     default:
+        if (!strcmp(qw_engine_option_name(key), "unknown"))
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_string: unknown option %d", (int)key);
         return qwi_fail(QW_ERR_INVALID_ARGUMENT,
-                        "engine option %d is not a string option (use qw_engine_options_set_int)", (int)key);
+                        "engine option %s (%d) is not a string option (use qw_engine_options_set_int)",
+                        qw_engine_option_name(key), (int)key);
     }
     char *copy = strdup(v);
     if (!copy) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "qw_engine_options_set_string: out of memory");

@@ -17,7 +17,7 @@ fail() { echo "check_install: $*"; exit 1; }
 rm -rf "$dest"
 make_build "$build" -s PREFIX="$prefix" DESTDIR="$dest" install >/dev/null || fail "make install failed"
 
-for f in include/qwinfer.h lib/libqwinfer.so.0.1.0 lib/libqwinfer.so.0 lib/libqwinfer.so \
+for f in include/qwinfer.h include/qwinfer_cdef.h lib/libqwinfer.so.0.1.0 lib/libqwinfer.so.0 lib/libqwinfer.so \
          lib/libqwinfer.a lib/pkgconfig/qwinfer.pc \
          bin/qw-generate bin/qw-makemodel bin/qw-bench bin/qw-tokbench; do
     [ -e "$root/$f" ] || fail "not installed: $prefix/$f"
@@ -25,8 +25,9 @@ done
 for t in qw-generate qw-makemodel qw-bench qw-tokbench; do
     [ -x "$root/bin/$t" ] || fail "$prefix/bin/$t is not executable"
 done
-# Only the public header is installed.
-[ "$(ls "$root/include")" = qwinfer.h ] || fail "headers other than qwinfer.h installed: $(ls "$root/include")"
+# Only the public header (and its cffi rendering) is installed.
+[ "$(ls "$root/include" | tr '\n' ' ')" = "qwinfer.h qwinfer_cdef.h " ] ||
+    fail "headers other than qwinfer.h and qwinfer_cdef.h installed: $(ls "$root/include")"
 
 # The installed programs need neither the build tree nor the sources: run
 # them from a directory outside the checkout, with no LD_LIBRARY_PATH.

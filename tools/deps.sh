@@ -17,6 +17,11 @@
 #   criterion       the C test framework
 #   numpy           the float64 reference forward pass in tests/reference/
 #                   (Debian's python3-numpy; pip only when that cannot serve)
+#   cffi            parses include/qwinfer_cdef.h in tests/check_cdef.sh, as
+#                   the Python binding does (Debian's python3-cffi)
+#   pip, setuptools, wheel, pytest
+#                   tests/check_python.sh installs bindings/python with pip
+#                   (offline) and runs its pytest suite (Debian packages)
 #   tokenizers      Hugging Face tokenizers (pip; Debian 12 has no package):
 #                   expected ids for tokenizer tests, which skip without it
 set -u
@@ -104,6 +109,29 @@ if ! has_py numpy; then
     has_py numpy || pip_install numpy || true
     has_py numpy || {
         echo "deps: numpy missing; run: sudo apt-get install -y python3-numpy (or python3 -m pip install numpy)" >&2
+        exit 1
+    }
+fi
+if ! has_py cffi; then
+    apt_install python3-cffi || true
+    has_py cffi || pip_install cffi || true
+    has_py cffi || {
+        echo "deps: cffi missing; run: sudo apt-get install -y python3-cffi (or python3 -m pip install cffi)" >&2
+        exit 1
+    }
+fi
+for m in pytest:python3-pytest setuptools:python3-setuptools wheel:python3-wheel; do
+    has_py "${m%%:*}" || apt_install "${m#*:}" || true
+    has_py "${m%%:*}" || pip_install "${m%%:*}" || true
+    has_py "${m%%:*}" || {
+        echo "deps: ${m%%:*} missing; run: sudo apt-get install -y ${m#*:} (or python3 -m pip install ${m%%:*})" >&2
+        exit 1
+    }
+done
+if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt_install python3-pip || true
+    python3 -m pip --version >/dev/null 2>&1 || {
+        echo "deps: pip missing; run: sudo apt-get install -y python3-pip" >&2
         exit 1
     }
 fi
