@@ -24,10 +24,12 @@ extern "C" {
 #include "../../cuda/gemm.h"
 #include "../../cuda/kernels.h"
 #include "../../cuda/logprobs_cuda.h"
+#include "../../cuda/penalties_cuda.h"
 extern "C" void qwi_logprobs_row(const float *logits, int32_t vocab, int32_t target, int32_t k, qw_logprob *out);
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); exit(2); } } while (0)
 static int failures = 0;
+static bool small = false;   /* --small: shapes cheap enough for compute-sanitizer */
 static uint64_t rs = 88172645463325252ull;
 static float frand() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * 0x1.0p-53) * 2.f - 1.f; }
 static void report(const char *name, double err, double tol) {
@@ -343,6 +345,68 @@ static double bench_gemm_tflops(int M, int N, int K) {
     return 2.0 * M * N * K * 10 / (ms * 1e-3) / 1e12;
 }
 
+/* ---- penalties and logit bias on device == qwi_penalties_pack_apply (exact:
+ * the kernel rounds each step as the host does), and the restore gives the
+ * raw logits back bit for bit ------------------------------------------------ */
+static void check_penalties() {
+    const int V = small ? 4096 : 151936, S = 6;
+    std::vector<float> lg((size_t)S * V);
+    for (auto &v : lg) v = 8 * frand();
+    std::vector<qwi_sampling> sp(S);
+    std::vector<uint8_t> ds(S, 1);
+    std::vector<int32_t> row_seq(S), prompt(300), output(120), bias_ids = {3, 77, 1000 % V, V - 1};
+    std::vector<float> bias = {5.f, -100.f, 0.25f, 1.5f};
+    for (auto &t : prompt) t = (int32_t)((frand() * 0.5f + 0.5f) * (V - 1));
+    for (auto &t : output) t = (int32_t)((frand() * 0.5f + 0.5f) * 400);   /* repeats */
+    memset(sp.data(), 0, sizeof(qwi_sampling) * S);
+    for (int r = 0; r < S; r++) {
+        row_seq[r] = r;
+        sp[r].temperature = 1.f;
+        sp[r].top_p = 1.f;
+        sp[r].prompt_tokens = prompt.data();
+        sp[r].num_prompt_tokens = (int32_t)prompt.size();
+        sp[r].output_tokens = output.data();
+        sp[r].num_output_tokens = (int32_t)output.size();
+        if (r % 3 == 0) sp[r].repetition_penalty = 1.3f;
+        if (r % 2 == 0) sp[r].frequency_penalty = 0.7f;
+        if (r >= 3) sp[r].presence_penalty = -0.4f;
+        if (r == 1 || r == 4) { sp[r].bias_ids = bias_ids.data(); sp[r].bias = bias.data(); sp[r].num_bias = 4; }
+    }
+    ds[5] = 0;   /* a row that does not sample is left alone */
+    qwi_plan p;
+    memset(&p, 0, sizeof p);
+    p.num_seqs = S;
+    p.do_sample = ds.data();
+    p.sampling = sp.data();
+    float *dl = dev<float>(lg.size());
+    CK(cudaMemcpy(dl, lg.data(), lg.size() * 4, cudaMemcpyHostToDevice));
+    qwi_cuda_penalties cp;
+    memset(&cp, 0, sizeof cp);
+    qw_status st = qwi_cuda_penalties_apply(&cp, &p, row_seq.data(), S, dl, V, 0);
+    CK(cudaDeviceSynchronize());
+    std::vector<float> got(lg.size()), want = lg;
+    CK(cudaMemcpy(got.data(), dl, got.size() * 4, cudaMemcpyDeviceToHost));
+    qwi_penalty_pack pk;
+    memset(&pk, 0, sizeof pk);
+    if (st == QW_OK) st = qwi_penalties_pack(&pk, sp.data(), ds.data(), row_seq.data(), S, V);
+    if (st == QW_OK) qwi_penalties_pack_apply(&pk, want.data(), V);
+    int bad = st != QW_OK, changed = 0;
+    for (size_t i = 0; i < lg.size(); i++) {
+        bad += memcmp(&got[i], &want[i], 4) != 0;
+        changed += got[i] != lg[i];
+    }
+    if (!changed) bad++;   /* the check must see the penalties act */
+    report("penalties+bias on device == host reference (exact)", bad, 0);
+    qw_status rs = qwi_cuda_penalties_restore(&cp, dl, V, 0);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), dl, got.size() * 4, cudaMemcpyDeviceToHost));
+    report("penalties restore gives the raw logits (exact)",
+           rs != QW_OK || memcmp(got.data(), lg.data(), lg.size() * 4) != 0, 0);
+    qwi_penalties_pack_free(&pk);
+    qwi_cuda_penalties_free(&cp);
+    cudaFree(dl);
+}
+
 /* ---- q/k norm + RoPE + K/V page write ------------------------------------ */
 static void check_rope_kv(int nh, int nkv, int hd, int rows, bool bias, bool norm, const char *tag) {
     const int heads = nh + 2 * nkv, width = heads * hd, half = hd / 2, nslots = rows * 2 + 5;
@@ -581,7 +645,6 @@ static void bench_prefill_attention(double peak_tflops) {
 }
 
 /* ---- check groups: each one its own process under run.sh ------------------- */
-static bool small = false;   /* --small: shapes cheap enough for compute-sanitizer */
 
 static void group_attention() {
     check_attention(4, 2, 16, {1, 17, 40}, {1, 1, 1}, true, 2, "tiny");
@@ -639,7 +702,7 @@ static void group_bench(int num_sms) {
     bench_prefill_attention(peak);
 }
 
-static const char *const GROUPS[] = {"attention", "norms", "rope_kv", "gemm", "embed_copy", "sampler", "logprobs", "bench"};
+static const char *const GROUPS[] = {"attention", "norms", "rope_kv", "gemm", "embed_copy", "sampler", "logprobs", "penalties", "bench"};
 
 /* check_kernels [--small] [GROUP...]   (no GROUP: all; "list": the names) */
 int main(int argc, char **argv) {
@@ -671,6 +734,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(g, "embed_copy")) check_embed_copy();
         else if (!strcmp(g, "sampler")) check_sampler();
         else if (!strcmp(g, "logprobs")) check_logprobs();
+        else if (!strcmp(g, "penalties")) check_penalties();
         else if (!strcmp(g, "bench")) group_bench(prop.multiProcessorCount);
         else { printf("unknown group %s\n", g); return 2; }
     }

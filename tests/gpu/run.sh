@@ -103,7 +103,7 @@ if [ -x $B/check_kernels ]; then
           "$CUDA_HOME"/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
     if [ -n "$SAN" ]; then
         timeout 240 "$SAN" --tool memcheck --error-exitcode 3 $B/check_kernels --small \
-            attention norms rope_kv gemm embed_copy >"$LOG/memcheck.log" 2>&1
+            attention norms rope_kv gemm embed_copy penalties >"$LOG/memcheck.log" 2>&1
         rc=$?
         nerr=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$LOG/memcheck.log")
         row "memcheck (small shapes)" "rc $rc, ${nerr:-no summary}"
