@@ -698,8 +698,30 @@ QW_API qw_status qw_engine_step(qw_engine *engine, void *events, size_t cap,
 
 /* 1 if any request is queued, running, or has undelivered events (another
  * qw_engine_step with cap >= 1 would do something); 0 otherwise or for NULL.
- * Step thread. */
+ * Any thread: from the step thread the answer is exact; from another it
+ * reflects the last step and every submit and cancel made before the call. */
 QW_API int qw_engine_has_work(qw_engine *engine);
+
+/* Sleep until qw_engine_has_work() is 1 or timeout_ms milliseconds pass
+ * (timeout_ms < 0: no limit; 0: just check). Returns 1 when there is work,
+ * 0 on timeout or for NULL. A submit or cancel from any thread, and a step
+ * that leaves work, wake every waiter at once; no CPU is spent while it
+ * sleeps. Any thread; the usual loop is
+ *   for (;;) { qw_engine_wait(e, -1); while (qw_engine_has_work(e)) qw_engine_step(...); }
+ * (a host that must also stop the loop submits or cancels something, or
+ * waits with a timeout). */
+QW_API int qw_engine_wait(qw_engine *engine, int32_t timeout_ms);
+
+/* A file descriptor (a Linux eventfd, non-blocking, close-on-exec) that is
+ * readable whenever work may have arrived: it is signalled by every submit
+ * and cancel, and by every step that leaves work, so it fits epoll, select,
+ * asyncio's add_reader or Go's netpoller. The host reads 8 bytes to clear
+ * it, then steps while qw_engine_has_work(). Made by the first call (work
+ * already there signals it at once); later calls return the same
+ * descriptor. Owned by the engine: closed by qw_engine_destroy, never by
+ * the host. -1 on failure (QW_ERR_IO or QW_ERR_INVALID_ARGUMENT in
+ * qw_last_error()). Any thread. */
+QW_API int qw_engine_event_fd(qw_engine *engine);
 
 /* ---------------------------------------------------------------------------
  * Tokenizer and chat

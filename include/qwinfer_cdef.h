@@ -203,6 +203,8 @@ typedef struct qw_event {
  qw_status qw_engine_step(qw_engine *engine, void *events, size_t cap,
                                 size_t event_size, size_t *n_out);
  int qw_engine_has_work(qw_engine *engine);
+ int qw_engine_wait(qw_engine *engine, int32_t timeout_ms);
+ int qw_engine_event_fd(qw_engine *engine);
 typedef struct qw_tokenizer qw_tokenizer;
  qw_status qw_tokenizer_create_from_dir(const char *dir, qw_tokenizer **out);
  void qw_tokenizer_destroy(qw_tokenizer *tok);

@@ -147,6 +147,11 @@ QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
         free(e);
         return qwi_fail(QW_ERR_INTERNAL, "qw_engine_create: pthread_mutex_init failed");
     }
+    if (qwi_engine_wake_init(e) != QW_OK) {
+        pthread_mutex_destroy(&e->inbox_mu);
+        free(e);
+        return QW_ERR_INTERNAL;
+    }
 
     qw_status st = qwi_model_load(o->model_path, &e->model);
     if (st != QW_OK) goto fail;
@@ -333,6 +338,7 @@ QW_API void qw_engine_destroy(qw_engine *e) {
     qwi_tokenizer_handle_free(e->tokenizer);
     free(e->pending);
     pthread_mutex_destroy(&e->inbox_mu);
+    qwi_engine_wake_destroy(e);
     free(e);
 }
 
@@ -573,6 +579,7 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
     submit_samples(e, r);
     qwi_request_ref(r);
     pthread_mutex_unlock(&e->inbox_mu);
+    qwi_engine_wake(e);
     return QW_OK;
 }
 
@@ -591,6 +598,7 @@ QW_API qw_status qw_engine_cancel(qw_engine *e, qw_request *r) {
         qwi_request_ref(r);  /* keeps r alive until the step applies it */
     }
     pthread_mutex_unlock(&e->inbox_mu);
+    if (st == QW_OK) qwi_engine_wake(e);
     return st;
 }
 
@@ -773,7 +781,7 @@ static void expire_requests(qw_engine *e) {
     }
 }
 
-QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t event_size, size_t *n_out) {
+static qw_status step_once(qw_engine *e, void *events, size_t cap, size_t event_size, size_t *n_out) {
     if (n_out) *n_out = 0;
     if (!e || !n_out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_step: engine or n_out is NULL");
     /* A step that may not deliver an event can never empty the event queue,
@@ -883,6 +891,12 @@ QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t e
     return st;
 }
 
+QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t event_size, size_t *n_out) {
+    qw_status st = step_once(e, events, cap, event_size, n_out);
+    if (e) qwi_engine_after_step(e);
+    return st;
+}
+
 /* Release the KV of the idle session used least recently. Its full blocks
  * stay in the prefix cache, so its next request finds what survives. */
 bool qwi_engine_reclaim_idle_session(void *ctx) {
@@ -934,11 +948,3 @@ QW_API qw_status qw_engine_get_stats(const qw_engine *e, qw_engine_stats *out, s
     return QW_OK;
 }
 
-QW_API int qw_engine_has_work(qw_engine *e) {
-    if (!e) return 0;
-    if (e->pending_count > 0 || qwi_sched_has_work(&e->sched)) return 1;
-    pthread_mutex_lock(&e->inbox_mu);
-    int pending = e->inbox.count > 0 || e->cancels.count > 0;
-    pthread_mutex_unlock(&e->inbox_mu);
-    return pending;
-}

@@ -56,6 +56,17 @@ struct qw_engine {
     _Atomic int64_t num_waiting_requests;
     int64_t max_waiting;         /* QW_OPT_MAX_WAITING_REQUESTS; 0 = none  */
 
+    /* wake-ups (engine_wait.c), any thread. step_busy is the step thread's
+     * own work (undelivered events, queued or running requests) as of the
+     * end of the last step: with the inbox it answers qw_engine_has_work
+     * from any thread. wake_cv is broadcast, and wake_fd (an eventfd made
+     * by the first qw_engine_event_fd, else -1) written, on every submit,
+     * cancel and step that leaves work. Lock order: wake_mu, then inbox_mu. */
+    pthread_mutex_t wake_mu;
+    pthread_cond_t wake_cv;
+    int wake_fd;
+    _Atomic int step_busy;
+
     /* step thread only */
     qwi_plan_buffers plan;
     struct qw_session *sessions;  /* every live session (doubly linked)     */
@@ -71,6 +82,17 @@ struct qw_engine {
     qw_event *pending;           /* ring of undelivered events            */
     size_t pending_head, pending_count, pending_cap;
 };
+
+/* engine_wait.c. Set up / tear down the wake-up state (create: QW_OK or
+ * QW_ERR_INTERNAL with nothing to undo; destroy closes the eventfd). */
+qw_status qwi_engine_wake_init(struct qw_engine *e);
+void qwi_engine_wake_destroy(struct qw_engine *e);
+/* Wake every qw_engine_wait and make the eventfd readable: after a submit
+ * or a cancel was queued (any thread). */
+void qwi_engine_wake(struct qw_engine *e);
+/* At the end of every qw_engine_step (step thread): record whether work is
+ * left for the step thread, and wake waiters if so. */
+void qwi_engine_after_step(struct qw_engine *e);
 
 /* Release the KV of the least recently used idle session (the scheduler's
  * reclaim callback); false when no idle session holds blocks. */

@@ -6,10 +6,11 @@
         print(out[0].outputs[0].text)
 """
 from ._ffi import ffi, lib, LIBRARY_PATH, CDEF_PATH
+from .aio import AsyncEngine
 from .engine import (CompletionOutput, Engine, Logprob, QwError, RequestOutput, SamplingParams,
                      StreamChunk)
 
-__all__ = ["Engine", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "StreamChunk",
+__all__ = ["Engine", "AsyncEngine", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "StreamChunk",
            "QwError", "ffi", "lib", "LIBRARY_PATH", "CDEF_PATH", "version"]
 
 

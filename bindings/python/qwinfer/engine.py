@@ -190,7 +190,8 @@ class Engine:
 
     def stats(self) -> dict:
         st = ffi.new("qw_engine_stats *")
-        _check(lib.qw_engine_get_stats(self._engine, st, ffi.sizeof("qw_engine_stats")), "qw_engine_get_stats")
+        with self._lock:   # a step-thread call: not while another thread steps
+            _check(lib.qw_engine_get_stats(self._engine, st, ffi.sizeof("qw_engine_stats")), "qw_engine_get_stats")
         return {name: getattr(st, name) for name, _ in ffi.typeof("qw_engine_stats").fields if name != "size"}
 
     def encode(self, text: str, parse_special: bool = True) -> List[int]:
