@@ -9,6 +9,7 @@
 #   make fresh-check     the two commands above in a clean Debian 12 root (root only)
 #   make tokbench        tokenizer throughput on varied real text (Debian packages)
 #   make cdef            regenerate include/qwinfer_cdef.h (cffi's view of qwinfer.h)
+#   make api-reference   regenerate docs/api-reference.md from qwinfer.h
 #   make gpu-bundle      unpack the link dependencies' .debs into gpu-deps/ for a
 #                        machine without apt (the lent GPU machine, docs/cuda.md)
 #   CUDA=0               build without the CUDA backend (auto-detected from nvcc)
@@ -144,7 +145,7 @@ TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 TESTUTIL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TESTUTIL_SRCS))
 
 .PHONY: all lib tools examples tests test check check-asan demo install uninstall deps clean abi-check \
-        depcheck qwinfer.pc fresh-check tokbench gpu-bundle check-gpu-bundle check-hf-oracle cdef
+        depcheck qwinfer.pc fresh-check tokbench gpu-bundle check-gpu-bundle check-hf-oracle cdef api-reference
 all: lib tools examples
 
 lib: $(SHLIB) $(STLIB)
@@ -242,6 +243,12 @@ check-hf-oracle: lib $(BUILD)/bin/qw-makemodel
 # bindings (tools/gen-cdef.sh); tests/check_cdef.sh fails when it is stale.
 cdef:
 	@sh tools/gen-cdef.sh include/qwinfer.h include/qwinfer_cdef.h
+
+# docs/api-reference.md: every constant, enum value, struct field and function
+# of qwinfer.h (tools/gen-api-reference.py); tests/check_api_reference.sh
+# fails when it is stale.
+api-reference:
+	@python3 tools/gen-api-reference.py include/qwinfer.h docs/api-reference.md
 
 # The flags a script outside make needs to link against the library the way
 # make does (tests/gpu/run.sh): `make -s print-DEP_LIBS`. Reads, builds nothing.
