@@ -305,6 +305,24 @@ typedef enum qw_finish_reason {
     QW_FINISH_TIMEOUT = 5     /* QW_REQ_MAX_QUEUE_MS or QW_REQ_DEADLINE_MS     */
 } qw_finish_reason;
 
+/* The message of the most recent failed call on this object, copied into
+ * buf (the buffer convention of qw_chat_render: the first min(len, cap - 1)
+ * bytes and a NUL when cap > 0, the full length in *len_out; "" when no
+ * call on it failed yet). Unlike qw_last_error() it does not depend on the
+ * OS thread, so a runtime that moves work between threads (Go, thread
+ * pools) reads the right message from any thread. Functions that take a
+ * request record into it (qw_request_*, qw_engine_submit, qw_engine_cancel);
+ * functions that take an engine into the engine's (qw_engine_step,
+ * qw_engine_get_stats, qw_engine_get_model_info, qw_engine_event_fd);
+ * option setters and qw_engine_create into the options object's. The
+ * thread-local qw_last_error() is set as before. Any thread.
+ * QW_ERR_INVALID_ARGUMENT for a NULL object or len_out, or NULL buf with
+ * cap > 0. */
+QW_API qw_status qw_request_get_error(const qw_request *req, char *buf, size_t cap, size_t *len_out);
+QW_API qw_status qw_engine_get_error(const qw_engine *engine, char *buf, size_t cap, size_t *len_out);
+QW_API qw_status qw_engine_options_get_error(const qw_engine_options *opts, char *buf, size_t cap,
+                                             size_t *len_out);
+
 /* Create a request with default options and no prompt. *out is owned by the
  * caller (one reference) and freed by qw_request_release(). */
 QW_API qw_status qw_request_create(qw_request **out);

@@ -112,6 +112,10 @@ typedef enum qw_finish_reason {
     QW_FINISH_ERROR = 4,
     QW_FINISH_TIMEOUT = 5
 } qw_finish_reason;
+ qw_status qw_request_get_error(const qw_request *req, char *buf, size_t cap, size_t *len_out);
+ qw_status qw_engine_get_error(const qw_engine *engine, char *buf, size_t cap, size_t *len_out);
+ qw_status qw_engine_options_get_error(const qw_engine_options *opts, char *buf, size_t cap,
+                                             size_t *len_out);
  qw_status qw_request_create(qw_request **out);
  qw_status qw_request_release(qw_request *req);
  qw_status qw_request_set_prompt(qw_request *req, const int32_t *ids, size_t n);

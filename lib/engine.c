@@ -136,6 +136,7 @@ static qw_status size_kv_pool(qw_engine *e, const qw_engine_options *o, int32_t 
 }
 
 QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
+    QWI_ERR_SCOPE(o);
     if (!out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_create: out is NULL");
     *out = NULL;
     if (!o) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_create: options is NULL");
@@ -339,6 +340,7 @@ QW_API void qw_engine_destroy(qw_engine *e) {
     free(e->pending);
     pthread_mutex_destroy(&e->inbox_mu);
     qwi_engine_wake_destroy(e);
+    qwi_err_slot_free(&e->err);
     free(e);
 }
 
@@ -526,6 +528,7 @@ static qw_status queue_full(const qw_engine *e) {
 }
 
 QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
+    QWI_ERR_SCOPE(r);
     if (!e || !r) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_submit: engine or request is NULL");
     /* Claim the request first, so two threads submitting it at once cannot
      * both build its state; a failed submit gives the claim back. */
@@ -584,6 +587,7 @@ QW_API qw_status qw_engine_submit(qw_engine *e, qw_request *r) {
 }
 
 QW_API qw_status qw_engine_cancel(qw_engine *e, qw_request *r) {
+    QWI_ERR_SCOPE(r);
     if (!e || !r) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_cancel: engine or request is NULL");
     pthread_mutex_lock(&e->inbox_mu);
     qw_status st = QW_OK;
@@ -892,6 +896,7 @@ static qw_status step_once(qw_engine *e, void *events, size_t cap, size_t event_
 }
 
 QW_API qw_status qw_engine_step(qw_engine *e, void *events, size_t cap, size_t event_size, size_t *n_out) {
+    QWI_ERR_SCOPE(e);
     qw_status st = step_once(e, events, cap, event_size, n_out);
     if (e) qwi_engine_after_step(e);
     return st;
@@ -918,6 +923,7 @@ bool qwi_engine_reclaim_idle_session(void *ctx) {
 }
 
 QW_API qw_status qw_engine_get_stats(const qw_engine *e, qw_engine_stats *out, size_t out_size) {
+    QWI_ERR_SCOPE(e);
     if (!e || !out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_get_stats: engine or out is NULL");
     if (out_size < sizeof(uint64_t))
         return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_engine_get_stats: out_size %zu is too small", out_size);

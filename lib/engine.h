@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "backend.h"
+#include "error_scope.h"
 #include "kv.h"
 #include "model.h"
 #include "plan.h"
@@ -27,6 +28,7 @@ typedef struct qwi_req_list {
 } qwi_req_list;
 
 struct qw_engine {
+    qwi_err_slot err;            /* messages of failed calls on it (error_scope.h) */
     qwi_model *model;
     struct qw_tokenizer *tokenizer;  /* the model dir's, or NULL; immutable */
     qwi_backend *backend;

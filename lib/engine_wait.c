@@ -103,6 +103,7 @@ QW_API int qw_engine_wait(qw_engine *e, int32_t timeout_ms) {
 }
 
 QW_API int qw_engine_event_fd(qw_engine *e) {
+    QWI_ERR_SCOPE(e);
     if (!e) {
         qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_event_fd: engine is NULL");
         return -1;

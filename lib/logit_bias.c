@@ -10,6 +10,7 @@
 #include "request.h"
 
 QW_API qw_status qw_request_set_logit_bias(qw_request *req, const int32_t *ids, const float *bias, size_t n) {
+    QWI_ERR_SCOPE(req);
     const char *fn = "qw_request_set_logit_bias";
     qw_status st = qwi_request_check_mutable(req, fn);
     if (st != QW_OK) return st;

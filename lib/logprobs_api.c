@@ -17,6 +17,7 @@ static void copy_row(const qw_logprob *row, int32_t k, qw_logprob *first, qw_log
 
 QW_API qw_status qw_request_get_logprobs(const qw_request *req, size_t index, qw_logprob *sampled,
                                          qw_logprob *top, size_t cap, size_t *n_top) {
+    QWI_ERR_SCOPE(req);
     if (!req) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_logprobs: request is NULL");
     if (cap > 0 && !top)
         return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_logprobs: top is NULL with cap %zu", cap);
@@ -37,6 +38,7 @@ QW_API qw_status qw_request_get_logprobs(const qw_request *req, size_t index, qw
 QW_API qw_status qw_request_get_prompt_logprobs(const qw_request *req, size_t index,
                                                 qw_logprob *actual, qw_logprob *top, size_t cap,
                                                 size_t *n_top) {
+    QWI_ERR_SCOPE(req);
     if (!req) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_prompt_logprobs: request is NULL");
     if (cap > 0 && !top)
         return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_prompt_logprobs: top is NULL with cap %zu", cap);

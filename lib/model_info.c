@@ -25,6 +25,7 @@ static void copy_name(char *dst, size_t cap, const char *src) {
 }
 
 QW_API qw_status qw_engine_get_model_info(const qw_engine *e, qw_model_info *out, size_t out_size) {
+    QWI_ERR_SCOPE(e);
     if (!e || !out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_get_model_info: NULL argument");
     if (out_size < sizeof(uint64_t))
         return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_engine_get_model_info: out_size %zu is too small", out_size);

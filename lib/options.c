@@ -37,6 +37,7 @@ QW_API void qw_engine_options_destroy(qw_engine_options *opts) {
     if (!opts) return;
     free(opts->model_path);
     free(opts->device);
+    qwi_err_slot_free(&opts->err);
     free(opts);
 }
 
@@ -49,6 +50,7 @@ static qw_status in_range(const char *name, int64_t v, int64_t lo, int64_t hi) {
 }
 
 QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_option key, int64_t v) {
+    QWI_ERR_SCOPE(o);
     if (!o) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_int: options is NULL");
     qw_status st;
     switch (key) {
@@ -121,6 +123,7 @@ QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_optio
 }
 
 QW_API qw_status qw_engine_options_set_double(qw_engine_options *o, qw_engine_option key, double v) {
+    QWI_ERR_SCOPE(o);
     if (!o) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_double: options is NULL");
     const char *name;
     double *slot;
@@ -146,6 +149,7 @@ QW_API qw_status qw_engine_options_set_double(qw_engine_options *o, qw_engine_op
 
 QW_API qw_status qw_engine_options_set_string(qw_engine_options *o, qw_engine_option key,
                                               const char *v) {
+    QWI_ERR_SCOPE(o);
     if (!o || !v)
         return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_string: options or value is NULL");
     char **slot;

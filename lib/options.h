@@ -5,8 +5,10 @@
 #define QWI_OPTIONS_H
 
 #include "common.h"
+#include "error_scope.h"
 
 struct qw_engine_options {
+    qwi_err_slot err;            /* messages of failed calls on it (error_scope.h) */
     char *model_path;
     char *device;
     int64_t num_threads;

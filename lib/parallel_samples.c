@@ -190,6 +190,7 @@ void qwi_samples_abandon(qw_request *r) {
 }
 
 QW_API qw_status qw_request_get_sample(qw_request *req, uint32_t index, qw_request **out) {
+    QWI_ERR_SCOPE(req);
     if (out) *out = NULL;
     if (!req || !out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_sample: request or out is NULL");
     int32_t n = qwi_samples_count(req);

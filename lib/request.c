@@ -56,6 +56,7 @@ void qwi_request_unref(qw_request *req) {
     free(req->seq.tokens);
     qwi_block_table_destroy(&req->seq.table);
     if (req->session) qwi_session_unref(req->session);   /* qw_request_set_session's */
+    qwi_err_slot_free(&req->err);
     free(req);
 }
 
@@ -101,6 +102,7 @@ static qw_status copy_ids(const int32_t *ids, size_t n, int32_t **dst, int32_t *
 }
 
 QW_API qw_status qw_request_set_prompt(qw_request *req, const int32_t *ids, size_t n) {
+    QWI_ERR_SCOPE(req);
     qw_status st = check_mutable(req, "qw_request_set_prompt");
     if (st != QW_OK) return st;
     st = copy_ids(ids, n, &req->prompt, &req->num_prompt, "qw_request_set_prompt");
@@ -109,12 +111,14 @@ QW_API qw_status qw_request_set_prompt(qw_request *req, const int32_t *ids, size
 }
 
 QW_API qw_status qw_request_set_stop_tokens(qw_request *req, const int32_t *ids, size_t n) {
+    QWI_ERR_SCOPE(req);
     qw_status st = check_mutable(req, "qw_request_set_stop_tokens");
     if (st != QW_OK) return st;
     return copy_ids(ids, n, &req->stop_tokens, &req->num_stop, "qw_request_set_stop_tokens");
 }
 
 QW_API qw_status qw_request_set_int(qw_request *req, qw_request_option key, int64_t v) {
+    QWI_ERR_SCOPE(req);
     qw_status st = check_mutable(req, "qw_request_set_int");
     if (st != QW_OK) return st;
     switch (key) {
@@ -190,6 +194,7 @@ QW_API qw_status qw_request_set_int(qw_request *req, qw_request_option key, int6
 }
 
 QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, double v) {
+    QWI_ERR_SCOPE(req);
     qw_status st = check_mutable(req, "qw_request_set_double");
     if (st != QW_OK) return st;
     if (isnan(v)) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "request option %d: NaN", (int)key);
@@ -229,6 +234,7 @@ QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, d
 }
 
 QW_API qw_status qw_request_set_user_data(qw_request *req, void *user_data) {
+    QWI_ERR_SCOPE(req);
     /* The step thread copies it into every event without a lock. */
     qw_status st = check_mutable(req, "qw_request_set_user_data");
     if (st != QW_OK) return st;
@@ -239,6 +245,7 @@ QW_API qw_status qw_request_set_user_data(qw_request *req, void *user_data) {
 QW_API void *qw_request_get_user_data(const qw_request *req) { return req ? req->user_data : NULL; }
 
 QW_API qw_status qw_request_set_logits_callback(qw_request *req, qw_logits_fn fn, void *user_data) {
+    QWI_ERR_SCOPE(req);
     qw_status st = check_mutable(req, "qw_request_set_logits_callback");
     if (st != QW_OK) return st;
     req->logits_fn = fn;
@@ -257,6 +264,7 @@ QW_API qw_finish_reason qw_request_get_finish_reason(const qw_request *req) {
 }
 
 QW_API qw_status qw_request_get_tokens(const qw_request *req, int32_t *buf, size_t cap, size_t *n_out) {
+    QWI_ERR_SCOPE(req);
     if (!req || !n_out)
         return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_tokens: request or n_out is NULL");
     if (cap > 0 && !buf)
@@ -270,6 +278,7 @@ QW_API qw_status qw_request_get_tokens(const qw_request *req, int32_t *buf, size
 }
 
 QW_API qw_status qw_request_get_stats(const qw_request *req, qw_request_stats *out, size_t out_size) {
+    QWI_ERR_SCOPE(req);
     if (!req || !out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_stats: request or out is NULL");
     if (out_size < sizeof(uint64_t))
         return qwi_fail(QW_ERR_BUFFER_TOO_SMALL, "qw_request_get_stats: out_size %zu is too small", out_size);

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "common.h"
+#include "error_scope.h"
 #include "logprobs.h"
 #include "sample.h"
 #include "scheduler.h"
@@ -21,6 +22,7 @@
 struct qw_engine;
 
 struct qw_request {
+    qwi_err_slot err;            /* messages of failed calls on it (error_scope.h) */
     atomic_int refcount;
     atomic_int state;            /* qw_request_state                     */
     atomic_int finish_reason;    /* qw_finish_reason                     */

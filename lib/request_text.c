@@ -24,6 +24,7 @@ static void set_text(qw_request *r, char *s, size_t len, bool chat) {
 }
 
 QW_API qw_status qw_request_set_prompt_text(qw_request *r, const char *text, size_t len) {
+    QWI_ERR_SCOPE(r);
     qw_status st = qwi_request_check_mutable(r, "qw_request_set_prompt_text");
     if (st != QW_OK) return st;
     if (!text && len > 0) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_prompt_text: text is NULL with len %zu", len);
@@ -36,6 +37,7 @@ QW_API qw_status qw_request_set_prompt_text(qw_request *r, const char *text, siz
 }
 
 QW_API qw_status qw_request_set_chat(qw_request *r, const qw_chat *chat, uint32_t flags) {
+    QWI_ERR_SCOPE(r);
     qw_status st = qwi_request_check_mutable(r, "qw_request_set_chat");
     if (st != QW_OK) return st;
     char *s;
@@ -176,6 +178,7 @@ void qwi_request_text_free(qw_request *r) {
 }
 
 QW_API qw_status qw_request_get_text_piece(const qw_request *r, const char **piece, size_t *len) {
+    QWI_ERR_SCOPE(r);
     if (piece) *piece = "";
     if (len) *len = 0;
     if (!r || !piece || !len)
@@ -190,6 +193,7 @@ QW_API qw_status qw_request_get_text_piece(const qw_request *r, const char **pie
 }
 
 QW_API qw_status qw_request_get_text(const qw_request *r, char *buf, size_t cap, size_t *len_out) {
+    QWI_ERR_SCOPE(r);
     if (len_out) *len_out = 0;
     if (!r || !len_out)
         return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_text: request or len_out is NULL");

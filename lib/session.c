@@ -184,6 +184,7 @@ QW_API qw_status qw_session_get_tokens(const qw_session *s, int32_t *buf, size_t
 }
 
 QW_API qw_status qw_request_set_session(qw_request *req, qw_session *session) {
+    QWI_ERR_SCOPE(req);
     if (!req) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_session: request is NULL");
     if (atomic_load(&req->submit_claimed))
         return qwi_fail(QW_ERR_INVALID_STATE, "qw_request_set_session: request %llu is already submitted",

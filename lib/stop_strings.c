@@ -174,6 +174,7 @@ size_t qwi_stop_matcher_hold(const qwi_stop_matcher *m) {
 
 QW_API qw_status qw_request_set_stop_strings(qw_request *r, const char *const *strings, const size_t *lens,
                                              size_t n) {
+    QWI_ERR_SCOPE(r);
     qw_status st = qwi_request_check_mutable(r, "qw_request_set_stop_strings");
     if (st != QW_OK) return st;
     qwi_stop_list *l = NULL;
@@ -194,6 +195,7 @@ qw_status qwi_stop_strings_copy(qw_request *dst, const qw_request *src) {
 }
 
 QW_API qw_status qw_request_get_stop_match(const qw_request *r, int32_t *stop_string, int32_t *stop_token) {
+    QWI_ERR_SCOPE(r);
     if (stop_string) *stop_string = -1;
     if (stop_token) *stop_token = -1;
     if (!r) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_get_stop_match: request is NULL");
