@@ -22,6 +22,7 @@
 extern "C" {
 #include "backend.h"
 #include "cuda_host.h"
+#include "progress.h"
 }
 #include "gemm.h"
 #include "kernels.h"
@@ -140,6 +141,7 @@ static void to_f32(const qwi_tensor *t, float *dst, size_t n) {
 typedef struct uploader {
     void *host;
     size_t cap;
+    qwi_progress *progress;     /* qw_engine_create's, or NULL */
 } uploader;
 
 static qw_status upload(uploader *u, void *dst, const qwi_tensor *t, size_t n, bool as_f32, const char *what) {
@@ -150,7 +152,7 @@ static qw_status upload(uploader *u, void *dst, const qwi_tensor *t, size_t n, b
     size_t bytes = n * (as_f32 ? 4 : 2);
     if (!as_f32 && t->dtype == QWI_DTYPE_BF16) {
         CK(cudaMemcpy(dst, t->data, bytes, cudaMemcpyHostToDevice), "weight upload");
-        return QW_OK;
+        return qwi_progress_add(u->progress, t->nbytes);
     }
     if (u->cap < bytes) {
         free(u->host);
@@ -161,7 +163,7 @@ static qw_status upload(uploader *u, void *dst, const qwi_tensor *t, size_t n, b
     if (as_f32) to_f32(t, (float *)u->host, n);
     else to_bf16(t, (uint16_t *)u->host, n);
     CK(cudaMemcpy(dst, u->host, bytes, cudaMemcpyHostToDevice), "weight upload");
-    return QW_OK;
+    return qwi_progress_add(u->progress, t->nbytes);
 }
 
 static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
@@ -182,7 +184,7 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
     else TAKE(b->lm_head, qwk_bf16, V * H * 2);
     TAKE(b->final_norm, float, H * 4);
     TAKE(b->inv_freq, double, hd / 2 * 8);
-    uploader u = {NULL, 0};
+    uploader u = {NULL, 0, b->bc.progress};
     qw_status st = QW_OK;
 #define UP(dst, t, n, f32, what) do { if ((st = upload(&u, dst, t, n, f32, what)) != QW_OK) goto out; } while (0)
     UP(b->embed, &m->embed, V * H, false, "embed_tokens");

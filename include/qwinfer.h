@@ -96,7 +96,8 @@ typedef enum qw_status {
     QW_ERR_INTERNAL = 12,         /* a bug in qwinfer; please report       */
     QW_ERR_EMPTY_PROMPT = 13,     /* request has no prompt tokens          */
     QW_ERR_SESSION_BUSY = 14,     /* the session already runs a request    */
-    QW_ERR_QUEUE_FULL = 15        /* QW_OPT_MAX_WAITING_REQUESTS reached   */
+    QW_ERR_QUEUE_FULL = 15,       /* QW_OPT_MAX_WAITING_REQUESTS reached   */
+    QW_ERR_CANCELLED = 16         /* the caller cancelled it (progress cb) */
 } qw_status;
 
 /* A static English name for a status ("QW_ERR_IO: input/output error").
@@ -197,6 +198,18 @@ QW_API qw_status qw_engine_options_set_int(qw_engine_options *opts,
  * QW_OPT_KV_CACHE_MEMORY_FRACTION). */
 QW_API qw_status qw_engine_options_set_double(qw_engine_options *opts,
                                               qw_engine_option key, double value);
+/* Called by qw_engine_create on its own thread while it reads and prepares
+ * the weights: done and total are bytes (total = the weights' bytes, twice
+ * with QW_OPT_CHECK_WEIGHTS, which reads them once more; done grows to
+ * total, and the last call has done == total). Return 0 to go on, nonzero
+ * to cancel: qw_engine_create then returns QW_ERR_CANCELLED, having freed
+ * everything (the callback is not called again). */
+typedef int (*qw_progress_fn)(void *user_data, uint64_t done, uint64_t total);
+
+/* Set (fn NULL: clear) the progress callback of qw_engine_create. */
+QW_API qw_status qw_engine_options_set_progress(qw_engine_options *opts, qw_progress_fn fn,
+                                                void *user_data);
+
 /* Set a string option; the string is copied. On failure nothing changes. */
 QW_API qw_status qw_engine_options_set_string(qw_engine_options *opts,
                                               qw_engine_option key,

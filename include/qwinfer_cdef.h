@@ -28,7 +28,8 @@ typedef enum qw_status {
     QW_ERR_INTERNAL = 12,
     QW_ERR_EMPTY_PROMPT = 13,
     QW_ERR_SESSION_BUSY = 14,
-    QW_ERR_QUEUE_FULL = 15
+    QW_ERR_QUEUE_FULL = 15,
+    QW_ERR_CANCELLED = 16
 } qw_status;
  const char *qw_status_string(qw_status status);
  const char *qw_last_error(void);
@@ -65,6 +66,9 @@ typedef enum qw_numerics {
                                            qw_engine_option key, int64_t value);
  qw_status qw_engine_options_set_double(qw_engine_options *opts,
                                               qw_engine_option key, double value);
+typedef int (*qw_progress_fn)(void *user_data, uint64_t done, uint64_t total);
+ qw_status qw_engine_options_set_progress(qw_engine_options *opts, qw_progress_fn fn,
+                                                void *user_data);
  qw_status qw_engine_options_set_string(qw_engine_options *opts,
                                               qw_engine_option key,
                                               const char *value);

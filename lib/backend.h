@@ -92,6 +92,8 @@ typedef struct qwi_backend_config {
     int32_t block_size;            /* tokens per block                          */
     int32_t max_num_batched_tokens;/* most rows a plan can have                 */
     int32_t max_num_seqs;          /* most sequences a plan can have            */
+    struct qwi_progress *progress; /* qw_engine_create's, or NULL: add the bytes
+                                      of weights processed (creating thread)  */
     int32_t numerics;              /* qw_numerics: CPU linear-layer rounding
                                       (QW_NUMERICS_FAST = 0 is the default)     */
 } qwi_backend_config;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "progress.h"
 #include "kv_budget.h"
 #include "options.h"
 #include "parallel_samples.h"
@@ -90,8 +91,10 @@ static bool parse_cuda_device(const char *dev, int32_t *index) {
     return true;
 }
 
-static qw_status create_backend(qw_engine *e, const qw_engine_options *o, int32_t num_blocks) {
+static qw_status create_backend(qw_engine *e, const qw_engine_options *o, int32_t num_blocks,
+                                qwi_progress *progress) {
     qwi_backend_config bc = {
+        .progress = progress,
         .num_threads = (int32_t)o->num_threads,
         .num_blocks = num_blocks,
         .kv_cache_bytes = o->kv_cache_bytes,
@@ -157,7 +160,12 @@ QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
     qw_status st = qwi_model_load(o->model_path, &e->model);
     if (st != QW_OK) goto fail;
     /* A NaN/inf weight would otherwise generate garbage with QW_OK. */
-    if (o->check_weights && (st = qwi_weights_check(e->model->weights)) != QW_OK) goto fail;
+    /* progress: the scan reads every weight once, the backend once more */
+    qwi_progress progress = {o->progress_fn, o->progress_user, 0, 0};
+    for (size_t k = 0; k < qwi_st_count(e->model->weights); k++)
+        progress.total += qwi_st_at(e->model->weights, k)->nbytes;
+    if (o->check_weights) progress.total *= 2;
+    if (o->check_weights && (st = qwi_weights_check(e->model->weights, &progress)) != QW_OK) goto fail;
     const qwi_config *cfg = &e->model->cfg;
     e->vocab_size = cfg->vocab_size;
     /* The tokenizer of the model directory, when it has one (text prompts
@@ -180,7 +188,9 @@ QW_API qw_status qw_engine_create(const qw_engine_options *o, qw_engine **out) {
     int32_t num_blocks = 0;
     if ((!o->device || strcmp(o->device, "cpu") == 0) && (st = size_kv_pool(e, o, &num_blocks)) != QW_OK)
         goto fail;
-    if ((st = create_backend(e, o, num_blocks)) != QW_OK) goto fail;
+    if ((st = create_backend(e, o, num_blocks, &progress)) != QW_OK) goto fail;
+    /* what the backend did not read (e.g. the embedding), then done == total */
+    if ((st = qwi_progress_finish(&progress)) != QW_OK) goto fail;
     num_blocks = e->backend->num_blocks;
     /* One max-length sequence must fit the pool (whoever sized it): an
      * explicit QW_OPT_MAX_MODEL_LEN that does not fails here, as in vLLM; a

@@ -132,6 +132,7 @@ QW_API const char *qw_status_string(qw_status status) {
     case QW_ERR_EMPTY_PROMPT: return "QW_ERR_EMPTY_PROMPT: request has no prompt";
     case QW_ERR_SESSION_BUSY: return "QW_ERR_SESSION_BUSY: the session already runs a request";
     case QW_ERR_QUEUE_FULL: return "QW_ERR_QUEUE_FULL: too many requests waiting";
+    case QW_ERR_CANCELLED: return "QW_ERR_CANCELLED: cancelled by the caller";
     }
     return "unknown status";
 }

@@ -33,6 +33,14 @@ QW_API qw_status qw_engine_options_create(qw_engine_options **out) {
     return QW_OK;
 }
 
+QW_API qw_status qw_engine_options_set_progress(qw_engine_options *o, qw_progress_fn fn, void *user_data) {
+    QWI_ERR_SCOPE(o);
+    if (!o) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_engine_options_set_progress: options is NULL");
+    o->progress_fn = fn;
+    o->progress_user = fn ? user_data : NULL;
+    return QW_OK;
+}
+
 QW_API void qw_engine_options_destroy(qw_engine_options *opts) {
     if (!opts) return;
     free(opts->model_path);

@@ -11,6 +11,8 @@ struct qw_engine_options {
     qwi_err_slot err;            /* messages of failed calls on it (error_scope.h) */
     char *model_path;
     char *device;
+    qw_progress_fn progress_fn;  /* qw_engine_options_set_progress */
+    void *progress_user;
     int64_t num_threads;
     int64_t max_num_seqs;
     int64_t max_num_batched_tokens;

@@ -108,12 +108,16 @@ static void coords(const qwi_tensor *t, int64_t i, char *buf, size_t cap) {
 }
 
 /* Scan every tensor of set (contract in weights_check.h). */
-qw_status qwi_weights_check(const qwi_st_set *set) {
+qw_status qwi_weights_check(const qwi_st_set *set, qwi_progress *progress) {
     size_t n = qwi_st_count(set);
     for (size_t k = 0; k < n; k++) {
         const qwi_tensor *t = qwi_st_at(set, k);
         int64_t i = qwi_weights_first_nonfinite(t);
-        if (i < 0) continue;
+        if (i < 0) {
+            qw_status st = qwi_progress_add(progress, t->nbytes);
+            if (st != QW_OK) return st;
+            continue;
+        }
         char at[128];
         coords(t, i, at, sizeof at);
         return qwi_fail(QW_ERR_FORMAT,

@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "safetensors.h"
+#include "progress.h"
 
 /* Index of the first element of t (F32, BF16 or F16, data of any alignment)
  * that is NaN or +-infinity, or -1 when every element is finite. Reads
@@ -20,7 +21,8 @@ int64_t qwi_weights_first_nonfinite(const qwi_tensor *t);
 /* Scan every tensor of set. QW_OK when all are finite; else QW_ERR_FORMAT
  * with a message naming the file, the tensor, the element index and its
  * value class (NaN, +inf, -inf), and the option that skips the scan.
- * Reads only; the set is unchanged either way. */
-qw_status qwi_weights_check(const qwi_st_set *set);
+ * Each finite tensor's bytes go to progress (may be NULL), whose
+ * QW_ERR_CANCELLED stops the scan. Reads only; the set is unchanged. */
+qw_status qwi_weights_check(const qwi_st_set *set, qwi_progress *progress);
 
 #endif

@@ -157,7 +157,7 @@ Test(weights_check, message_names_file_tensor_element_and_option) {
     cr_assert_eq(qwt_write_file(path, file, 8 + hl + 28), 0);
     qwi_st_set *set = NULL;
     cr_assert_eq(qwi_st_open_file(path, &set), QW_OK, "%s", qw_last_error());
-    cr_assert_eq(qwi_weights_check(set), QW_ERR_FORMAT);
+    cr_assert_eq(qwi_weights_check(set, NULL), QW_ERR_FORMAT);
     const char *m = qw_last_error();
     cr_expect(strstr(m, path) && strstr(m, "tensor b") && strstr(m, "element 6") &&
               strstr(m, "[1, 2]") && strstr(m, "-inf") && strstr(m, "QW_OPT_CHECK_WEIGHTS"),
@@ -167,7 +167,7 @@ Test(weights_check, message_names_file_tensor_element_and_option) {
     memcpy(data + 12 + 12, &one_h, 2);
     cr_assert_eq(qwt_write_file(path, file, 8 + hl + 28), 0);
     cr_assert_eq(qwi_st_open_file(path, &set), QW_OK, "%s", qw_last_error());
-    cr_expect_eq(qwi_weights_check(set), QW_OK, "%s", qw_last_error());
+    cr_expect_eq(qwi_weights_check(set, NULL), QW_OK, "%s", qw_last_error());
     qwi_st_close(set);
     free(dir);
 }

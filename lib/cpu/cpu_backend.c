@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "progress.h"
 #include "backend.h"
 #include "logprobs.h"
 #include "cpu/attention.h"
@@ -321,12 +322,19 @@ typedef struct pack_ctx {
     size_t n;
     char *base;
     bool fast;
+    int64_t t0;                    /* first task of the current batch        */
 } pack_ctx;
+
+/* Bytes of l's weight in the model file (what progress counts). */
+static uint64_t source_bytes(const qwi_cpu_linear *l) {
+    return (uint64_t)l->n * (uint64_t)l->k * qwi_dtype_size(l->dtype);
+}
 
 /* Pack one linear into the copy, then give back its source pages. */
 static void pack_task(void *arg, int64_t t, int thread) {
     (void)thread;
     const pack_ctx *c = arg;
+    t += c->t0;
     const size_t i = ((size_t)t + c->n - 1) % c->n;   /* n-1 (lm_head), then 0 .. n-2 */
     qwi_cpu_linear *l = c->ls[i];
     const bool fast = c->fast;
@@ -345,14 +353,16 @@ static void pack_task(void *arg, int64_t t, int thread) {
 
 /* Fast numerics always packs (its kernels only read pair panels): there,
  * QWINFER_CPU_WEIGHTS and the memory rule do not apply, and a failed
- * mapping leaves b->wpack NULL for the caller to report. */
-static void pack_weights(cpu_backend *b) {
+ * mapping leaves b->wpack NULL for the caller to report. Progress is
+ * reported between batches of tensors (from this thread); a cancel stops
+ * the packing and returns QW_ERR_CANCELLED with the copy unmapped. */
+static qw_status pack_weights(cpu_backend *b) {
     const bool fast = fast_mode(b);
-    if (!fast && !qwi_cpu_weights_copied(0)) return;   /* mmap asked for: skip the sizing too */
+    if (!fast && !qwi_cpu_weights_copied(0)) return QW_OK;   /* mmap asked for: skip the sizing too */
     const int nl = b->cfg.num_layers;
     const size_t nlin = (size_t)nl * 7 + 1;
     qwi_cpu_linear **ls = malloc(nlin * sizeof *ls);
-    if (!ls) return;
+    if (!ls) return QW_OK;
     size_t n = 0;
     for (int i = 0; i < nl; i++) {
         cpu_layer *d = &b->layers[i];
@@ -366,14 +376,14 @@ static void pack_weights(cpu_backend *b) {
     size_t len = (total + huge - 1) & ~(huge - 1);
     if (!fast && !qwi_cpu_weights_copied(total)) {
         free(ls);
-        return;
+        return QW_OK;
     }
     /* Over-map by one huge page so the copy can start on a 2 MiB boundary. */
     size_t map_len = len + huge;
     char *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
         free(ls);
-        return;
+        return QW_OK;
     }
     char *base = (char *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
     /* A reader before us (the engine's weight check) may have left the whole
@@ -395,16 +405,34 @@ static void pack_weights(cpu_backend *b) {
     if (!ats) {
         munmap(m, map_len);
         free(ls);
-        return;
+        return QW_OK;
     }
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         ats[i] = off;
         off += (copy_bytes(ls[i], fast) + 63) & ~(size_t)63;
     }
-    pack_ctx pc = { b, ls, ats, n, base, fast };
-    qwi_cpu_pool_run(b->pool, (int64_t)n, pack_task, &pc);
+    pack_ctx pc = { b, ls, ats, n, base, fast, 0 };
+    /* batches of a few tasks per thread: a progress report between them
+     * costs one pool barrier, ~40 of them for the 0.6B shape */
+    const int64_t batch = (int64_t)b->nthreads * 4;
+    qw_status st = QW_OK;
+    for (int64_t t0 = 0; t0 < (int64_t)n && st == QW_OK; t0 += batch) {
+        const int64_t cnt = QWI_MIN(batch, (int64_t)n - t0);
+        pc.t0 = t0;
+        qwi_cpu_pool_run(b->pool, cnt, pack_task, &pc);
+        uint64_t bytes = 0;
+        for (int64_t t = t0; t < t0 + cnt; t++) bytes += source_bytes(ls[((size_t)t + n - 1) % n]);
+        st = qwi_progress_add(b->bc.progress, bytes);
+    }
     free(ats);
+    if (st != QW_OK) {
+        /* the packed linears point into m: the backend is destroyed next
+         * and never reads them */
+        munmap(m, map_len);
+        free(ls);
+        return st;
+    }
     mprotect(m, map_len, PROT_READ);       /* weights are read-only from here on */
     /* Nothing reads the mapping in bulk any more: the norms and biases are
      * f32 copies and the linears packed; the embedding is read a few rows a
@@ -414,6 +442,7 @@ static void pack_weights(cpu_backend *b) {
     b->wpack = m;
     b->wpack_len = map_len;
     free(ls);
+    return QW_OK;
 }
 
 static bool model_has_f16(const cpu_backend *b) {
@@ -530,7 +559,7 @@ qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_confi
         b->nthreads = qwi_cpu_pool_size(b->pool);
         if ((st = setup_weights(b)) == QW_OK && (st = setup_scratch(b)) == QW_OK)
             st = setup_kv(b);
-        if (st == QW_OK) pack_weights(b);
+        if (st == QW_OK) st = pack_weights(b);
         if (st == QW_OK && fast_mode(b) && !b->wpack)
             st = qwi_fail(QW_ERR_OUT_OF_MEMORY,
                           "cpu: QW_OPT_NUMERICS fast: mapping the bf16 copy of the weights failed "
