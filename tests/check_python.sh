@@ -21,6 +21,17 @@ PYTHONPATH="$T/site" QWINFER_BUILD="$B" QWINFER_LIBRARY="$B/libqwinfer.so" QWINF
     python3 -m pytest -q -p no:cacheprovider "$OLDPWD/bindings/python/tests" >"$T/pytest.log" 2>&1 ||
     { tail -n 40 "$T/pytest.log"; echo "check_python: pytest failed"; exit 1; }
 tail -n 1 "$T/pytest.log"
+# the example program, as the README shows it (text, chat, several requests)
+"$B/bin/qw-makemodel" --shape tiny --dtype bf16 --out "$T/tiny" >/dev/null
+for args in "" "--chat --no-think" "--num-requests 3"; do
+    # shellcheck disable=SC2086
+    PYTHONPATH="$T/site" QWINFER_LIBRARY="$B/libqwinfer.so" QWINFER_CDEF= python3 \
+        "$OLDPWD/bindings/python/examples/qw_generate.py" --model "$T/tiny" --prompt "hello" --max-tokens 8 \
+        --seed 1 $args >"$T/ex.out" 2>"$T/ex.err" ||
+        { cat "$T/ex.err"; echo "check_python: examples/qw_generate.py $args failed"; exit 1; }
+    grep -q "tokens generated" "$T/ex.err" || { cat "$T/ex.err"; echo "check_python: no summary"; exit 1; }
+done
+echo "check_python: examples/qw_generate.py ran (text, chat, 3 requests)"
 PYTHONPATH="$T/site" QWINFER_LIBRARY="$B/libqwinfer.so" QWINFER_CDEF= python3 -c "
 import qwinfer
 assert qwinfer.__file__.startswith('$T/site/'), qwinfer.__file__
