@@ -19,6 +19,7 @@
 #                   (Debian's python3-numpy; pip only when that cannot serve)
 #   cffi            parses include/qwinfer_cdef.h in tests/check_cdef.sh, as
 #                   the Python binding does (Debian's python3-cffi)
+#   golang-go       tests/check_go.sh: go vet and go test -race of bindings/go
 #   pip, setuptools, wheel, pytest
 #                   tests/check_python.sh installs bindings/python with pip
 #                   (offline) and runs its pytest suite (Debian packages)
@@ -128,6 +129,13 @@ for m in pytest:python3-pytest setuptools:python3-setuptools wheel:python3-wheel
         exit 1
     }
 done
+if ! command -v go >/dev/null 2>&1; then
+    apt_install golang-go || true
+    command -v go >/dev/null 2>&1 || {
+        echo "deps: go missing; run: sudo apt-get install -y golang-go" >&2
+        exit 1
+    }
+fi
 if ! python3 -m pip --version >/dev/null 2>&1; then
     apt_install python3-pip || true
     python3 -m pip --version >/dev/null 2>&1 || {

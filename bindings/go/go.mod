@@ -1,0 +1,3 @@
+module github.com/qwinfer/qwinfer/bindings/go
+
+go 1.19
