@@ -188,7 +188,8 @@ QW_API qw_status qw_request_set_int(qw_request *req, qw_request_option key, int6
     case QW_REQ_REPETITION_PENALTY:
     case QW_REQ_PRESENCE_PENALTY:
     case QW_REQ_FREQUENCY_PENALTY:
-        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "request option %d is a double: use qw_request_set_double", (int)key);
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "request option %s (%d) is a double: use qw_request_set_double",
+                        qw_request_option_name(key), (int)key);
     }
     return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_int: unknown option %d", (int)key);
 }
@@ -197,7 +198,8 @@ QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, d
     QWI_ERR_SCOPE(req);
     qw_status st = check_mutable(req, "qw_request_set_double");
     if (st != QW_OK) return st;
-    if (isnan(v)) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "request option %d: NaN", (int)key);
+    if (isnan(v)) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "request option %s (%d): NaN",
+                                      qw_request_option_name(key), (int)key);
     switch (key) {
     case QW_REQ_TEMPERATURE:
         if (v < 0 || isinf(v))
@@ -230,7 +232,8 @@ QW_API qw_status qw_request_set_double(qw_request *req, qw_request_option key, d
     default:
         break;
     }
-    return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_double: option %d is not a double option", (int)key);
+    return qwi_fail(QW_ERR_INVALID_ARGUMENT, "qw_request_set_double: option %s (%d) is not a double option",
+                    qw_request_option_name(key), (int)key);
 }
 
 QW_API qw_status qw_request_set_user_data(qw_request *req, void *user_data) {

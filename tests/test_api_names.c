@@ -115,3 +115,15 @@ Test(api_names, model_info_matches_the_config) {
     qw_engine_destroy(e);
     free(dir);
 }
+
+Test(api_names, request_setter_errors_name_the_option) {
+    qw_request *r;
+    cr_assert_eq(qw_request_create(&r), QW_OK);
+    cr_assert_eq(qw_request_set_int(r, QW_REQ_TOP_P, 1), QW_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(qw_last_error(), "QW_REQ_TOP_P") != NULL, "%s", qw_last_error());
+    cr_assert_eq(qw_request_set_double(r, QW_REQ_MAX_TOKENS, 3.0), QW_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(qw_last_error(), "QW_REQ_MAX_TOKENS") != NULL, "%s", qw_last_error());
+    cr_assert_eq(qw_request_set_double(r, QW_REQ_TEMPERATURE, 0.0 / 0.0), QW_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(qw_last_error(), "QW_REQ_TEMPERATURE") != NULL, "%s", qw_last_error());
+    qw_request_release(r);
+}

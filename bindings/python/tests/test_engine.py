@@ -108,3 +108,25 @@ def test_chat_and_model_info(tiny_model):
                        SamplingParams(max_tokens=8, temperature=0), enable_thinking=False)
         assert out.outputs[0].finish_reason in ("stop", "length")
         assert out.outputs[0].text == llm.decode(out.outputs[0].token_ids)
+
+
+def test_errors_under_concurrency_name_their_own_input(tiny_model):
+    with Engine(model=tiny_model) as llm:
+        wrong = []
+
+        def worker(g):
+            for i in range(150):
+                bad = 10 ** 6 + g * 1000 + i
+                try:
+                    llm.generate([[bad]], SamplingParams(max_tokens=2))
+                    wrong.append((g, i, "accepted"))
+                except QwError as e:
+                    if e.status != lib.QW_ERR_TOKEN_OUT_OF_RANGE or str(bad) not in e.message:
+                        wrong.append((g, i, e.message))
+
+        threads = [threading.Thread(target=worker, args=(g,)) for g in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not wrong, wrong[:3]
