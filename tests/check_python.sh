@@ -32,6 +32,30 @@ for args in "" "--chat --no-think" "--num-requests 3"; do
     grep -q "tokens generated" "$T/ex.err" || { cat "$T/ex.err"; echo "check_python: no summary"; exit 1; }
 done
 echo "check_python: examples/qw_generate.py ran (text, chat, 3 requests)"
+
+# The C side of a Python run leaks nothing: the same tests against the
+# ASan+UBSan library that `make test` builds beside BUILD, with LeakSanitizer
+# on. Python and cffi keep memory at exit on purpose; with two frames per
+# allocation stack, leaks whose allocating caller is in python3.x, libffi or
+# _cffi_backend are suppressed, while a leak allocated by libqwinfer (whose
+# frames are not in those modules) is reported and fails the check.
+A="$B-asan"
+if [ -f "$A/libqwinfer.so" ] && [ -x "$A/bin/qw-makemodel" ]; then
+    PYBIN=$(python3 -c 'import sys; print(sys.executable)')   # not a shell shim
+    printf '%s\n' 'leak:python3' 'leak:libpython3' 'leak:_cffi_backend' 'leak:libffi' >"$T/lsan.supp"
+    if ! LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so):$(${CC:-cc} -print-file-name=libubsan.so)" \
+        ASAN_OPTIONS=detect_leaks=1:malloc_context_size=2:fast_unwind_on_malloc=1 \
+        LSAN_OPTIONS="suppressions=$T/lsan.supp:print_suppressions=0" \
+        PYTHONPATH="$T/site" QWINFER_BUILD="$A" QWINFER_LIBRARY="$A/libqwinfer.so" QWINFER_CDEF= \
+        "$PYBIN" -m pytest -q -p no:cacheprovider "$OLDPWD/bindings/python/tests" >"$T/asan.log" 2>&1; then
+        tail -n 40 "$T/asan.log"
+        echo "check_python: the Python tests against the ASan library failed or leaked"
+        exit 1
+    fi
+    ! grep -q 'LeakSanitizer\|AddressSanitizer\|runtime error' "$T/asan.log" ||
+        { tail -n 40 "$T/asan.log"; echo "check_python: sanitizer report"; exit 1; }
+    echo "check_python: no leak or sanitizer report from libqwinfer under the Python tests ($(tail -n 1 "$T/asan.log"))"
+fi
 PYTHONPATH="$T/site" QWINFER_LIBRARY="$B/libqwinfer.so" QWINFER_CDEF= python3 -c "
 import qwinfer
 assert qwinfer.__file__.startswith('$T/site/'), qwinfer.__file__
