@@ -413,17 +413,24 @@ static qw_status pack_weights(cpu_backend *b) {
         off += (copy_bytes(ls[i], fast) + 63) & ~(size_t)63;
     }
     pack_ctx pc = { b, ls, ats, n, base, fast, 0 };
-    /* batches of a few tasks per thread: a progress report between them
-     * costs one pool barrier, ~40 of them for the 0.6B shape */
-    const int64_t batch = (int64_t)b->nthreads * 4;
+    /* Batches with a progress report between them (one pool barrier
+     * each). A batch holds at least 1/16 of the bytes and at least twice its
+     * first (largest-first) tensor's: the first batch starts with the
+     * lm_head, a quarter of the 0.6B shape, and the other threads need that
+     * much other work meanwhile, or they idle at the barrier. */
+    uint64_t all = 0;
+    for (size_t i = 0; i < n; i++) all += source_bytes(ls[i]);
     qw_status st = QW_OK;
-    for (int64_t t0 = 0; t0 < (int64_t)n && st == QW_OK; t0 += batch) {
-        const int64_t cnt = QWI_MIN(batch, (int64_t)n - t0);
+    for (int64_t t0 = 0; t0 < (int64_t)n && st == QW_OK;) {
+        const uint64_t first = source_bytes(ls[((size_t)t0 + n - 1) % n]);
+        const uint64_t want = QWI_MAX(all / 16, 2 * first);
+        uint64_t bytes = 0;
+        int64_t cnt = 0;
+        while (t0 + cnt < (int64_t)n && bytes < want) bytes += source_bytes(ls[((size_t)(t0 + cnt) + n - 1) % n]), cnt++;
         pc.t0 = t0;
         qwi_cpu_pool_run(b->pool, cnt, pack_task, &pc);
-        uint64_t bytes = 0;
-        for (int64_t t = t0; t < t0 + cnt; t++) bytes += source_bytes(ls[((size_t)t + n - 1) % n]);
         st = qwi_progress_add(b->bc.progress, bytes);
+        t0 += cnt;
     }
     free(ats);
     if (st != QW_OK) {
