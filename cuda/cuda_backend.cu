@@ -81,6 +81,9 @@ typedef struct cu_backend {
     qwi_cuda_penalties pen;     /* penalties and logit bias (penalties.cu) */
     int32_t graph_failures;     /* captures that fell back to eager       */
     qwk_logprobs *lp;           /* logprobs buffers, made on first use     */
+    int32_t *lp_rows;           /* host scratch of step_logprobs: k, rows, */
+    qw_logprob **lp_dst;        /*   targets [3][lmax]; dst [lmax]; made on
+                                     first use, kept (no per-step malloc)  */
 } cu_backend;
 
 static qw_status cu_fail(cudaError_t e, const char *what) {
@@ -104,6 +107,8 @@ static void cu_destroy(qwi_backend *base) {
     cudaFreeHost(b->h_sampled);
     qwi_cuda_penalties_free(&b->pen);
     qwk_logprobs_free(b->lp);
+    free(b->lp_rows);
+    free(b->lp_dst);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b->layers);
     free(b);
@@ -481,14 +486,11 @@ static qw_status prompt_pass(cu_backend *b, const int32_t *rows, const int32_t *
  * allocated only in steps that ask. */
 static qw_status step_logprobs(cu_backend *b, const qwi_plan *p, int32_t nrows, const int32_t *lseq) {
     const int32_t L = b->lmax;
-    int32_t *k = (int32_t *)malloc((size_t)L * 3 * sizeof(int32_t));
-    qw_logprob **dst = (qw_logprob **)malloc((size_t)L * sizeof *dst);
-    if (!k || !dst) {
-        free(k);
-        free(dst);
-        return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: logprobs scratch of %d rows", L);
-    }
-    int32_t *rows = k + L, *tg = k + 2 * L;
+    if (!b->lp_rows) b->lp_rows = (int32_t *)malloc((size_t)L * 3 * sizeof(int32_t));
+    if (!b->lp_dst) b->lp_dst = (qw_logprob **)malloc((size_t)L * sizeof *b->lp_dst);
+    if (!b->lp_rows || !b->lp_dst) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: logprobs scratch of %d rows", L);
+    int32_t *k = b->lp_rows, *rows = k + L, *tg = k + 2 * L;
+    qw_logprob **dst = b->lp_dst;
     for (int32_t i = 0; i < nrows; i++) {
         int32_t sq = lseq[i];
         k[i] = p->do_sample[sq] ? p->logprobs_n[sq] : -1;
@@ -513,8 +515,6 @@ static qw_status step_logprobs(cu_backend *b, const qwi_plan *p, int32_t nrows, 
         }
     }
     if (st == QW_OK && n > 0) st = prompt_pass(b, rows, k, tg, dst, n);
-    free(k);
-    free(dst);
     return st;
 }
 

@@ -830,17 +830,7 @@ static qw_status step_once(qw_engine *e, void *events, size_t cap, size_t event_
         qwi_plan *plan = qwi_plan_build(&e->plan, &so);
         for (int32_t i = 0; i < so.num_entries; i++) {
             qw_request *r = so.entries[i].seq->owner;
-            qwi_sampling *sp = &e->plan.sampling[i];
-            *sp = r->sampling;
-            int32_t generated = r->seq.num_tokens - r->seq.num_prompt_tokens;
-            if (generated < r->min_tokens) {
-                sp->banned = r->banned;
-                sp->num_banned = r->num_banned;
-            } else {
-                sp->banned = NULL;
-                sp->num_banned = 0;
-            }
-            qwi_request_bind_penalties(r, sp);
+            qwi_request_row_sampling(r, &e->plan.sampling[i]);
             /* Rows to reduce to logprobs; without the buffers the step
              * fails for every entry rather than lose them silently. */
             if (st == QW_OK)
@@ -854,6 +844,7 @@ static qw_status step_once(qw_engine *e, void *events, size_t cap, size_t event_
             if (r->t_scheduled < 0) r->t_scheduled = t0;
             leave_waiting_count(e, r);
             /* A decode row is the one token sampled last step; all else is prefill. */
+            const int32_t generated = r->seq.num_tokens - r->seq.num_prompt_tokens;
             bool decode = so.entries[i].num_new_tokens == 1 && generated > 0 &&
                           r->seq.num_computed_tokens == r->seq.num_tokens - 1;
             e->stats.prompt_tokens += (uint64_t)(so.entries[i].num_new_tokens - (decode ? 1 : 0));

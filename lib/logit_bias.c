@@ -58,17 +58,3 @@ qw_status qwi_request_check_logit_bias(const qw_request *req, int32_t vocab) {
                             req->bias_ids[i], i, vocab);
     return QW_OK;
 }
-
-void qwi_request_bind_penalties(const qw_request *req, qwi_sampling *sp) {
-    const qwi_seq *seq = &req->seq;
-    sp->repetition_penalty = (float)req->repetition_penalty;
-    sp->presence_penalty = (float)req->presence_penalty;
-    sp->frequency_penalty = (float)req->frequency_penalty;
-    sp->prompt_tokens = seq->tokens;
-    sp->num_prompt_tokens = seq->num_prompt_tokens;
-    sp->output_tokens = seq->tokens ? seq->tokens + seq->num_prompt_tokens : NULL;
-    sp->num_output_tokens = seq->num_tokens - seq->num_prompt_tokens;
-    sp->bias_ids = req->bias_ids;
-    sp->bias = req->bias_values;
-    sp->num_bias = req->num_bias;
-}

@@ -154,17 +154,8 @@ void qwi_samples_fork_kv(qwi_kv_pool *kv, qwi_backend *be, const qwi_seq *src, q
 
 int32_t qwi_samples_first_token(qw_request *c, const qw_request *parent, const float *logits, int32_t vocab,
                                 qwi_sample_scratch *ss) {
-    /* The row parameters the engine gives a sampling row (engine.c,
-     * qw_engine_step): options, banned ids before min tokens, penalties. */
-    qwi_sampling sp = c->sampling;
-    if (c->min_tokens > 0) {
-        sp.banned = c->banned;
-        sp.num_banned = c->num_banned;
-    } else {
-        sp.banned = NULL;
-        sp.num_banned = 0;
-    }
-    qwi_request_bind_penalties(c, &sp);
+    qwi_sampling sp;
+    qwi_request_row_sampling(c, &sp);
     int32_t tok = qwi_sample(logits, vocab, &sp, c->seq.num_tokens, ss);
 
     /* Logprobs as the backend would reduce this row for c (logprobs.h):

@@ -346,3 +346,21 @@ qw_status qwi_request_grow(qw_request *r, int32_t block_size) {
                         (unsigned long long)r->id, cap);
     return QW_OK;
 }
+
+void qwi_request_row_sampling(const qw_request *req, qwi_sampling *sp) {
+    const qwi_seq *seq = &req->seq;
+    const int32_t generated = seq->num_tokens - seq->num_prompt_tokens;
+    *sp = req->sampling;
+    sp->banned = generated < req->min_tokens ? req->banned : NULL;
+    sp->num_banned = generated < req->min_tokens ? req->num_banned : 0;
+    sp->repetition_penalty = (float)req->repetition_penalty;
+    sp->presence_penalty = (float)req->presence_penalty;
+    sp->frequency_penalty = (float)req->frequency_penalty;
+    sp->prompt_tokens = seq->tokens;
+    sp->num_prompt_tokens = seq->num_prompt_tokens;
+    sp->output_tokens = seq->tokens ? seq->tokens + seq->num_prompt_tokens : NULL;
+    sp->num_output_tokens = generated;
+    sp->bias_ids = req->bias_ids;
+    sp->bias = req->bias_values;
+    sp->num_bias = req->num_bias;
+}

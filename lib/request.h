@@ -181,9 +181,12 @@ void qwi_request_text_free(struct qw_request *req);
 /* logit_bias.c. At submit: QW_ERR_TOKEN_OUT_OF_RANGE (message naming the
  * entry) when a logit bias id is outside [0, vocab); nothing changes. */
 qw_status qwi_request_check_logit_bias(const struct qw_request *req, int32_t vocab);
-/* Point sp's penalty fields at the request's options and at its sequence's
- * prompt and output tokens (valid until the sequence's tokens grow), for
- * the step being planned. */
-void qwi_request_bind_penalties(const struct qw_request *req, qwi_sampling *sp);
+/* The sampling parameters of the request's next sampled row: its options,
+ * EOS and stop ids banned while fewer than min_tokens were generated, and
+ * the penalty fields pointing at its options and at its sequence's prompt
+ * and output tokens (valid until the sequence's tokens grow). The one
+ * definition both the step's plan and the first tokens of QW_REQ_N samples
+ * use, so a sample draws exactly what a separate request would. */
+void qwi_request_row_sampling(const struct qw_request *req, qwi_sampling *sp);
 
 #endif
