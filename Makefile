@@ -201,6 +201,17 @@ $(BUILD)/tests/%: tests/%.c $(TESTUTIL_OBJS) $(STLIB) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(LDFLAGS) -iquote tests -o $@ $< $(TESTUTIL_OBJS) $(STLIB) -lcriterion $(LDLIBS_ALL)
 
+# qw-serve's self-contained modules (public API + jansson only), unit-tested
+# by tests/test_serve_*.c: those tests link these objects too (the more
+# specific pattern wins over the generic test rule above).
+SERVE_MODULE_SRCS := tools/qw-serve/params.c tools/qw-serve/metrics.c tools/qw-serve/reply_parser.c
+SERVE_MODULE_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(SERVE_MODULE_SRCS))
+.SECONDARY: $(SERVE_MODULE_OBJS)
+$(BUILD)/tests/test_serve_%: tests/test_serve_%.c $(SERVE_MODULE_OBJS) $(TESTUTIL_OBJS) $(STLIB) $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS) -iquote tests -iquote tools/qw-serve -o $@ $< $(SERVE_MODULE_OBJS) \
+	      $(TESTUTIL_OBJS) $(STLIB) -lcriterion $(LDLIBS_ALL)
+
 tools: $(TOOLS)
 examples: $(EXAMPLES)
 tests: $(TESTS) $(TOOLS) $(EXAMPLES)
