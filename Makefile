@@ -134,6 +134,16 @@ LIB_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(CU_OBJS)
 TOOL_SRCS := $(wildcard tools/*.c)
 EX_SRCS   := $(wildcard examples/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
+# qw-serve (tools/qw-serve/, docs/serve.md): an API consumer like the
+# examples (links the shared library), plus libmicrohttpd and jansson. Built
+# only where pkg-config finds libmicrohttpd: the lent GPU machine has only
+# gpu-deps/ and skips it, and `make` still works there.
+SERVE_OK     := $(shell $(PKG_CONFIG) --exists libmicrohttpd jansson 2>/dev/null && echo yes)
+SERVE_SRCS   := $(wildcard tools/qw-serve/*.c)
+SERVE_OBJS   := $(patsubst %.c,$(BUILD)/obj/%.o,$(SERVE_SRCS))
+SERVE_CFLAGS := $(shell $(PKG_CONFIG) --cflags libmicrohttpd jansson 2>/dev/null)
+SERVE_LIBS   := $(shell $(PKG_CONFIG) --libs libmicrohttpd jansson 2>/dev/null)
+SERVE_BIN    := $(if $(SERVE_OK),$(if $(SERVE_SRCS),$(BUILD)/bin/qw-serve))
 TESTUTIL_SRCS := $(wildcard tests/util/*.c)
 
 SONAME    := libqwinfer.so.$(VERSION_MAJOR)
@@ -212,9 +222,18 @@ $(BUILD)/tests/test_serve_%: tests/test_serve_%.c $(SERVE_MODULE_OBJS) $(TESTUTI
 	$(CC) $(CFLAGS_ALL) $(LDFLAGS) -iquote tests -iquote tools/qw-serve -o $@ $< $(SERVE_MODULE_OBJS) \
 	      $(TESTUTIL_OBJS) $(STLIB) -lcriterion $(LDLIBS_ALL)
 
-tools: $(TOOLS)
+$(BUILD)/obj/tools/qw-serve/%.o: tools/qw-serve/%.c $(CONFIG_STAMP) | depcheck
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(SERVE_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/bin/qw-serve: $(SERVE_OBJS) $(SHLIB) $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(SANITIZE) $(LDFLAGS) -o $@ $(SERVE_OBJS) -L$(BUILD) -lqwinfer -Wl,-rpath,'$$ORIGIN/..' \
+	      $(SERVE_LIBS) -lm $(EX_LDLIBS)
+
+tools: $(TOOLS) $(SERVE_BIN)
 examples: $(EXAMPLES)
-tests: $(TESTS) $(TOOLS) $(EXAMPLES)
+tests: $(TESTS) $(TOOLS) $(EXAMPLES) $(SERVE_BIN)
 
 # ---- running -------------------------------------------------------------------
 deps:
@@ -295,7 +314,7 @@ check-asan:
 # the tree is moved as a whole.
 INSTALL_TOOLS := qw-makemodel qw-bench qw-tokbench
 INSTALL_DYN   := qw-generate
-install: lib $(addprefix $(BUILD)/bin/,$(INSTALL_TOOLS)) qwinfer.pc
+install: lib $(addprefix $(BUILD)/bin/,$(INSTALL_TOOLS)) $(SERVE_BIN) qwinfer.pc
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
 	install -m 644 include/qwinfer.h $(DESTDIR)$(INCDIR)/qwinfer.h
 	install -m 644 include/qwinfer_cdef.h $(DESTDIR)$(INCDIR)/qwinfer_cdef.h
@@ -312,6 +331,12 @@ install: lib $(addprefix $(BUILD)/bin/,$(INSTALL_TOOLS)) qwinfer.pc
 	          -Wl,-rpath,"\$$ORIGIN/$$rel" $(EX_LDLIBS) && \
 	    install -m 755 $(BUILD)/install/$$p $(DESTDIR)$(BINDIR)/ || exit 1; \
 	done
+ifneq ($(SERVE_BIN),)
+	rel=$$(realpath -m --relative-to='$(BINDIR)' '$(LIBDIR)') && \
+	$(CC) $(SANITIZE) $(LDFLAGS) -o $(BUILD)/install/qw-serve $(SERVE_OBJS) -L$(BUILD) -lqwinfer \
+	      -Wl,-rpath,"\$$ORIGIN/$$rel" $(SERVE_LIBS) -lm $(EX_LDLIBS) && \
+	install -m 755 $(BUILD)/install/qw-serve $(DESTDIR)$(BINDIR)/
+endif
 
 # The .pc file says how this build was configured: the template's @CPU@
 # lines stay in a CPU-only build (it links fully static), its @CUDA@ lines in
@@ -332,7 +357,7 @@ qwinfer.pc: pkgconfig/qwinfer.pc.in
 
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/qwinfer.h $(DESTDIR)$(INCDIR)/qwinfer_cdef.h $(DESTDIR)$(LIBDIR)/libqwinfer.* $(DESTDIR)$(LIBDIR)/pkgconfig/qwinfer.pc
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_TOOLS) $(INSTALL_DYN))
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_TOOLS) $(INSTALL_DYN) qw-serve)
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan
