@@ -13,6 +13,9 @@
 #   libxxhash       prefix-cache block hashes
 #   libpcre2-8      the tokenizer's pre-tokenizer regex (PCRE2 with JIT)
 #   libutf8proc     NFC normalisation of text before tokenizing
+#   libmicrohttpd   qw-serve's HTTP server (Debian's libmicrohttpd-dev): GNU,
+#                   in Debian main, threads, streamed responses, disconnect
+#                   notifications and quiesce for draining
 # Test:
 #   criterion       the C test framework
 #   numpy           the float64 reference forward pass in tests/reference/
@@ -25,6 +28,12 @@
 #                   (offline) and runs its pytest suite (Debian packages)
 #   tokenizers      Hugging Face tokenizers (pip; Debian 12 has no package):
 #                   expected ids for tokenizer tests, which skip without it
+#   requests, prometheus_client, yaml
+#                   tests/check_serve.sh: TGI requests to qw-serve, parsing its
+#                   /metrics, the Kubernetes example's YAML (Debian's
+#                   python3-requests, python3-prometheus-client, python3-yaml)
+#   openai          the official OpenAI Python client (pip; Debian 12 has no
+#                   package): tests/serve/ drives qw-serve with it (required)
 set -u
 mode=test
 case "${1:-}" in
@@ -62,6 +71,7 @@ command -v make >/dev/null 2>&1 || missing_deb="$missing_deb make"
 have_pc=1
 command -v "$PKG_CONFIG" >/dev/null 2>&1 || { have_pc=0; missing_deb="$missing_deb pkg-config"; }
 pairs="jansson:libjansson-dev libxxhash:libxxhash-dev libpcre2-8:libpcre2-dev libutf8proc:libutf8proc-dev"
+pairs="$pairs libmicrohttpd:libmicrohttpd-dev"
 [ "$mode" = test ] && pairs="$pairs criterion:libcriterion-dev"
 for pair in $pairs; do
     pc=${pair%%:*}
@@ -140,6 +150,27 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
     apt_install python3-pip || true
     python3 -m pip --version >/dev/null 2>&1 || {
         echo "deps: pip missing; run: sudo apt-get install -y python3-pip" >&2
+        exit 1
+    }
+fi
+# module:Debian package:pip name
+for m in requests:python3-requests:requests prometheus_client:python3-prometheus-client:prometheus-client \
+    yaml:python3-yaml:PyYAML; do
+    mod=${m%%:*}
+    rest=${m#*:}
+    deb=${rest%%:*}
+    pipname=${rest#*:}
+    has_py "$mod" || apt_install "$deb" || true
+    has_py "$mod" || pip_install "$pipname" || true
+    has_py "$mod" || {
+        echo "deps: $mod missing; run: sudo apt-get install -y $deb (or python3 -m pip install $pipname)" >&2
+        exit 1
+    }
+done
+if ! has_py openai; then
+    pip_install openai || true
+    has_py openai || {
+        echo "deps: openai missing; run: python3 -m pip install openai" >&2
         exit 1
     }
 fi
