@@ -8,6 +8,8 @@
 #   make deps            check/install build and test dependencies (tools/deps.sh)
 #   make fresh-check     the two commands above in a clean Debian 12 root (root only)
 #   make tokbench        tokenizer throughput on varied real text (Debian packages)
+#   make serve-bench     qw-serve under aiperf (PyPI, into BUILD/serve-bench-venv) at
+#                        several Poisson rates beside qw-bench --request-rate
 #   make cdef            regenerate include/qwinfer_cdef.h (cffi's view of qwinfer.h)
 #   make api-reference   regenerate docs/api-reference.md from qwinfer.h
 #   make gpu-bundle      unpack the link dependencies' .debs into gpu-deps/ for a
@@ -289,6 +291,13 @@ print-%:
 # Hugging Face tokenizers (docs/tokenizer-benchmarks.md). Not part of test.
 tokbench: $(BUILD)/bin/qw-tokbench
 	@sh tools/tokbench-real.sh $(BUILD)
+
+# The HTTP serving benchmark: qw-serve driven by aiperf at the rates of RATES,
+# the same workload in-process through qw-bench, one table of both
+# (tools/serve-bench.sh says the settings; docs/benchmarks.md). Not part of test.
+.PHONY: serve-bench
+serve-bench: $(BUILD)/bin/qw-serve $(BUILD)/bin/qw-bench $(BUILD)/bin/qw-makemodel
+	@sh tools/serve-bench.sh $(BUILD)
 
 # The whole suite: Criterion binaries, export/pkg-config checks, then the same
 # Criterion binaries under ASan+UBSan. Ends with "N passed, M failed".

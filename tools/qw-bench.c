@@ -10,6 +10,15 @@
  *            [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]
  *            [--logprobs N]
  *            [--kv-blocks N] [--seed N] [--numerics fast|exact] [--no-limits]
+ *   qw-bench --model DIR --prompts FILE (--request-rate R|inf | --fixed-schedule)
+ *            [--num-prompts N] [--input-len N] [--output-len N] [--seed N] [--json]
+ *            (and the engine options)
+ *
+ * The second form is the in-process twin of an HTTP serving benchmark
+ * (tools/serve-bench.sh): real-text prompts from FILE, Poisson arrivals (or
+ * FILE's own schedule) released by a submitter thread, one engine thread blocking in
+ * qw_engine_wait and stepping, and the metrics an HTTP benchmark client
+ * reports (see "Poisson serving mode" below).
  *
  * The engine is driven only through the public API (qwinfer.h). The machine
  * limits are measured here with internal parts of the library: a
@@ -40,6 +49,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -142,6 +152,11 @@ typedef struct args {
     int logprobs;                                     /* -1: off      */
     int concurrency;
     uint64_t seed;
+    int rate_mode;                                    /* the serving mode (below) */
+    double request_rate;                              /* req/s; INFINITY: all at once;
+                                                         0: --fixed-schedule      */
+    int fixed_schedule;                               /* arrivals from FILE      */
+    const char *prompts;                              /* --prompts FILE          */
 } args;
 
 static void usage(void) {
@@ -154,13 +169,23 @@ static void usage(void) {
             "  [--max-batched-tokens N] [--kv-blocks N] [--seed N] [--numerics fast|exact]\n"
             "  [--no-limits] [--repetition-penalty R] [--presence-penalty P]\n"
             "  [--frequency-penalty F] [--logprobs N]\n"
+            "   or: qw-bench --model DIR --prompts FILE (--request-rate R|inf | --fixed-schedule)\n"
+            "  [--num-prompts N] [--input-len N] [--output-len N] [--seed N] [--json] [engine options]\n"
             "offline: all requests at once; serve: Poisson arrivals at --rate (or a fixed\n"
             "--concurrency). lognormal is a ShareGPT-like mix with the given lengths as\n"
             "medians. Throughput runs sample at --temperature 1.0 (top-p 1.0) unless told\n"
             "otherwise, as served traffic does. --numerics sets QW_OPT_NUMERICS (default:\n"
             "the engine's, fast). --no-limits skips measuring bandwidth and the GEMM, bf16\n"
             "dot-product and FMA peaks. The penalties and --logprobs (QW_REQ_*) are off\n"
-            "unless given.\n");
+            "unless given.\n"
+            "--request-rate: the HTTP serving benchmark's workload in-process: FILE has one\n"
+            "prompt per line (plain text, or JSONL with \"text\" or \"prompt\"), each cut or\n"
+            "padded (with the next lines' tokens) to --input-len tokens; --output-len tokens\n"
+            "each (ignore_eos); seeded Poisson arrivals at R req/s (inf: all at once) from a\n"
+            "submitter thread, or at the \"timestamp\" (ms) of each JSONL line with\n"
+            "--fixed-schedule (aiperf's field: both replay one schedule); reports request and\n"
+            "output token throughput, TTFT, ITL, the gaps between text pieces and E2E\n"
+            "latency. --num-prompts is --num-requests.\n");
     exit(2);
 }
 
@@ -182,7 +207,7 @@ static void parse(int argc, char **argv, args *a) {
         INT("--output-len", output_len) INT("--long-len", long_len) INT("--prefix-len", prefix_len)
         INT("--turns", turns) INT("--max-num-seqs", max_num_seqs)
         INT("--max-batched-tokens", max_batched) INT("--kv-blocks", kv_blocks)
-        INT("--concurrency", concurrency)
+        INT("--concurrency", concurrency) INT("--num-prompts", num_requests) STR("--prompts", prompts)
         DBL("--rate", rate) DBL("--temperature", temperature) DBL("--top-p", top_p)
         DBL("--repetition-penalty", rep_penalty) DBL("--presence-penalty", pres_penalty)
         DBL("--frequency-penalty", freq_penalty) INT("--logprobs", logprobs)
@@ -190,6 +215,19 @@ static void parse(int argc, char **argv, args *a) {
 #undef INT
 #undef DBL
         if (!strcmp(o, "--seed") && v) { a->seed = strtoull(v, NULL, 0); i++; continue; }
+        if (!strcmp(o, "--request-rate") && v) {
+            /* strtod takes "inf"; anything but a positive number or inf is refused */
+            char *end;
+            a->request_rate = strtod(v, &end);
+            if (end == v || *end || !(a->request_rate > 0)) {
+                fprintf(stderr, "qw-bench: --request-rate wants a positive number or inf, not '%s'\n", v);
+                exit(2);
+            }
+            a->rate_mode = 1;
+            i++;
+            continue;
+        }
+        if (!strcmp(o, "--fixed-schedule")) { a->fixed_schedule = a->rate_mode = 1; continue; }
         if (!strcmp(o, "--json")) { a->json = 1; continue; }
         if (!strcmp(o, "--no-limits")) { a->limits = 0; continue; }
         usage();
@@ -202,6 +240,21 @@ static void parse(int argc, char **argv, args *a) {
     if (a->scenario[0] && strcmp(a->scenario, "mixed-long") && strcmp(a->scenario, "shared-prefix") &&
         strcmp(a->scenario, "chat"))
         usage();
+    /* the serving mode has its own workload: the other workload shapes do not mix with it */
+    if (a->rate_mode && (!a->prompts || a->scenario[0] || a->concurrency || a->rate > 0 ||
+                         strcmp(a->mode, "offline") || strcmp(a->len_dist, "fixed"))) {
+        fprintf(stderr, "qw-bench: --request-rate and --fixed-schedule need --prompts FILE and take none of "
+                        "--mode, --rate, --concurrency, --scenario, --len-dist\n");
+        exit(2);
+    }
+    if (a->fixed_schedule && a->request_rate > 0) {
+        fprintf(stderr, "qw-bench: --request-rate or --fixed-schedule, not both\n");
+        exit(2);
+    }
+    if (a->prompts && !a->rate_mode) {
+        fprintf(stderr, "qw-bench: --prompts is for the serving mode: give --request-rate or --fixed-schedule\n");
+        exit(2);
+    }
 }
 
 /* ---- the model, as far as the bench needs it ------------------------------ */
@@ -1108,6 +1161,464 @@ static void report(bench *b, const char *label, const results *r, const limits *
            peak_rss / b->mi.weight_bytes);
 }
 
+/* ---- engine options ------------------------------------------------------------ */
+
+/* The engine options both benchmark forms use, from the command line;
+ * dies with the library's message on a refused value. Owned by the caller
+ * (qw_engine_options_destroy). */
+static qw_engine_options *engine_options(const args *a) {
+    qw_engine_options *o;
+    if (qw_engine_options_create(&o) != QW_OK) die("options: %s", qw_last_error());
+    qw_status s = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, a->model);
+    if (s == QW_OK) s = qw_engine_options_set_string(o, QW_OPT_DEVICE, a->device);
+    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_NUM_THREADS, a->threads);
+    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_SEQS, a->max_num_seqs);
+    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_BATCHED_TOKENS, a->max_batched);
+    if (s == QW_OK && a->kv_blocks > 0) s = qw_engine_options_set_int(o, QW_OPT_NUM_KV_BLOCKS, a->kv_blocks);
+    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_SEED, (int64_t)a->seed);
+    if (s == QW_OK && a->numerics)
+        s = qw_engine_options_set_int(o, QW_OPT_NUMERICS,
+                                      strcmp(a->numerics, "exact") ? QW_NUMERICS_FAST : QW_NUMERICS_EXACT);
+    if (s != QW_OK) die("options: %s", qw_last_error());
+    return o;
+}
+
+/* ---- Poisson serving mode (--request-rate, --fixed-schedule) ------------------ *
+ *
+ * The workload an HTTP serving benchmark sends to qw-serve (tools/serve-bench.sh),
+ * run in-process, so that the difference between the two is what the HTTP
+ * layer costs. Two threads, as in the server:
+ *   - a submitter thread sleeps until each request's arrival time (seeded
+ *     Poisson arrivals: exponential gaps of mean 1/R; all at 0 for inf; or
+ *     the "timestamp" of each JSONL line, the field aiperf's fixed schedule
+ *     replays, so that both benchmarks send at the very same times),
+ *     notes the release time and calls qw_engine_submit;
+ *   - the engine thread blocks in qw_engine_wait while idle and otherwise
+ *     steps, stamping each token event with the time the step returned.
+ * A request's clock starts at its release, as an HTTP client's starts when it
+ * sends. A streaming client sees text, not tokens: a token whose text piece
+ * is empty (a special token, or bytes held back until a character or a stop
+ * string is complete) sends it nothing it counts (aiperf's "content
+ * responses" are the chunks with non-empty text). So, as the client measures:
+ * TTFT = first token event with a non-empty text piece - release (the first
+ * token event itself is reported too); ITL = (last token - that first text)
+ * / (tokens - 1) per request, aiperf's definition (tokens as the server counts
+ * them); the gaps between consecutive non-empty pieces (aiperf's inter-chunk
+ * latency, vLLM's ITL); E2E = last token - release. Throughput is over the
+ * span from the first release to the last token, as aiperf's benchmark
+ * duration. Percentiles interpolate linearly between ranks (numpy's default,
+ * which the clients use).
+ *
+ * Prompts are real text: line i of the file (cyclically) encoded with the
+ * model's tokenizer, cut to --input-len tokens or padded with the tokens of
+ * the lines after it. Outputs are --output-len tokens with ignore_eos, so both
+ * runs generate the same number of tokens. */
+
+typedef struct sreq {
+    qw_request *r;
+    int32_t *ids;
+    double offset;               /* arrival, seconds after the start               */
+    double release_t;            /* written by the submitter before its submit     */
+    double first_t, last_t;      /* written by the engine thread: token events      */
+    double text_t, last_text_t;  /* the first and latest event with non-empty text  */
+    int32_t ntok;
+    int done, submit_failed;
+} sreq;
+
+typedef struct srun {
+    qw_engine *e;
+    sreq *reqs;
+    int n;
+    double t0;
+    atomic_int failed;           /* submits refused: those requests never finish   */
+    char err[512];               /* the first refusal's message                     */
+} srun;
+
+/* v (capacity *cap elements of size sz) grown to hold need: the array to
+ * use from now on (dies when memory runs out). */
+static void *grow(void *v, size_t *cap, size_t need, size_t sz) {
+    if (need <= *cap) return v;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *p = realloc(v, c * sz);
+    if (!p) die("out of memory");
+    *cap = c;
+    return p;
+}
+
+/* The prompt texts of path: one per non-empty line; a line that starts with
+ * '{' is JSON and gives its "text" (aiperf's single_turn format) or "prompt"
+ * member, and its "timestamp" (milliseconds, a number; NAN when absent or a
+ * plain line) into *ts_out. Dies naming the line on malformed input. Returns
+ * the count; the strings, their line numbers (*lines_out), the timestamps and
+ * the arrays are the caller's. */
+static size_t read_prompts(const char *path, char ***out, long **lines_out, double **ts_out) {
+    FILE *f = fopen(path, "r");
+    if (!f) die("%s: %s", path, strerror(errno));
+    char **v = NULL, *line = NULL;
+    long *lines = NULL;
+    double *ts = NULL;
+    size_t n = 0, cap = 0, lcap = 0, lncap = 0, tscap = 0;
+    ssize_t len;
+    long lineno = 0;
+    while ((len = getline(&line, &lcap, f)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == 0) continue;
+        char *text;
+        double stamp = NAN;
+        if (line[0] == '{') {
+            json_error_t jerr;
+            json_t *o = json_loadb(line, (size_t)len, 0, &jerr);
+            if (!o) die("%s:%ld: not JSON: %s", path, lineno, jerr.text);
+            json_t *t = json_object_get(o, "text");
+            if (!json_is_string(t)) t = json_object_get(o, "prompt");
+            if (!json_is_string(t)) die("%s:%ld: a JSON line needs a string \"text\" or \"prompt\"", path, lineno);
+            json_t *jt = json_object_get(o, "timestamp");
+            if (jt && !(json_is_number(jt) && json_number_value(jt) >= 0))
+                die("%s:%ld: \"timestamp\" must be a number of milliseconds >= 0", path, lineno);
+            if (jt) stamp = json_number_value(jt);
+            text = strdup(json_string_value(t));
+            json_decref(o);
+        } else {
+            text = strdup(line);
+        }
+        if (!text) die("out of memory");
+        v = grow(v, &cap, n + 1, sizeof *v);
+        lines = grow(lines, &lncap, n + 1, sizeof *lines);
+        ts = grow(ts, &tscap, n + 1, sizeof *ts);
+        lines[n] = lineno;
+        ts[n] = stamp;
+        v[n++] = text;
+    }
+    if (ferror(f)) die("%s: read error", path);
+    free(line);
+    fclose(f);
+    if (n == 0) die("%s: no prompts (every line is empty)", path);
+    *out = v;
+    *lines_out = lines;
+    *ts_out = ts;
+    return n;
+}
+
+/* The token ids of each text with the engine's tokenizer (special tokens
+ * parsed, as a text prompt of the server is). Dies naming the line of a text
+ * the tokenizer refuses (invalid UTF-8). */
+static int32_t **encode_prompts(qw_engine *e, const char *path, char **texts, const long *lines, size_t n,
+                                size_t **lens) {
+    const qw_tokenizer *tok = qw_engine_get_tokenizer(e);
+    if (!tok) die("%s: the model has no tokenizer, so text prompts cannot be encoded", path);
+    int32_t **ids = xcalloc(n, sizeof *ids);
+    *lens = xcalloc(n, sizeof **lens);
+    for (size_t i = 0; i < n; i++) {
+        size_t need = 0, len = strlen(texts[i]);
+        if (qw_tokenizer_encode(tok, texts[i], len, 1, NULL, 0, &need) != QW_OK)
+            die("%s:%ld: %s", path, lines[i], qw_last_error());
+        ids[i] = xcalloc(need, sizeof(int32_t));
+        if (qw_tokenizer_encode(tok, texts[i], len, 1, ids[i], need, &(*lens)[i]) != QW_OK)
+            die("%s:%ld: %s", path, lines[i], qw_last_error());
+    }
+    return ids;
+}
+
+/* Percentile p (0..100) of sorted v[0..n), interpolated between ranks as
+ * numpy.percentile does by default; NAN for n = 0. */
+static double pct(const double *v, size_t n, double p) {
+    if (n == 0) return NAN;
+    double x = p / 100.0 * (double)(n - 1);
+    size_t lo = (size_t)floor(x), hi = lo + 1 < n ? lo + 1 : lo;
+    return v[lo] + (v[hi] - v[lo]) * (x - (double)lo);
+}
+
+typedef struct sdist {
+    size_t n;
+    double mean, p50, p90, p99;
+} sdist;
+
+/* Sorts v in place and summarises it, scaled by scale. */
+static sdist sdist_of(double *v, size_t n, double scale) {
+    sdist d = { n, NAN, NAN, NAN, NAN };
+    if (n == 0) return d;
+    qsort(v, n, sizeof *v, cmp_double);
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += v[i];
+    d.mean = s / (double)n * scale;
+    d.p50 = pct(v, n, 50) * scale;
+    d.p90 = pct(v, n, 90) * scale;
+    d.p99 = pct(v, n, 99) * scale;
+    return d;
+}
+
+/* Submitter thread: release each request at t0 + offset. */
+static void *submitter(void *p) {
+    srun *s = p;
+    for (int i = 0; i < s->n; i++) {
+        sreq *q = &s->reqs[i];
+        double at = s->t0 + q->offset;
+        struct timespec ts = { (time_t)floor(at), (long)((at - floor(at)) * 1e9) };
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {}
+        q->release_t = now_s();
+        if (qw_engine_submit(s->e, q->r) != QW_OK) {
+            q->submit_failed = 1;
+            if (atomic_load(&s->failed) == 0)
+                snprintf(s->err, sizeof s->err, "request %d: %s", i, qw_last_error());
+            atomic_fetch_add(&s->failed, 1);
+        }
+    }
+    return NULL;
+}
+
+/* Engine thread's loop: step while there is work, wait (bounded, to see
+ * refused submits) while there is none, until every request finished or
+ * was refused. Event times are when the step returned them. */
+static void serve_loop(srun *s, double *gaps, size_t *ngaps) {
+    qw_event ev[512];
+    int done = 0;
+    while (done + atomic_load(&s->failed) < s->n) {
+        if (!qw_engine_wait(s->e, 50)) continue;
+        while (qw_engine_has_work(s->e)) {
+            size_t n = 0;
+            if (qw_engine_step(s->e, ev, sizeof ev / sizeof ev[0], sizeof ev[0], &n) != QW_OK)
+                die("step: %s", qw_last_error());
+            double t = now_s();
+            for (size_t k = 0; k < n; k++) {
+                sreq *q = ev[k].user_data;
+                if (!q) continue;
+                if (ev[k].kind == QW_EVENT_TOKEN) {
+                    if (q->ntok == 0) q->first_t = t;
+                    q->ntok++;
+                    q->last_t = t;
+                    /* the piece the server would stream for this token */
+                    const char *piece;
+                    size_t plen = 0;
+                    if (qw_request_get_text_piece(q->r, &piece, &plen) != QW_OK)
+                        die("text piece: %s", qw_last_error());
+                    if (plen > 0) {
+                        if (q->text_t == 0) q->text_t = t;
+                        else gaps[(*ngaps)++] = t - q->last_text_t;
+                        q->last_text_t = t;
+                    }
+                }
+                if (ev[k].finish_reason != QW_FINISH_NONE || ev[k].kind == QW_EVENT_FINISHED) {
+                    if (ev[k].finish_reason != QW_FINISH_LENGTH)
+                        die("request %d finished with reason %s, not after its %d tokens", (int)(q - s->reqs),
+                            qw_finish_reason_string((qw_finish_reason)ev[k].finish_reason), q->ntok);
+                    q->done = 1;
+                    done++;
+                }
+            }
+        }
+    }
+}
+
+/* One request of the workload (ids are borrowed until it is released). */
+static qw_request *serving_request(const args *a, const int32_t *ids, int32_t plen, int32_t olen,
+                                   int64_t seed, void *user) {
+    qw_request *r;
+    if (qw_request_create(&r) != QW_OK) die("request: %s", qw_last_error());
+    qw_status s = qw_request_set_prompt(r, ids, (size_t)plen);
+    if (s == QW_OK) s = qw_request_set_int(r, QW_REQ_MAX_TOKENS, olen);
+    if (s == QW_OK) s = qw_request_set_int(r, QW_REQ_IGNORE_EOS, 1);
+    if (s == QW_OK) s = qw_request_set_double(r, QW_REQ_TEMPERATURE, a->temperature);
+    if (s == QW_OK && a->top_p < 1.0) s = qw_request_set_double(r, QW_REQ_TOP_P, a->top_p);
+    if (s == QW_OK) s = qw_request_set_int(r, QW_REQ_SEED, seed);
+    if (s == QW_OK) s = qw_request_set_user_data(r, user);
+    if (s != QW_OK) die("request options: %s", qw_last_error());
+    return r;
+}
+
+static void sdist_text(const char *name, sdist d, const char *note) {
+    if (d.n == 0) {
+        printf("  %-24s n/a\n", name);
+        return;
+    }
+    printf("  %-24s mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f  (n=%zu)%s\n", name, d.mean, d.p50, d.p90,
+           d.p99, d.n, note);
+}
+
+static json_t *jreal(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *sdist_json(sdist d) {
+    json_t *o = json_object();
+    json_object_set_new(o, "n", json_integer((json_int_t)d.n));
+    json_object_set_new(o, "mean", jreal(d.mean));
+    json_object_set_new(o, "p50", jreal(d.p50));
+    json_object_set_new(o, "p90", jreal(d.p90));
+    json_object_set_new(o, "p99", jreal(d.p99));
+    return o;
+}
+
+/* The --request-rate form of the program: returns the exit status. */
+static int serving_main(const args *a) {
+    qw_engine_options *o = engine_options(a);
+    qw_engine *e;
+    double tl = now_s();
+    if (qw_engine_create(o, &e) != QW_OK) die("engine: %s", qw_last_error());
+    qw_engine_options_destroy(o);
+    tl = now_s() - tl;
+    const int32_t plen = a->input_len, olen = a->output_len, n = a->num_requests;
+    int32_t maxlen = qw_engine_max_model_len(e);
+    if ((int64_t)plen + olen > maxlen)
+        die("--input-len %d + --output-len %d is more than the model's %d tokens", plen, olen, maxlen);
+
+    char **texts;
+    long *lines;
+    double *stamps;
+    size_t ntext = read_prompts(a->prompts, &texts, &lines, &stamps), *tlen;
+    if (a->fixed_schedule) {
+        /* the schedule is the file's: each request once, in order */
+        if ((size_t)n > ntext)
+            die("%s: --fixed-schedule replays each line once: %zu lines for %d prompts", a->prompts, ntext, n);
+        for (int i = 0; i < n; i++) {
+            if (isnan(stamps[i])) die("%s:%ld: no \"timestamp\" for --fixed-schedule", a->prompts, lines[i]);
+            if (i > 0 && stamps[i] < stamps[i - 1])
+                die("%s:%ld: timestamps must not decrease", a->prompts, lines[i]);
+        }
+    }
+    int32_t **tids = encode_prompts(e, a->prompts, texts, lines, ntext, &tlen);
+    size_t total = 0;
+    for (size_t i = 0; i < ntext; i++) total += tlen[i];
+    if (total == 0) die("%s: the prompts encode to no tokens", a->prompts);
+
+    /* prompt i: line i mod ntext, cut to plen or padded with the next lines */
+    sreq *reqs = xcalloc((size_t)n, sizeof *reqs);
+    int truncated = 0, padded = 0;
+    double t = 0;
+    for (int i = 0; i < n; i++) {
+        sreq *q = &reqs[i];
+        q->ids = xcalloc((size_t)plen, sizeof(int32_t));
+        size_t line = (size_t)i % ntext, got = 0;
+        if (tlen[line] > (size_t)plen) truncated++;
+        else if (tlen[line] < (size_t)plen) padded++;
+        for (size_t l = line; got < (size_t)plen; l = (l + 1) % ntext) {
+            size_t take = tlen[l] < (size_t)plen - got ? tlen[l] : (size_t)plen - got;
+            memcpy(q->ids + got, tids[l], take * sizeof(int32_t));
+            got += take;
+        }
+        if (a->fixed_schedule) t = stamps[i] / 1e3;
+        else if (isfinite(a->request_rate)) t += -log(1.0 - rnd01()) / a->request_rate;
+        q->offset = t;
+        q->r = serving_request(a, q->ids, plen, olen, (int64_t)i + 1, q);
+    }
+
+    /* warm-up: fault the weights in, as the HTTP run's warm-up request does */
+    {
+        /* the tail of a prompt: a prefix of none, so no request finds it
+         * in the prefix cache */
+        int32_t wl = plen < 16 ? plen : 16;
+        qw_request *w = serving_request(a, reqs[0].ids + (plen - wl), wl, olen < 4 ? olen : 4, 0, NULL);
+        if (qw_engine_submit(e, w) != QW_OK) die("warm-up: %s", qw_last_error());
+        qw_event ev[8];
+        size_t ne;
+        while (qw_engine_has_work(e))
+            if (qw_engine_step(e, ev, 8, sizeof ev[0], &ne) != QW_OK) die("warm-up step: %s", qw_last_error());
+        qw_request_release(w);
+    }
+
+    double *gaps = xcalloc((size_t)n * (size_t)olen, sizeof(double));
+    size_t ngaps = 0;
+    srun run = { .e = e, .reqs = reqs, .n = n, .t0 = now_s() + 0.001 };
+    atomic_init(&run.failed, 0);
+    pthread_t th;
+    if (pthread_create(&th, NULL, submitter, &run) != 0) die("submitter thread: %s", strerror(errno));
+    serve_loop(&run, gaps, &ngaps);
+    pthread_join(th, NULL);
+    int failed = atomic_load(&run.failed);
+    if (failed) die("%d of %d submits refused; the first: %s", failed, n, run.err);
+
+    double t_first = INFINITY, t_last = -INFINITY, otoks = 0;
+    double *ttft = xcalloc((size_t)n, sizeof(double)), *ttft_tok = xcalloc((size_t)n, sizeof(double)),
+           *itl = xcalloc((size_t)n, sizeof(double)), *e2e = xcalloc((size_t)n, sizeof(double));
+    size_t nitl = 0, nttft = 0;
+    for (int i = 0; i < n; i++) {
+        const sreq *q = &reqs[i];
+        if (q->release_t < t_first) t_first = q->release_t;
+        if (q->last_t > t_last) t_last = q->last_t;
+        otoks += q->ntok;
+        ttft_tok[i] = q->first_t - q->release_t;
+        e2e[i] = q->last_t - q->release_t;
+        if (q->text_t == 0) continue;   /* no text at all: no TTFT, as for the client */
+        ttft[nttft++] = q->text_t - q->release_t;
+        if (q->ntok > 1) itl[nitl++] = (q->last_t - q->text_t) / (q->ntok - 1);
+    }
+    double dur = t_last - t_first;
+    double req_s = n / dur, tok_s = otoks / dur;
+    sdist d_ttft = sdist_of(ttft, nttft, 1e3), d_ttok = sdist_of(ttft_tok, (size_t)n, 1e3),
+          d_itl = sdist_of(itl, nitl, 1e3), d_gap = sdist_of(gaps, ngaps, 1e3),
+          d_e2e = sdist_of(e2e, (size_t)n, 1e3);
+
+    if (a->json) {
+        json_t *r = json_object();
+        json_object_set_new(r, "mode", json_string("serving"));
+        json_object_set_new(r, "model", json_string(a->model));
+        json_object_set_new(r, "device", json_string(a->device));
+        json_object_set_new(r, "prompts", json_string(a->prompts));
+        json_object_set_new(r, "arrivals", json_string(a->fixed_schedule ? "fixed schedule"
+                                                       : isfinite(a->request_rate) ? "poisson" : "all at once"));
+        json_object_set_new(r, "request_rate", a->fixed_schedule ? json_null()
+                                               : isfinite(a->request_rate) ? json_real(a->request_rate)
+                                                                           : json_string("inf"));
+        json_object_set_new(r, "seed", json_integer((json_int_t)a->seed));
+        json_object_set_new(r, "num_prompts", json_integer(n));
+        json_object_set_new(r, "input_len", json_integer(plen));
+        json_object_set_new(r, "output_len", json_integer(olen));
+        json_object_set_new(r, "prompts_truncated", json_integer(truncated));
+        json_object_set_new(r, "prompts_padded", json_integer(padded));
+        json_object_set_new(r, "load_s", json_real(tl));
+        json_object_set_new(r, "duration_s", jreal(dur));
+        json_object_set_new(r, "output_tokens", json_integer((json_int_t)otoks));
+        json_object_set_new(r, "request_throughput", jreal(req_s));
+        json_object_set_new(r, "output_token_throughput", jreal(tok_s));
+        json_object_set_new(r, "ttft_ms", sdist_json(d_ttft));
+        json_object_set_new(r, "ttft_first_token_ms", sdist_json(d_ttok));
+        json_object_set_new(r, "itl_ms", sdist_json(d_itl));
+        json_object_set_new(r, "chunk_gap_ms", sdist_json(d_gap));
+        json_object_set_new(r, "e2e_ms", sdist_json(d_e2e));
+        json_dumpf(r, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(8));
+        printf("\n");
+        json_decref(r);
+    } else {
+        char rate[64];
+        if (a->fixed_schedule) snprintf(rate, sizeof rate, "at the file's timestamps");
+        else if (isfinite(a->request_rate)) snprintf(rate, sizeof rate, "Poisson at %g req/s", a->request_rate);
+        else snprintf(rate, sizeof rate, "all at once (rate inf)");
+        printf("qw-bench serving: model %s, device %s, loaded in %.2f s\n", a->model, a->device, tl);
+        printf("workload: %d prompts from %s (%zu lines; %d cut and %d padded to %d tokens), output %d tokens "
+               "(ignore_eos), arrivals %s, seed %llu\n", n, a->prompts, ntext, truncated, padded, plen, olen, rate,
+               (unsigned long long)a->seed);
+        printf("  %-24s %.2f s\n", "duration", dur);
+        printf("  %-24s %.3f req/s\n", "request throughput", req_s);
+        printf("  %-24s %.1f tok/s\n", "output token throughput", tok_s);
+        sdist_text("TTFT (ms)", d_ttft, "  to the first text");
+        sdist_text("TTFT first token (ms)", d_ttok, "  to the first token");
+        sdist_text("ITL (ms)", d_itl, "  per request");
+        sdist_text("chunk gap (ms)", d_gap, "  between text pieces");
+        sdist_text("E2E (ms)", d_e2e, "");
+    }
+
+    for (int i = 0; i < n; i++) {
+        qw_request_release(reqs[i].r);
+        free(reqs[i].ids);
+    }
+    for (size_t i = 0; i < ntext; i++) {
+        free(texts[i]);
+        free(tids[i]);
+    }
+    free(texts);
+    free(lines);
+    free(stamps);
+    free(tids);
+    free(tlen);
+    free(reqs);
+    free(gaps);
+    free(ttft);
+    free(ttft_tok);
+    free(itl);
+    free(e2e);
+    qw_engine_destroy(e);
+    return 0;
+}
+
 /* ---- main ----------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
@@ -1115,6 +1626,7 @@ int main(int argc, char **argv) {
     memset(&b, 0, sizeof b);
     parse(argc, argv, &b.a);
     rng ^= b.a.seed * 0x9e3779b97f4a7c15ull;
+    if (b.a.rate_mode) return serving_main(&b.a);
     int cuda = !strncmp(b.a.device, "cuda", 4);
     load_model_info(b.a.model, cuda, &b.mi);
     /* the CPU backend keeps K/V in bf16 in fast numerics (the default), f32 in exact */
@@ -1177,19 +1689,7 @@ int main(int argc, char **argv) {
         }
     }
 
-    qw_engine_options *o;
-    if (qw_engine_options_create(&o) != QW_OK) die("options: %s", qw_last_error());
-    qw_status s = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, b.a.model);
-    if (s == QW_OK) s = qw_engine_options_set_string(o, QW_OPT_DEVICE, b.a.device);
-    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_NUM_THREADS, b.a.threads);
-    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_SEQS, b.a.max_num_seqs);
-    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_BATCHED_TOKENS, b.a.max_batched);
-    if (s == QW_OK && b.a.kv_blocks > 0) s = qw_engine_options_set_int(o, QW_OPT_NUM_KV_BLOCKS, b.a.kv_blocks);
-    if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_SEED, (int64_t)b.a.seed);
-    if (s == QW_OK && b.a.numerics)
-        s = qw_engine_options_set_int(o, QW_OPT_NUMERICS,
-                                      strcmp(b.a.numerics, "exact") ? QW_NUMERICS_FAST : QW_NUMERICS_EXACT);
-    if (s != QW_OK) die("options: %s", qw_last_error());
+    qw_engine_options *o = engine_options(&b.a);
     /* Memory from here on is the engine's: the limit buffers are freed, and
      * the peak is reset so it does not count them (else it is flagged). */
     int hwm_clean = reset_peak_rss();
