@@ -151,8 +151,8 @@ for r in $RATES; do
     start_server "$r"
     say "rate $r: aiperf against qw-serve at $url"
     rm -rf "$OUT/aiperf-$r"
-    # run under rusage.py-like accounting: the CPU seconds aiperf and its
-    # worker processes took from the machine the server runs on
+    # serve-bench.py cpu-time records the CPU seconds aiperf and its worker
+    # processes took from the machine the server runs on
     # shellcheck disable=SC2086
     "$PY" "$here/serve-bench.py" cpu-time --out "$OUT/aiperf-$r.cpu" -- "$VENV/bin/aiperf" profile --model-names "$NAME" --url "$url" --endpoint-type completions --streaming \
         --tokenizer "$MODEL" --input-file "$file" --custom-dataset-type single_turn \
