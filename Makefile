@@ -384,7 +384,7 @@ clean:
 #                      ($(BUILD)-tsan; make test runs a few seconds: tests/check_tsan.sh)
 # The scripts call this Makefile back with BUILD set to the tree they need; the
 # targets below then build in that tree with its flags.
-FUZZ_NAMES     := safetensors config tokenizer
+FUZZ_NAMES     := safetensors config tokenizer serve_request
 FUZZ_SECONDS   ?= 60
 STRESS_SECONDS ?= 60
 # The sanitizer flags of `make test`'s $(BUILD)-asan tree (keep equal to the
@@ -425,6 +425,13 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h tests/fuzz/driv
                       $(STLIB) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -iquote tests -o $@ $< $(FUZZ_MAIN) $(FUZZ_UTIL_OBJ) $(STLIB) $(LDLIBS_ALL)
+
+# qw-serve's request and reply parsers: the harness links those modules.
+$(BUILD)/fuzz/fuzz_serve_request: tests/fuzz/fuzz_serve_request.c tests/fuzz/fuzz_util.h tests/fuzz/driver.c \
+                                  $(FUZZ_UTIL_OBJ) $(SERVE_MODULE_OBJS) $(STLIB) $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -iquote tests -iquote tools/qw-serve -o $@ $< $(FUZZ_MAIN) $(FUZZ_UTIL_OBJ) \
+	      $(SERVE_MODULE_OBJS) $(STLIB) $(LDLIBS_ALL)
 
 stress-build: $(BUILD)/stress/stress_threads
 

@@ -38,8 +38,9 @@ qwi_err_scope qwi_err_scope_begin(qwi_err_slot *slot);
  * old message). Called by the cleanup attribute. */
 void qwi_err_scope_end(qwi_err_scope *scope);
 
+/* unused: only the cleanup reads the variable, which clang would warn about. */
 #define QWI_ERR_SCOPE(obj)                                                                  \
-    qwi_err_scope qwi_err_scope_ __attribute__((cleanup(qwi_err_scope_end))) =               \
+    qwi_err_scope qwi_err_scope_ __attribute__((cleanup(qwi_err_scope_end), unused)) =       \
         qwi_err_scope_begin((obj) ? (qwi_err_slot *)&(obj)->err : NULL)
 
 /* The slot's message into buf (qw_chat_render's buffer convention: the

@@ -10,7 +10,7 @@
 set -u
 build=${1:-build}
 make=${MAKE:-make}
-names="safetensors config tokenizer"
+names="safetensors config tokenizer serve_request"
 cd "$(dirname "$0")/.." || exit 1
 
 $make --no-print-directory -j2 BUILD="$build" fuzz-seeds || {
@@ -23,7 +23,9 @@ $make --no-print-directory -j2 BUILD="$build-asan" OPT=-O1 SANITIZE="$asan_flags
 status=0
 log=$(mktemp)
 for n in $names; do
-    dirs="$build/fuzz/seeds/$n"
+    # generated seeds (make_seeds: the model files) and committed ones
+    dirs=
+    [ -d "$build/fuzz/seeds/$n" ] && dirs="$build/fuzz/seeds/$n"
     [ -d "tests/fuzz/seeds/$n" ] && dirs="$dirs tests/fuzz/seeds/$n"
     start=$(date +%s.%N)
     QWFUZZ_MODEL_DIR="$build/fuzz/model/single" \

@@ -17,7 +17,7 @@ build=${1:-build}
 secs=${2:-60}
 make=${MAKE:-make}
 cc=${FUZZ_CC:-clang}
-names="safetensors config tokenizer"
+names="safetensors config tokenizer serve_request"
 cd "$(dirname "$0")/.." || exit 1
 
 # ---- toolchain: clang with libFuzzer's runtime (Debian: clang,
@@ -57,7 +57,8 @@ for n in $names; do
     crashes="$build-fuzz/fuzz/crashes/$n"
     log="$build-fuzz/fuzz/$n.log"
     mkdir -p "$corpus" "$crashes"
-    seeds="$build/fuzz/seeds/$n"
+    seeds=
+    [ -d "$build/fuzz/seeds/$n" ] && seeds="$build/fuzz/seeds/$n"
     [ -d "tests/fuzz/seeds/$n" ] && seeds="$seeds tests/fuzz/seeds/$n"
     echo "fuzz_$n: ${secs}s, corpus $corpus"
     # -max_len: the seeds hold whole (tiny) models; -rss_limit_mb also sets the
