@@ -220,6 +220,18 @@ static json_t *chat_response(qws_exchange *x, const qws_params *p, int has_tools
     return r;
 }
 
+/* ctx: the request's has_tools flag. A reply cut short by out of memory
+ * is no answer at all (qws_answer_when_done turns NULL into a 500). */
+static json_t *chat_answer(qws_exchange *x, const qws_params *p, void *ctx) {
+    int oom = 0;
+    json_t *r = chat_response(x, p, *(const int *)ctx, &oom);
+    if (oom) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}
+
 /* ---- streaming ------------------------------------------------------------ */
 
 typedef struct chat_choice_state {
@@ -380,28 +392,5 @@ enum MHD_Result qws_handle_chat(qws_call *c) {
         cs->st = st;
         return qws_sse_respond(c, x, chat_produce, cs, chat_stream_free, headers);
     }
-    if (qws_wait_done(c, x)) {
-        qws_exchange_http_done(x);
-        qws_params_free(&p);
-        return MHD_NO;
-    }
-    enum MHD_Result ret;
-    if (qws_check_timeout(x, &err)) {
-        ret = qws_reply_error(c, &err);
-    } else {
-        int oom = 0;
-        pthread_mutex_lock(&x->mu);
-        json_t *r = chat_response(x, &p, has_tools, &oom);
-        pthread_mutex_unlock(&x->mu);
-        if (oom) {
-            json_decref(r);
-            qws_error_set(&err, 500, "server_error", NULL, NULL, "out of memory");
-            ret = qws_reply_error(c, &err);
-        } else {
-            ret = qws_reply_json(c, 200, r, headers);
-        }
-    }
-    qws_exchange_http_done(x);
-    qws_params_free(&p);
-    return ret;
+    return qws_answer_when_done(c, x, &p, chat_answer, &has_tools, headers);
 }

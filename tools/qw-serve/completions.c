@@ -156,6 +156,11 @@ static json_t *cmpl_response(qws_exchange *x, const qws_params *p) {
     return r;
 }
 
+static json_t *cmpl_answer(qws_exchange *x, const qws_params *p, void *ctx) {
+    (void)ctx;
+    return cmpl_response(x, p);
+}
+
 enum MHD_Result qws_handle_completions(qws_call *c) {
     qws_server *srv = c->srv;
     qws_error err;
@@ -217,21 +222,5 @@ enum MHD_Result qws_handle_completions(qws_call *c) {
         cs->st = st;
         return qws_sse_respond(c, x, cmpl_produce, cs, cmpl_stream_free, headers);
     }
-    if (qws_wait_done(c, x)) {
-        qws_exchange_http_done(x);
-        qws_params_free(&p);
-        return MHD_NO;
-    }
-    enum MHD_Result ret;
-    if (qws_check_timeout(x, &err)) {
-        ret = qws_reply_error(c, &err);
-    } else {
-        pthread_mutex_lock(&x->mu);
-        json_t *r = cmpl_response(x, &p);
-        pthread_mutex_unlock(&x->mu);
-        ret = qws_reply_json(c, 200, r, headers);
-    }
-    qws_exchange_http_done(x);
-    qws_params_free(&p);
-    return ret;
+    return qws_answer_when_done(c, x, &p, cmpl_answer, NULL, headers);
 }

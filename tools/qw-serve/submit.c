@@ -116,6 +116,28 @@ enum MHD_Result qws_fail_request(qws_call *c, qws_exchange *x, qws_params *p, co
     return qws_reply_error(c, err);
 }
 
+enum MHD_Result qws_answer_when_done(qws_call *c, qws_exchange *x, qws_params *p, qws_answer_fn build,
+                                     void *ctx, const char *const *headers) {
+    if (qws_wait_done(c, x)) {
+        qws_exchange_http_done(x);
+        qws_params_free(p);
+        return MHD_NO;
+    }
+    enum MHD_Result ret;
+    qws_error err;
+    if (qws_check_timeout(x, &err)) {
+        ret = qws_reply_error(c, &err);
+    } else {
+        pthread_mutex_lock(&x->mu);
+        json_t *r = build(x, p, ctx);
+        pthread_mutex_unlock(&x->mu);
+        ret = qws_reply_json(c, 200, r, headers);   /* NULL: a 500 "out of memory" */
+    }
+    qws_exchange_http_done(x);
+    qws_params_free(p);
+    return ret;
+}
+
 int qws_wait_done(qws_call *c, qws_exchange *x) {
     int gone = 0;
     pthread_mutex_lock(&x->mu);

@@ -35,6 +35,17 @@ int qws_submit_job(qws_call *c, qws_job *job, const qws_params *p, qws_error *er
  * returns. */
 enum MHD_Result qws_fail_request(qws_call *c, qws_exchange *x, qws_params *p, const qws_error *err);
 
+/* Builds a non-streaming answer from a finished exchange (x->mu held, so
+ * the engine thread cannot append meanwhile); NULL on out of memory. */
+typedef json_t *(*qws_answer_fn)(qws_exchange *x, const qws_params *p, void *ctx);
+
+/* Non-streaming: wait for every job of x, then answer 200 with build's
+ * object (500 when it returns NULL) and headers, or the 503 "timeout"
+ * error when a sample timed out before its first token. Drops x and frees
+ * p in every case; MHD_NO when the client left first (x cancelled). */
+enum MHD_Result qws_answer_when_done(qws_call *c, qws_exchange *x, qws_params *p, qws_answer_fn build,
+                                     void *ctx, const char *const *headers);
+
 /* Non-streaming: wait until every job of x finished. Returns 0, or -1
  * when the client went away first (the exchange is then cancelled; the
  * caller drops it and returns MHD_NO). */

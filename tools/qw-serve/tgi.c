@@ -88,6 +88,14 @@ static json_t *generated_text(const qws_job *job, const qws_params *p) {
     return j;
 }
 
+/* /generate's object: the text, and the details when asked for. */
+static json_t *generate_answer(qws_exchange *x, const qws_params *p, void *ctx) {
+    (void)ctx;
+    json_t *r = json_pack("{s:o}", "generated_text", generated_text(&x->jobs[0], p));
+    if (r && p->details) json_object_set_new(r, "details", details_json(x, p, 1));
+    return r;
+}
+
 /* ---- streaming ------------------------------------------------------------ */
 
 typedef struct tgi_stream {
@@ -189,22 +197,5 @@ enum MHD_Result qws_handle_generate(qws_call *c, int stream) {
         ts->p = p;
         return qws_sse_respond(c, x, tgi_produce, ts, tgi_stream_free, headers);
     }
-    if (qws_wait_done(c, x)) {
-        qws_exchange_http_done(x);
-        qws_params_free(&p);
-        return MHD_NO;
-    }
-    enum MHD_Result ret;
-    if (qws_check_timeout(x, &err)) {
-        ret = qws_reply_error(c, &err);
-    } else {
-        pthread_mutex_lock(&x->mu);
-        json_t *r = json_pack("{s:o}", "generated_text", generated_text(&x->jobs[0], &p));
-        if (r && p.details) json_object_set_new(r, "details", details_json(x, &p, 1));
-        pthread_mutex_unlock(&x->mu);
-        ret = qws_reply_json(c, 200, r, headers);
-    }
-    qws_exchange_http_done(x);
-    qws_params_free(&p);
-    return ret;
+    return qws_answer_when_done(c, x, &p, generate_answer, NULL, headers);
 }
