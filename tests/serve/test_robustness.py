@@ -2,6 +2,7 @@
 queue limits, client disconnects that free the KV cache, timeouts, priority
 and graceful degradation. After every test the shared server still answers
 (conftest.py's still_serving)."""
+import errno
 import json
 import socket
 import threading
@@ -157,6 +158,11 @@ def test_garbage_on_the_socket(server, payload):
             pass
     except (BrokenPipeError, ConnectionResetError):
         pass
+    except OSError as e:
+        # the server may close the connection (a 200 kB header: MHD refuses
+        # it) before our shutdown() runs; ENOTCONN then, not a failure
+        if e.errno != errno.ENOTCONN:
+            raise
     finally:
         s.close()
 
