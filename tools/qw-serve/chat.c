@@ -320,15 +320,7 @@ static int chat_produce(void *ctx, qws_exchange *x, qws_buf *out) {
     }
     if (!all_fin) return 0;
     if (cs->done_sent) return 1;
-    if (cs->p.include_usage) {
-        json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", x->id, "object", "chat.completion.chunk",
-                                  "created", (json_int_t)x->created, "model", x->srv->model_name, "choices",
-                                  "usage", qws_usage_json(x));
-        int rc = chunk ? qws_buf_sse_json(out, chunk) : -1;
-        json_decref(chunk);
-        if (rc) return -1;
-    }
-    if (qws_buf_str(out, "data: [DONE]\n\n")) return -1;
+    if (qws_sse_openai_end(out, x, "chat.completion.chunk", cs->p.include_usage)) return -1;
     cs->done_sent = 1;
     return 1;
 }

@@ -115,15 +115,7 @@ static int cmpl_produce(void *ctx, qws_exchange *x, qws_buf *out) {
         }
     }
     if (!all_fin || cs->done_sent) return cs->done_sent ? 1 : 0;
-    if (p->include_usage) {
-        json_t *chunk = chunk_base(x, "text_completion");
-        json_object_set_new(chunk, "choices", json_array());
-        json_object_set_new(chunk, "usage", qws_usage_json(x));
-        int rc = chunk ? qws_buf_sse_json(out, chunk) : -1;
-        json_decref(chunk);
-        if (rc) return -1;
-    }
-    if (qws_buf_str(out, "data: [DONE]\n\n")) return -1;
+    if (qws_sse_openai_end(out, x, "text_completion", p->include_usage)) return -1;
     cs->done_sent = 1;
     return 1;
 }

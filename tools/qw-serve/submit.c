@@ -192,3 +192,15 @@ json_t *qws_usage_json(const qws_exchange *x) {
                      (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion),
                      "prompt_tokens_details", "cached_tokens", (json_int_t)cached);
 }
+
+int qws_sse_openai_end(qws_buf *out, const qws_exchange *x, const char *object, int include_usage) {
+    if (include_usage) {
+        json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", x->id, "object", object, "created",
+                                  (json_int_t)x->created, "model", x->srv->model_name, "choices", "usage",
+                                  qws_usage_json(x));
+        int rc = chunk ? qws_buf_sse_json(out, chunk) : -1;
+        json_decref(chunk);
+        if (rc) return -1;
+    }
+    return qws_buf_str(out, "data: [DONE]\n\n") ? -1 : 0;
+}

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "buf.h"
 #include "exchange.h"
 #include "http.h"
 #include "params.h"
@@ -64,5 +65,10 @@ const char *const *qws_answer_headers(const qws_exchange *x, const qws_server *s
  * prompt tokens of each job (counted once per prompt), completion tokens
  * of every sample. */
 json_t *qws_usage_json(const qws_exchange *x);
+
+/* The end of an OpenAI stream (x->mu held): with include_usage a chunk of
+ * this object type ("text_completion", "chat.completion.chunk") with empty
+ * choices and the usage, then "data: [DONE]". 0, or -1 out of memory. */
+int qws_sse_openai_end(qws_buf *out, const qws_exchange *x, const char *object, int include_usage);
 
 #endif /* QWS_SUBMIT_H */
