@@ -11,11 +11,40 @@
 typedef enum qwi_dtype {
     QWI_DTYPE_F32 = 0,
     QWI_DTYPE_BF16 = 1,
-    QWI_DTYPE_F16 = 2
+    QWI_DTYPE_F16 = 2,
+    QWI_DTYPE_F8_E4M3 = 3,  /* "F8_E4M3": FP8 weights of -FP8 checkpoints (fp8.h)      */
+    QWI_DTYPE_I32 = 4       /* "I32": AWQ/GPTQ packed codes, zero points and g_idx      */
 } qwi_dtype;
 
-/* Bytes of one element of dt (4 or 2). */
-static inline size_t qwi_dtype_size(qwi_dtype dt) { return dt == QWI_DTYPE_F32 ? 4 : 2; }
+/* Bytes of one element of dt (4, 2 or 1). */
+static inline size_t qwi_dtype_size(qwi_dtype dt) {
+    switch (dt) {
+    case QWI_DTYPE_F32: return 4;
+    case QWI_DTYPE_BF16: return 2;
+    case QWI_DTYPE_F16: return 2;
+    case QWI_DTYPE_F8_E4M3: return 1;
+    case QWI_DTYPE_I32: return 4;
+    }
+    return 4;
+}
+
+/* Whether dt is a float type every float reader accepts (F32, BF16, F16):
+ * F8_E4M3 and I32 tensors are only read through the quantized-linear loader. */
+static inline int qwi_dtype_is_float(qwi_dtype dt) {
+    return dt == QWI_DTYPE_F32 || dt == QWI_DTYPE_BF16 || dt == QWI_DTYPE_F16;
+}
+
+/* The safetensors name of dt ("F32", "BF16", "F16", "F8_E4M3", "I32"). */
+static inline const char *qwi_dtype_name(qwi_dtype dt) {
+    switch (dt) {
+    case QWI_DTYPE_F32: return "F32";
+    case QWI_DTYPE_BF16: return "BF16";
+    case QWI_DTYPE_F16: return "F16";
+    case QWI_DTYPE_F8_E4M3: return "F8_E4M3";
+    case QWI_DTYPE_I32: return "I32";
+    }
+    return "?";
+}
 
 static inline float qwi_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;

@@ -245,7 +245,7 @@ static qw_status qwi_cfg_parse(json_t *root, const char *path, qwi_config *c) {
     if ((int64_t)c->num_heads * c->head_dim > INT32_MAX)
         return qwi_fail(QW_ERR_FORMAT, "%s: num_attention_heads * head_dim overflows", path);
     if ((st = qwi_cfg_bos(c, root, path)) || (st = qwi_cfg_add_eos(c, root, path))) return st;
-    return QW_OK;
+    return qwi_quant_config_parse(root, path, &c->quant);
 }
 
 /* Parse <dir>/config.json (+ optional generation_config.json). On success
@@ -282,11 +282,20 @@ static void qwi_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
 }
 
 /* Copy tensor `name` into *dst after checking its shape is exactly
- * [d0] (d1 < 0) or [d0, d1]. */
+ * [d0] (d1 < 0) or [d0, d1] and that it is a float tensor (F8_E4M3 and I32
+ * are read only through the quantized-linear loader, quant.h). */
 static qw_status qwi_get(const qwi_model *m, const char *dir, const char *name, int64_t d0,
                          int64_t d1, qwi_tensor *dst) {
     const qwi_tensor *t = qwi_st_find(m->weights, name);
     if (!t) return qwi_fail(QW_ERR_FORMAT, "model %s: tensor %s missing", dir, name);
+    if (!qwi_dtype_is_float(t->dtype))
+        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s where a float tensor "
+                        "(F32, BF16, F16) is expected%s", t->file, name,
+                        qwi_dtype_name(t->dtype),
+                        m->cfg.quant.method == QWI_QUANT_NONE && t->dtype == QWI_DTYPE_F8_E4M3
+                            ? " (a quantized checkpoint needs its \"quantization_config\" in "
+                              "config.json)"
+                            : "");
     int64_t want[2] = {d0, d1};
     int wnd = d1 < 0 ? 1 : 2;
     bool ok = t->ndim == wnd && t->shape[0] == d0 && (wnd == 1 || t->shape[1] == d1);
@@ -301,6 +310,35 @@ static qw_status qwi_get(const qwi_model *m, const char *dir, const char *name, 
     return QW_OK;
 }
 
+/* Linear `prefix` of layer i, of shape [n, k]: under a quantization
+ * config through qwi_quant_load_linear (L->quant[idx]); a quantized one
+ * leaves *dst with data NULL, shape [n, k], dtype F32 (model.h), a plain
+ * one (method NONE) is read as a float tensor like any other. */
+static qw_status qwi_load_linear(qwi_model *m, const char *dir, int i, const char *prefix,
+                                 int idx, int64_t n, int64_t k, qwi_tensor *dst) {
+    qwi_layer *L = &m->layers[i];
+    char name[128];
+    snprintf(name, sizeof name, "model.layers.%d.%s", i, prefix);
+    memset(&L->quant[idx], 0, sizeof L->quant[idx]);
+    if (m->cfg.quant.method != QWI_QUANT_NONE) {
+        qw_status st = qwi_quant_load_linear(m->weights, &m->cfg.quant, name, n, k,
+                                             &L->quant[idx]);
+        if (st != QW_OK) return st;
+        if (L->quant[idx].method != QWI_QUANT_NONE) {
+            memset(dst, 0, sizeof *dst);
+            dst->name = L->quant[idx].qweight.name;
+            dst->file = L->quant[idx].qweight.file;
+            dst->dtype = QWI_DTYPE_F32;
+            dst->ndim = 2;
+            dst->shape[0] = n;
+            dst->shape[1] = k;
+            return QW_OK;
+        }
+    }
+    snprintf(name, sizeof name, "model.layers.%d.%s.weight", i, prefix);
+    return qwi_get(m, dir, name, n, k, dst);
+}
+
 static qw_status qwi_load_layer(qwi_model *m, const char *dir, int i) {
     const qwi_config *c = &m->cfg;
     qwi_layer *L = &m->layers[i];
@@ -313,11 +351,18 @@ static qw_status qwi_load_layer(qwi_model *m, const char *dir, int i) {
         snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix);                    \
         if ((st = qwi_get(m, dir, n, d0, d1, &L->field)) != QW_OK) return st;      \
     } while (0)
+    /* A linear: plain float weight, or quantized (quant.h), when the
+     * config says so and the checkpoint ships it quantized. */
+#define QWI_LIN(field, idx, prefix, d0, d1)                                        \
+    do {                                                                           \
+        if ((st = qwi_load_linear(m, dir, i, prefix, idx, d0, d1, &L->field)))     \
+            return st;                                                             \
+    } while (0)
     QWI_GET(input_norm, "input_layernorm.weight", h, -1);
-    QWI_GET(q_proj, "self_attn.q_proj.weight", q, h);
-    QWI_GET(k_proj, "self_attn.k_proj.weight", kv, h);
-    QWI_GET(v_proj, "self_attn.v_proj.weight", kv, h);
-    QWI_GET(o_proj, "self_attn.o_proj.weight", h, q);
+    QWI_LIN(q_proj, QWI_LIN_Q, "self_attn.q_proj", q, h);
+    QWI_LIN(k_proj, QWI_LIN_K, "self_attn.k_proj", kv, h);
+    QWI_LIN(v_proj, QWI_LIN_V, "self_attn.v_proj", kv, h);
+    QWI_LIN(o_proj, QWI_LIN_O, "self_attn.o_proj", h, q);
     if (c->qkv_bias) {
         QWI_GET(q_bias, "self_attn.q_proj.bias", q, -1);
         QWI_GET(k_bias, "self_attn.k_proj.bias", kv, -1);
@@ -328,9 +373,10 @@ static qw_status qwi_load_layer(qwi_model *m, const char *dir, int i) {
         QWI_GET(k_norm, "self_attn.k_norm.weight", c->head_dim, -1);
     }
     QWI_GET(post_norm, "post_attention_layernorm.weight", h, -1);
-    QWI_GET(gate_proj, "mlp.gate_proj.weight", im, h);
-    QWI_GET(up_proj, "mlp.up_proj.weight", im, h);
-    QWI_GET(down_proj, "mlp.down_proj.weight", h, im);
+    QWI_LIN(gate_proj, QWI_LIN_GATE, "mlp.gate_proj", im, h);
+    QWI_LIN(up_proj, QWI_LIN_UP, "mlp.up_proj", im, h);
+    QWI_LIN(down_proj, QWI_LIN_DOWN, "mlp.down_proj", h, im);
+#undef QWI_LIN
 #undef QWI_GET
     return QW_OK;
 }

@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "safetensors.h"
+#include "quant.h"
 
 #define QWI_MAX_EOS 8
 
@@ -47,7 +48,12 @@ typedef struct qwi_config {
     int32_t num_eos;       /* from config.json and generation_config.json      */
     int32_t eos_token_ids[QWI_MAX_EOS];
     int32_t bos_token_id;  /* -1 when absent                                   */
+    qwi_quant_config quant;/* "quantization_config"; method NONE when absent   */
 } qwi_config;
+
+/* The seven linears of a decoder layer, indexing qwi_layer.quant. */
+enum { QWI_LIN_Q, QWI_LIN_K, QWI_LIN_V, QWI_LIN_O, QWI_LIN_GATE, QWI_LIN_UP, QWI_LIN_DOWN,
+       QWI_LIN_COUNT };
 
 /* Weights of one decoder layer. Linear weights are [out, in] row-major as in
  * Hugging Face. Bias tensors have data == NULL when the model has none. */
@@ -64,6 +70,10 @@ typedef struct qwi_layer {
     qwi_tensor gate_proj;    /* [intermediate, hidden]           */
     qwi_tensor up_proj;      /* [intermediate, hidden]           */
     qwi_tensor down_proj;    /* [hidden, intermediate]           */
+    /* quant[i].method != QWI_QUANT_NONE: linear i (QWI_LIN_*) is quantized
+     * and its plain tensor above has data == NULL, ndim 2, shape [n, k],
+     * dtype F32 - every reader of a plain linear checks quant[i] first. */
+    qwi_qweight quant[QWI_LIN_COUNT];
 } qwi_layer;
 
 typedef struct qwi_model {

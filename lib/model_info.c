@@ -13,6 +13,8 @@ static const char *dtype_name(qwi_dtype dt) {
     case QWI_DTYPE_F32: return "float32";
     case QWI_DTYPE_BF16: return "bfloat16";
     case QWI_DTYPE_F16: return "float16";
+    case QWI_DTYPE_F8_E4M3: return "float8_e4m3fn"; /* never the embedding's (model.c) */
+    case QWI_DTYPE_I32: return "int32";
     }
     return "unknown";
 }

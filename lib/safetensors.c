@@ -95,14 +95,18 @@ static qw_status qwi_st_parse_dtype(const char *s, const char *path, const char 
     if (strcmp(s, "F32") == 0) { *dt = QWI_DTYPE_F32; return QW_OK; }
     if (strcmp(s, "BF16") == 0) { *dt = QWI_DTYPE_BF16; return QW_OK; }
     if (strcmp(s, "F16") == 0) { *dt = QWI_DTYPE_F16; return QW_OK; }
+    /* Only the quantized-linear loader (quant_load.c) reads these two; every
+     * float reader refuses them by name. */
+    if (strcmp(s, "F8_E4M3") == 0) { *dt = QWI_DTYPE_F8_E4M3; return QW_OK; }
+    if (strcmp(s, "I32") == 0) { *dt = QWI_DTYPE_I32; return QW_OK; }
     static const char *const known[] = {
-        "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL",
-        "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64",
+        "F64", "I64", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL",
+        "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64",
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(s, known[i]) == 0)
             return qwi_fail(QW_ERR_UNSUPPORTED,
-                            "%s: tensor %s: dtype %s is not supported (F32, BF16, F16 are)",
+                            "%s: tensor %s: dtype %s is not supported (F32, BF16, F16, F8_E4M3, I32 are)",
                             path, name, s);
     return qwi_fail(QW_ERR_FORMAT, "%s: tensor %s: unknown dtype \"%s\"", path, name, s);
 }

@@ -32,6 +32,11 @@ static lanes lanes_of(qwi_dtype dt) {
     case QWI_DTYPE_F16:
         return (lanes){0x7c007c007c007c00ull, 0x7fff7fff7fff7fffull, 0x8000800080008000ull,
                        0x7c00u, 0x03ffu, 2};
+    case QWI_DTYPE_F8_E4M3:
+        /* No infinities: S.1111.111 is NaN, so all seven low bits set is
+         * the "exponent" test, and every hit is a NaN (value_class). */
+        return (lanes){0x7f7f7f7f7f7f7f7full, 0x7f7f7f7f7f7f7f7full, 0x8080808080808080ull,
+                       0x7fu, 0x7fu, 1};
     case QWI_DTYPE_BF16:
     default:
         return (lanes){0x7f807f807f807f80ull, 0x7fff7fff7fff7fffull, 0x8000800080008000ull,
@@ -45,6 +50,7 @@ static uint32_t elem_bits(const unsigned char *p, unsigned size) {
         memcpy(&u, p, 4);
         return u;
     }
+    if (size == 1) return *p;
     uint16_t h;
     memcpy(&h, p, 2);
     return h;
@@ -63,7 +69,8 @@ static int64_t scan_elems(const unsigned char *p, size_t n, const lanes *L) {
 
 /* First non-finite element of t, or -1 (contract in weights_check.h). */
 int64_t qwi_weights_first_nonfinite(const qwi_tensor *t) {
-    if (!t || !t->data || t->nbytes == 0) return -1;
+    /* I32 tensors (packed AWQ/GPTQ codes, g_idx) hold no floats. */
+    if (!t || !t->data || t->nbytes == 0 || t->dtype == QWI_DTYPE_I32) return -1;
     const lanes L = lanes_of(t->dtype);
     const unsigned char *p = t->data;
     size_t nelem = t->nbytes / L.size, per_word = 8 / L.size;

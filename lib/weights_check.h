@@ -12,8 +12,9 @@
 #include "safetensors.h"
 #include "progress.h"
 
-/* Index of the first element of t (F32, BF16 or F16, data of any alignment)
- * that is NaN or +-infinity, or -1 when every element is finite. Reads
+/* Index of the first element of t (F32, BF16, F16 or F8_E4M3, data of any
+ * alignment) that is NaN or +-infinity, or -1 when every element is finite
+ * (always -1 for I32: packed integer codes hold no floats). Reads
  * t->nbytes bytes; integer operations only (the exponent bits), so it runs
  * at memory speed and never raises a floating-point exception. */
 int64_t qwi_weights_first_nonfinite(const qwi_tensor *t);

@@ -374,7 +374,7 @@ Test(st_bad, unknown_dtype) {
 Test(st_bad, unsupported_dtypes) {
     expect_bad("{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
                QW_ERR_UNSUPPORTED, "tensor a");
-    expect_bad("{\"q\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4,
+    expect_bad("{\"q\":{\"dtype\":\"F8_E5M2\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4,
                QW_ERR_UNSUPPORTED, "tensor q");
     expect_bad("{\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
                QW_ERR_UNSUPPORTED, "I64");

@@ -205,7 +205,7 @@ static void safetensors_seeds(const char *single, const char *sharded) {
     tail.p[st.n] = 0;
     seed(S, "extra-tail-byte", 1, (buf[]){tail});
 
-    seed(S, "dtype-unsupported", 1, (buf[]){st_edit(st, emb, "dtype", json_string("F8_E4M3"))});
+    seed(S, "dtype-unsupported", 1, (buf[]){st_edit(st, emb, "dtype", json_string("F8_E5M2"))});
     seed(S, "dtype-unknown", 1, (buf[]){st_edit(st, emb, "dtype", json_string("Q4_K"))});
     seed(S, "dtype-not-string", 1, (buf[]){st_edit(st, emb, "dtype", json_integer(7))});
     seed(S, "shape-negative", 1, (buf[]){st_edit(st, norm, "shape", json_pack("[i]", -8))});
