@@ -8,6 +8,19 @@
  *                [--arch qwen3|qwen2] [--hidden N --layers N --heads N
  *                --kv-heads N --head-dim N --intermediate N --vocab N
  *                --max-pos N --rope-theta X --rms-eps X --eos N] [--no-tokenizer]
+ *                [--quant none|fp8|awq|gptq] [--bits 4|8] [--group-size N]
+ *                [--fp8-block N] [--gptq-asym] [--gptq-format gptq|gptq_v2]
+ *                [--gptq-desc-act] [--kv-scale X]
+ *
+ * --quant stores the 7 linear layers of every decoder layer the way the
+ * published quantized checkpoints do (docs/quantization.md): Qwen3-FP8
+ * (F8_E4M3 weight + block weight_scale_inv), AutoAWQ GEMM (4-bit, qweight /
+ * qzeros / scales, AWQ's column interleave) or AutoGPTQ/GPTQModel (4 or 8
+ * bits, packed along the input dimension, g_idx; checkpoint_format gptq
+ * stores zero - 1, gptq_v2 the zero). The codes are round-to-nearest of the
+ * very weights a --quant none model of the same seed holds (after its
+ * --dtype rounding), so that model is the quantized one's unquantized twin.
+ * --kv-scale X adds per-layer self_attn.k_scale / v_scale tensors (F32, X).
  *
  * It also writes a tokenizer (vocab.json, merges.txt, tokenizer_config.json
  * in Hugging Face's Qwen2Tokenizer format): a byte-level BPE learned from a
@@ -41,6 +54,7 @@
 #include <jansson.h>
 
 #include "dtype.h"
+#include "fp8.h"
 
 #define MAX_SHARDS 99
 #define CHUNK_ELEMS (1u << 20) /* elements generated per write */
@@ -73,6 +87,8 @@ static const shape SHAPES[] = {
 
 typedef enum out_dtype { OUT_F32, OUT_BF16, OUT_F16 } out_dtype;
 
+typedef enum quant_kind { Q_NONE, Q_FP8, Q_AWQ, Q_GPTQ } quant_kind;
+
 typedef struct options {
     shape s;
     const char *out;
@@ -86,6 +102,12 @@ typedef struct options {
     double rms_eps;
     int eos; /* -1: default for the shape */
     bool no_tokenizer;
+    quant_kind quant;
+    int bits;          /* GPTQ 4|8; AWQ 4; FP8 8                           */
+    int group;         /* AWQ/GPTQ input columns per group; GPTQ -1 = k    */
+    int fp8_block;     /* FP8: block_n = block_k                           */
+    bool gptq_asym, gptq_v2, gptq_desc_act;
+    double kv_scale;   /* > 0: write k_scale / v_scale tensors             */
 } options;
 
 /* ---- tensors ----------------------------------------------------------------- */
@@ -98,11 +120,31 @@ typedef enum init_kind {
     INIT_BIAS    /* uniform, std 0.05                                    */
 } init_kind;
 
+/* What a tensor's bytes are: generated floats, or one part of a quantized
+ * linear (all parts of one linear are computed together, from the float
+ * weight the stream "<prefix>.weight" gives), or a KV cache scale. */
+typedef enum tensor_role {
+    ROLE_FLOAT,
+    ROLE_QWEIGHT,      /* AWQ/GPTQ packed codes, I32                    */
+    ROLE_QZEROS,       /* AWQ/GPTQ packed zero points, I32              */
+    ROLE_SCALES,       /* AWQ/GPTQ scales, F16                          */
+    ROLE_GIDX,         /* GPTQ g_idx, I32                               */
+    ROLE_FP8_WEIGHT,   /* FP8 codes, F8_E4M3                            */
+    ROLE_FP8_SCALE,    /* FP8 weight_scale_inv, in --dtype              */
+    ROLE_KV_SCALE,     /* self_attn.k_scale / v_scale, F32 scalar       */
+    ROLE_COUNT
+} tensor_role;
+
 typedef struct tensor {
     char name[96];
-    char stream[96];   /* PRNG stream name: lm_head copy of embed uses the embed's */
+    char stream[96];   /* PRNG stream name: lm_head copy of embed uses the embed's;
+                          a quantized linear's parts use "<prefix>.weight"       */
     int64_t dims[2];
-    int ndim;
+    int ndim;          /* 0 (a scalar), 1 or 2 */
+    tensor_role role;
+    const char *st_dtype; /* NULL: --dtype */
+    size_t esz;           /* 0: --dtype's */
+    int64_t lin_n, lin_k; /* quantized parts: the linear's [out, in] */
     init_kind kind;
     int64_t fan_in;
     int shard;
@@ -115,7 +157,7 @@ typedef struct tensor_list {
 } tensor_list;
 
 static int64_t tensor_numel(const tensor *t) {
-    return t->ndim == 1 ? t->dims[0] : t->dims[0] * t->dims[1];
+    return t->ndim == 0 ? 1 : t->ndim == 1 ? t->dims[0] : t->dims[0] * t->dims[1];
 }
 
 static void add_tensor(tensor_list *l, const char *name, const char *stream, int ndim,
@@ -136,6 +178,53 @@ static void add_tensor(tensor_list *l, const char *name, const char *stream, int
     t->fan_in = ndim == 2 ? d1 : d0;
 }
 
+/* A part of a quantized linear: name "<prefix>.<suffix>", values derived
+ * from the float weight stream "<prefix>.weight" of shape [n, k]. */
+static void add_qpart(tensor_list *l, const char *prefix, const char *suffix, tensor_role role,
+                      const char *st_dtype, size_t esz, int ndim, int64_t d0, int64_t d1,
+                      int64_t n, int64_t k) {
+    char name[96], stream[96];
+    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+    snprintf(stream, sizeof stream, "%s.weight", prefix);
+    add_tensor(l, name, stream, ndim, d0, d1, INIT_LINEAR);
+    tensor *t = &l->t[l->n - 1];
+    t->role = role;
+    t->st_dtype = st_dtype;
+    t->esz = esz;
+    t->lin_n = n;
+    t->lin_k = k;
+    t->fan_in = k;
+}
+
+/* The effective group of a GPTQ/AWQ linear with k inputs (-1: one group). */
+static int64_t group_of(const options *o, int64_t k) { return o->group < 0 ? k : o->group; }
+
+/* The tensors of the linear `prefix` ([n out, k in]) under --quant. */
+static void add_linear(tensor_list *l, const options *o, const char *prefix, int64_t n,
+                       int64_t k) {
+    char name[96];
+    if (o->quant == Q_NONE) {
+        snprintf(name, sizeof name, "%s.weight", prefix);
+        add_tensor(l, name, NULL, 2, n, k, INIT_LINEAR);
+    } else if (o->quant == Q_FP8) {
+        int64_t b = o->fp8_block;
+        add_qpart(l, prefix, "weight", ROLE_FP8_WEIGHT, "F8_E4M3", 1, 2, n, k, n, k);
+        add_qpart(l, prefix, "weight_scale_inv", ROLE_FP8_SCALE, NULL, 0, 2, (n + b - 1) / b,
+                  (k + b - 1) / b, n, k);
+    } else if (o->quant == Q_AWQ) {
+        int64_t g = group_of(o, k), pack = 32 / o->bits;
+        add_qpart(l, prefix, "qweight", ROLE_QWEIGHT, "I32", 4, 2, k, n / pack, n, k);
+        add_qpart(l, prefix, "qzeros", ROLE_QZEROS, "I32", 4, 2, k / g, n / pack, n, k);
+        add_qpart(l, prefix, "scales", ROLE_SCALES, "F16", 2, 2, k / g, n, n, k);
+    } else {
+        int64_t g = group_of(o, k), pack = 32 / o->bits;
+        add_qpart(l, prefix, "qweight", ROLE_QWEIGHT, "I32", 4, 2, k / pack, n, n, k);
+        add_qpart(l, prefix, "qzeros", ROLE_QZEROS, "I32", 4, 2, k / g, n / pack, n, k);
+        add_qpart(l, prefix, "scales", ROLE_SCALES, "F16", 2, 2, k / g, n, n, k);
+        add_qpart(l, prefix, "g_idx", ROLE_GIDX, "I32", 4, 1, k, 0, n, k);
+    }
+}
+
 /* The Hugging Face tensor set implied by the options, in model order. */
 static void build_tensors(const options *o, tensor_list *l) {
     const shape *s = &o->s;
@@ -146,26 +235,34 @@ static void build_tensors(const options *o, tensor_list *l) {
     for (int i = 0; i < s->layers; i++) {
 #define LNAME(suffix) (snprintf(n, sizeof(n), "model.layers.%d.%s", i, suffix), n)
         add_tensor(l, LNAME("input_layernorm.weight"), NULL, 1, s->hidden, 0, INIT_NORM);
-        add_tensor(l, LNAME("self_attn.q_proj.weight"), NULL, 2, q_out, s->hidden, INIT_LINEAR);
-        add_tensor(l, LNAME("self_attn.k_proj.weight"), NULL, 2, kv_out, s->hidden, INIT_LINEAR);
-        add_tensor(l, LNAME("self_attn.v_proj.weight"), NULL, 2, kv_out, s->hidden, INIT_LINEAR);
+        add_linear(l, o, LNAME("self_attn.q_proj"), q_out, s->hidden);
+        add_linear(l, o, LNAME("self_attn.k_proj"), kv_out, s->hidden);
+        add_linear(l, o, LNAME("self_attn.v_proj"), kv_out, s->hidden);
         if (o->qwen2) {
             add_tensor(l, LNAME("self_attn.q_proj.bias"), NULL, 1, q_out, 0, INIT_BIAS);
             add_tensor(l, LNAME("self_attn.k_proj.bias"), NULL, 1, kv_out, 0, INIT_BIAS);
             add_tensor(l, LNAME("self_attn.v_proj.bias"), NULL, 1, kv_out, 0, INIT_BIAS);
         }
-        add_tensor(l, LNAME("self_attn.o_proj.weight"), NULL, 2, s->hidden, q_out, INIT_LINEAR);
+        add_linear(l, o, LNAME("self_attn.o_proj"), s->hidden, q_out);
         if (!o->qwen2) {
             add_tensor(l, LNAME("self_attn.q_norm.weight"), NULL, 1, s->head_dim, 0, INIT_NORM);
             add_tensor(l, LNAME("self_attn.k_norm.weight"), NULL, 1, s->head_dim, 0, INIT_NORM);
         }
+        if (o->kv_scale > 0) {
+            /* vLLM's names for a checkpoint's fp8 KV cache scales: F32 scalars */
+            add_tensor(l, LNAME("self_attn.k_scale"), NULL, 0, 0, 0, INIT_BIAS);
+            l->t[l->n - 1].role = ROLE_KV_SCALE;
+            l->t[l->n - 1].st_dtype = "F32";
+            l->t[l->n - 1].esz = 4;
+            add_tensor(l, LNAME("self_attn.v_scale"), NULL, 0, 0, 0, INIT_BIAS);
+            l->t[l->n - 1].role = ROLE_KV_SCALE;
+            l->t[l->n - 1].st_dtype = "F32";
+            l->t[l->n - 1].esz = 4;
+        }
         add_tensor(l, LNAME("post_attention_layernorm.weight"), NULL, 1, s->hidden, 0, INIT_NORM);
-        add_tensor(l, LNAME("mlp.gate_proj.weight"), NULL, 2, s->intermediate, s->hidden,
-                   INIT_LINEAR);
-        add_tensor(l, LNAME("mlp.up_proj.weight"), NULL, 2, s->intermediate, s->hidden,
-                   INIT_LINEAR);
-        add_tensor(l, LNAME("mlp.down_proj.weight"), NULL, 2, s->hidden, s->intermediate,
-                   INIT_LINEAR);
+        add_linear(l, o, LNAME("mlp.gate_proj"), s->intermediate, s->hidden);
+        add_linear(l, o, LNAME("mlp.up_proj"), s->intermediate, s->hidden);
+        add_linear(l, o, LNAME("mlp.down_proj"), s->hidden, s->intermediate);
 #undef LNAME
     }
     add_tensor(l, "model.norm.weight", NULL, 1, s->hidden, 0, INIT_FINAL);
@@ -252,6 +349,14 @@ static const char *dtype_torch_name(out_dtype d) {
 
 static size_t dtype_bytes(out_dtype d) { return d == OUT_F32 ? 4 : 2; }
 
+static uint64_t tensor_bytes(const options *o, const tensor *t) {
+    return (uint64_t)tensor_numel(t) * (t->esz ? t->esz : dtype_bytes(o->dtype));
+}
+
+static const char *tensor_st_dtype(const options *o, const tensor *t) {
+    return t->st_dtype ? t->st_dtype : dtype_st_name(o->dtype);
+}
+
 static void shard_file_name(const options *o, int shard, char *buf, size_t cap) {
     if (o->shards == 1)
         snprintf(buf, cap, "model.safetensors");
@@ -266,8 +371,8 @@ static int assign_shards(const options *o, tensor_list *l) {
         fprintf(stderr, "qw-makemodel: --shards %d exceeds the %zu tensors\n", o->shards, l->n);
         return -1;
     }
-    uint64_t esz = dtype_bytes(o->dtype), total = 0, cum = 0;
-    for (size_t i = 0; i < l->n; i++) total += (uint64_t)tensor_numel(&l->t[i]) * esz;
+    uint64_t total = 0, cum = 0;
+    for (size_t i = 0; i < l->n; i++) total += tensor_bytes(o, &l->t[i]);
     int s = 0;
     size_t in_shard = 0;
     for (size_t i = 0; i < l->n; i++) {
@@ -280,7 +385,7 @@ static int assign_shards(const options *o, tensor_list *l) {
         }
         l->t[i].shard = s;
         in_shard++;
-        cum += (uint64_t)tensor_numel(&l->t[i]) * esz;
+        cum += tensor_bytes(o, &l->t[i]);
     }
     return 0;
 }
@@ -293,14 +398,14 @@ static char *shard_header(const options *o, tensor_list *l, int shard, size_t *l
     json_t *meta = json_object();
     json_object_set_new(meta, "format", json_string("pt"));
     json_object_set_new(root, "__metadata__", meta);
-    uint64_t off = 0, esz = dtype_bytes(o->dtype);
+    uint64_t off = 0;
     for (size_t i = 0; i < l->n; i++) {
         tensor *t = &l->t[i];
         if (t->shard != shard) continue;
-        uint64_t nb = (uint64_t)tensor_numel(t) * esz;
+        uint64_t nb = tensor_bytes(o, t);
         t->offset = off;
         json_t *e = json_object();
-        json_object_set_new(e, "dtype", json_string(dtype_st_name(o->dtype)));
+        json_object_set_new(e, "dtype", json_string(tensor_st_dtype(o, t)));
         json_t *shp = json_array();
         for (int d = 0; d < t->ndim; d++) json_array_append_new(shp, json_integer(t->dims[d]));
         json_object_set_new(e, "shape", shp);
@@ -349,8 +454,267 @@ static float init_scale(const tensor *t) {
     return 1.0f;
 }
 
+/* ---- quantized linears ---------------------------------------------------------
+ *
+ * Every format quantizes the float weight a --quant none model of the same
+ * seed stores (generated, then rounded to --dtype), by round-to-nearest
+ * (ties to even, as torch.round) with the scale as it is stored, so the
+ * stored codes dequantize exactly as a loader reads them. What matters for
+ * a loader is the storage, which follows the published tools:
+ *
+ * FP8 (Qwen3-*-FP8, DeepSeek-V3 style): weight F8_E4M3 [n, k]; one scale per
+ * block of block x block (the last blocks partial), scale = amax / 448,
+ * stored as weight_scale_inv [ceil(n/b), ceil(k/b)] in the model's dtype
+ * (Qwen ships BF16); value = e4m3(code) * weight_scale_inv.
+ *
+ * AWQ (AutoAWQ WQLinear_GEMM, version "gemm"): 4-bit asymmetric min-max per
+ * group of g input columns (scale = max(max - min, 1e-5) / 15, zero =
+ * clamp(-round(min / scale), 0, 15)); qweight I32 [k, n/8] and qzeros I32
+ * [k/g, n/8] pack 8 output columns per word, nibble i holding column
+ * 8j + {0,2,4,6,1,3,5,7}[i]; scales F16 [k/g, n]; value = (q - z) * s.
+ *
+ * GPTQ (AutoGPTQ / GPTQModel QuantLinear.pack): GPTQ's quantizer (range
+ * widened to include 0; sym: symmetric range, zero = (maxq + 1) / 2; asym:
+ * zero = round(-min / scale)); qweight I32 [k*bits/32, n] packs 32/bits
+ * input rows per word (row i*per + t at bit bits*t); qzeros I32 [G,
+ * n*bits/32] packs along n the same way, storing zero - 1 for
+ * checkpoint_format "gptq" (v1) and zero for "gptq_v2"; scales F16 [G, n];
+ * g_idx I32 [k] = the group of each input column. v1 cannot store a zero of
+ * 0 (it would wrap to maxq), so v1 asym zeros are raised to at least 1.
+ * --gptq-desc-act writes an act-order checkpoint: the columns are grouped in
+ * a seeded random order (g_idx[c] = position of c in it / g), as GPTQ's
+ * desc_act grouping by the Hessian order would leave them.
+ */
+
+typedef struct qcache {
+    char stream[96];               /* the linear whose parts are held */
+    uint8_t *buf[ROLE_COUNT];
+    size_t len[ROLE_COUNT];
+} qcache;
+
+static qcache g_qcache;
+
+static void *xcalloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz);
+    if (!p) { fprintf(stderr, "qw-makemodel: out of memory\n"); exit(1); }
+    return p;
+}
+
+/* v as --dtype stores it, read back: what the unquantized twin holds. */
+static float as_stored(out_dtype d, float v) {
+    if (d == OUT_BF16) return qwi_bf16_to_f32(qwi_f32_to_bf16(v));
+    if (d == OUT_F16) return qwi_f16_to_f32(f32_to_f16(v));
+    return v;
+}
+
+static void store_float(out_dtype d, uint8_t *dst, size_t i, float v) {
+    if (d == OUT_F32) { memcpy(dst + 4 * i, &v, 4); return; }
+    uint16_t h = d == OUT_BF16 ? qwi_f32_to_bf16(v) : f32_to_f16(v);
+    memcpy(dst + 2 * i, &h, 2);
+}
+
+/* The float weight [n][k] of t's linear, exactly as a --quant none model of
+ * the same seed stores it (generated like write_tensor does, then rounded to
+ * --dtype). malloc'd. */
+static float *linear_weights(const options *o, const tensor *t) {
+    size_t total = (size_t)(t->lin_n * t->lin_k);
+    float *w = xcalloc(total, sizeof(float));
+    uint64_t state = stream_seed(o->seed, t->stream);
+    /* write_tensor fills in even-sized chunks: one fill gives the same values */
+    fill_uniform(&state, w, total);
+    float scale = init_scale(t);
+    for (size_t i = 0; i < total; i++) w[i] = as_stored(o->dtype, w[i] * scale + 0.0f);
+    return w;
+}
+
+static float f16_round(float v) { return qwi_f16_to_f32(f32_to_f16(v)); }
+
+static int clampi(double v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : (int)v; }
+
+static void quant_fp8(const options *o, const tensor *t, const float *w, qcache *c) {
+    int64_t n = t->lin_n, k = t->lin_k, b = o->fp8_block, bn = (n + b - 1) / b,
+            bk = (k + b - 1) / b;
+    uint8_t *codes = xcalloc((size_t)(n * k), 1);
+    size_t sesz = dtype_bytes(o->dtype);
+    uint8_t *sc = xcalloc((size_t)(bn * bk), sesz);
+    for (int64_t bi = 0; bi < bn; bi++)
+        for (int64_t bj = 0; bj < bk; bj++) {
+            int64_t r1 = (bi + 1) * b < n ? (bi + 1) * b : n;
+            int64_t c1 = (bj + 1) * b < k ? (bj + 1) * b : k;
+            float amax = 0;
+            for (int64_t r = bi * b; r < r1; r++)
+                for (int64_t q = bj * b; q < c1; q++) amax = fmaxf(amax, fabsf(w[r * k + q]));
+            float s = as_stored(o->dtype, amax > 0 ? amax / QWI_E4M3_MAX : 1.0f);
+            store_float(o->dtype, sc, (size_t)(bi * bk + bj), s);
+            for (int64_t r = bi * b; r < r1; r++)
+                for (int64_t q = bj * b; q < c1; q++)
+                    codes[r * k + q] = qwi_f32_to_e4m3(w[r * k + q] / s);
+        }
+    c->buf[ROLE_FP8_WEIGHT] = codes;
+    c->len[ROLE_FP8_WEIGHT] = (size_t)(n * k);
+    c->buf[ROLE_FP8_SCALE] = sc;
+    c->len[ROLE_FP8_SCALE] = (size_t)(bn * bk) * sesz;
+}
+
+/* AutoAWQ's order of the 8 output columns within one packed word. */
+static const int AWQ_ORDER[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+static void quant_awq(const options *o, const tensor *t, const float *w, qcache *c) {
+    int64_t n = t->lin_n, k = t->lin_k, g = group_of(o, k), G = k / g;
+    const int maxq = 15;
+    uint8_t *q = xcalloc((size_t)(n * k), 1);
+    int32_t *z = xcalloc((size_t)(G * n), sizeof(int32_t));
+    uint16_t *sc = xcalloc((size_t)(G * n), sizeof(uint16_t));
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t j = 0; j < G; j++) {
+            const float *x = w + r * k + j * g;
+            float mn = x[0], mx = x[0];
+            for (int64_t i = 1; i < g; i++) { mn = fminf(mn, x[i]); mx = fmaxf(mx, x[i]); }
+            float s = f16_round(fmaxf(mx - mn, 1e-5f) / (float)maxq);
+            int zero = clampi(-rint((double)(mn / s)), 0, maxq);
+            for (int64_t i = 0; i < g; i++)
+                q[r * k + j * g + i] = (uint8_t)clampi(rint((double)(x[i] / s)) + zero, 0, maxq);
+            z[j * n + r] = zero;
+            sc[j * n + r] = f32_to_f16(s);
+        }
+    int64_t words = n / 8;
+    uint32_t *qw = xcalloc((size_t)(k * words), 4), *qz = xcalloc((size_t)(G * words), 4);
+    for (int64_t col = 0; col < words; col++)
+        for (int i = 0; i < 8; i++) {
+            int64_t r = col * 8 + AWQ_ORDER[i];
+            for (int64_t x = 0; x < k; x++) qw[x * words + col] |= (uint32_t)q[r * k + x] << (4 * i);
+            for (int64_t j = 0; j < G; j++) qz[j * words + col] |= (uint32_t)z[j * n + r] << (4 * i);
+        }
+    free(q);
+    free(z);
+    c->buf[ROLE_QWEIGHT] = (uint8_t *)qw;
+    c->len[ROLE_QWEIGHT] = (size_t)(k * words) * 4;
+    c->buf[ROLE_QZEROS] = (uint8_t *)qz;
+    c->len[ROLE_QZEROS] = (size_t)(G * words) * 4;
+    c->buf[ROLE_SCALES] = (uint8_t *)sc;
+    c->len[ROLE_SCALES] = (size_t)(G * n) * 2;
+}
+
+/* g_idx of a GPTQ linear: c / g, or with --gptq-desc-act the position of c
+ * in a seeded random column order, / g. */
+static int32_t *gptq_gidx(const options *o, const tensor *t, int64_t g) {
+    int64_t k = t->lin_k;
+    int32_t *gi = xcalloc((size_t)k, sizeof(int32_t));
+    int64_t *perm = xcalloc((size_t)k, sizeof(int64_t));
+    for (int64_t i = 0; i < k; i++) perm[i] = i;
+    if (o->gptq_desc_act) {
+        char key[128];
+        snprintf(key, sizeof key, "%s act-order", t->stream);
+        uint64_t st = stream_seed(o->seed, key);
+        for (int64_t i = k - 1; i > 0; i--) {
+            int64_t j = (int64_t)(splitmix64(&st) % (uint64_t)(i + 1));
+            int64_t tmp = perm[i]; perm[i] = perm[j]; perm[j] = tmp;
+        }
+    }
+    for (int64_t pos = 0; pos < k; pos++) gi[perm[pos]] = (int32_t)(pos / g);
+    free(perm);
+    return gi;
+}
+
+static void quant_gptq(const options *o, const tensor *t, const float *w, qcache *c) {
+    int64_t n = t->lin_n, k = t->lin_k, g = group_of(o, k), G = k / g;
+    const int bits = o->bits, maxq = (1 << bits) - 1, per = 32 / bits;
+    int32_t *gi = gptq_gidx(o, t, g);
+    uint8_t *q = xcalloc((size_t)(n * k), 1);
+    int32_t *z = xcalloc((size_t)(G * n), sizeof(int32_t));
+    uint16_t *sc = xcalloc((size_t)(G * n), sizeof(uint16_t));
+    float *mn = xcalloc((size_t)G, sizeof(float)), *mx = xcalloc((size_t)G, sizeof(float));
+    float *sf = xcalloc((size_t)G, sizeof(float));
+    for (int64_t r = 0; r < n; r++) {
+        const float *x = w + r * k;
+        /* GPTQ's Quantizer.find_params: the range always includes 0 */
+        for (int64_t j = 0; j < G; j++) mn[j] = mx[j] = 0;
+        for (int64_t i = 0; i < k; i++) {
+            mn[gi[i]] = fminf(mn[gi[i]], x[i]);
+            mx[gi[i]] = fmaxf(mx[gi[i]], x[i]);
+        }
+        for (int64_t j = 0; j < G; j++) {
+            float lo = mn[j], hi = mx[j];
+            if (!o->gptq_asym) {
+                hi = fmaxf(-lo, hi);
+                if (lo < 0) lo = -hi;
+            }
+            if (lo == 0 && hi == 0) { lo = -1; hi = 1; }
+            float s = f16_round((hi - lo) / (float)maxq);
+            int zero = o->gptq_asym ? clampi(rint((double)(-lo / s)), 0, maxq) : (maxq + 1) / 2;
+            if (!o->gptq_v2 && zero < 1) zero = 1;
+            sf[j] = s;
+            z[j * n + r] = zero;
+            sc[j * n + r] = f32_to_f16(s);
+        }
+        for (int64_t i = 0; i < k; i++)
+            q[r * k + i] = (uint8_t)clampi(rint((double)(x[i] / sf[gi[i]])) + z[gi[i] * n + r], 0, maxq);
+    }
+    free(mn);
+    free(mx);
+    free(sf);
+    int64_t qrows = k / per, zcols = n / per;
+    uint32_t *qw = xcalloc((size_t)(qrows * n), 4), *qz = xcalloc((size_t)(G * zcols), 4);
+    for (int64_t i = 0; i < qrows; i++)
+        for (int64_t r = 0; r < n; r++)
+            for (int tt = 0; tt < per; tt++)
+                qw[i * n + r] |= (uint32_t)q[r * k + i * per + tt] << (bits * tt);
+    uint32_t zoff = o->gptq_v2 ? 0 : 1;
+    for (int64_t j = 0; j < G; j++)
+        for (int64_t col = 0; col < zcols; col++)
+            for (int tt = 0; tt < per; tt++)
+                qz[j * zcols + col] |= (((uint32_t)z[j * n + col * per + tt] - zoff) & (uint32_t)maxq)
+                                       << (bits * tt);
+    free(q);
+    free(z);
+    c->buf[ROLE_QWEIGHT] = (uint8_t *)qw;
+    c->len[ROLE_QWEIGHT] = (size_t)(qrows * n) * 4;
+    c->buf[ROLE_QZEROS] = (uint8_t *)qz;
+    c->len[ROLE_QZEROS] = (size_t)(G * zcols) * 4;
+    c->buf[ROLE_SCALES] = (uint8_t *)sc;
+    c->len[ROLE_SCALES] = (size_t)(G * n) * 2;
+    c->buf[ROLE_GIDX] = (uint8_t *)gi;
+    c->len[ROLE_GIDX] = (size_t)k * 4;
+}
+
+static void qcache_clear(qcache *c) {
+    for (int i = 0; i < ROLE_COUNT; i++) {
+        free(c->buf[i]);
+        c->buf[i] = NULL;
+        c->len[i] = 0;
+    }
+    c->stream[0] = 0;
+}
+
+/* Write the part t of a quantized linear, quantizing the linear on its first
+ * part. 0 on success. */
+static int write_qpart(const options *o, const tensor *t, FILE *f) {
+    qcache *c = &g_qcache;
+    if (strcmp(c->stream, t->stream) != 0) {
+        qcache_clear(c);
+        float *w = linear_weights(o, t);
+        if (o->quant == Q_FP8) quant_fp8(o, t, w, c);
+        else if (o->quant == Q_AWQ) quant_awq(o, t, w, c);
+        else quant_gptq(o, t, w, c);
+        free(w);
+        snprintf(c->stream, sizeof c->stream, "%s", t->stream);
+    }
+    size_t len = c->len[t->role];
+    if (len != tensor_bytes(o, t)) {
+        fprintf(stderr, "qw-makemodel: internal error: %s has %zu bytes, header says %" PRIu64 "\n",
+                t->name, len, tensor_bytes(o, t));
+        return -1;
+    }
+    return fwrite(c->buf[t->role], 1, len, f) == len ? 0 : -1;
+}
+
 /* Generate tensor t and append its bytes to f. 0 on success. */
 static int write_tensor(const options *o, const tensor *t, FILE *f, float *fbuf, void *obuf) {
+    if (t->role == ROLE_KV_SCALE) {
+        float v = (float)o->kv_scale;
+        return fwrite(&v, 4, 1, f) == 1 ? 0 : -1;
+    }
+    if (t->role != ROLE_FLOAT) return write_qpart(o, t, f);
     uint64_t state = stream_seed(o->seed, t->stream);
     float scale = init_scale(t);
     float offset = t->kind == INIT_NORM ? 1.0f : t->kind == INIT_FINAL ? 4.0f : 0.0f;
@@ -438,7 +802,7 @@ static int write_index(const options *o, tensor_list *l) {
     json_t *root = json_object(), *meta = json_object(), *map = json_object();
     char fname[64];
     for (size_t i = 0; i < l->n; i++) {
-        total += (uint64_t)tensor_numel(&l->t[i]) * dtype_bytes(o->dtype);
+        total += tensor_bytes(o, &l->t[i]);
         shard_file_name(o, l->t[i].shard, fname, sizeof(fname));
         json_object_set_new(map, l->t[i].name, json_string(fname));
     }
@@ -458,6 +822,38 @@ static void token_ids(const options *o, int *bos, int *eos) {
         *eos = o->s.vocab - 1;
     }
     if (o->eos >= 0) *eos = o->eos;
+}
+
+/* config.json's "quantization_config", keys as the published checkpoints
+ * write them: Qwen3-*-FP8, AutoAWQ (Qwen3-*-AWQ), GPTQModel. */
+static json_t *quant_config(const options *o) {
+    json_t *q = json_object();
+    if (o->quant == Q_FP8) {
+        json_object_set_new(q, "activation_scheme", json_string("dynamic"));
+        json_object_set_new(q, "fmt", json_string("e4m3"));
+        json_object_set_new(q, "quant_method", json_string("fp8"));
+        json_object_set_new(q, "weight_block_size", json_pack("[ii]", o->fp8_block, o->fp8_block));
+    } else if (o->quant == Q_AWQ) {
+        json_object_set_new(q, "bits", json_integer(o->bits));
+        json_object_set_new(q, "group_size", json_integer(o->group));
+        json_object_set_new(q, "modules_to_not_convert", json_null());
+        json_object_set_new(q, "quant_method", json_string("awq"));
+        json_object_set_new(q, "version", json_string("gemm"));
+        json_object_set_new(q, "zero_point", json_true());
+    } else {
+        json_object_set_new(q, "bits", json_integer(o->bits));
+        json_object_set_new(q, "checkpoint_format", json_string(o->gptq_v2 ? "gptq_v2" : "gptq"));
+        json_object_set_new(q, "desc_act", json_boolean(o->gptq_desc_act));
+        json_object_set_new(q, "group_size", json_integer(o->group));
+        json_object_set_new(q, "lm_head", json_false());
+        json_object_set_new(q, "meta", json_pack("{s:[s],s:f,s:b,s:b}", "quantizer", "qw-makemodel",
+                                                 "damp_percent", 0.01, "static_groups", 0,
+                                                 "true_sequential", 1));
+        json_object_set_new(q, "pack_dtype", json_string("int32"));
+        json_object_set_new(q, "quant_method", json_string("gptq"));
+        json_object_set_new(q, "sym", json_boolean(!o->gptq_asym));
+    }
+    return q;
 }
 
 static int write_configs(const options *o) {
@@ -492,6 +888,7 @@ static int write_configs(const options *o) {
     json_object_set_new(c, "use_cache", json_true());
     json_object_set_new(c, "use_sliding_window", json_false());
     json_object_set_new(c, "vocab_size", json_integer(s->vocab));
+    if (o->quant != Q_NONE) json_object_set_new(c, "quantization_config", quant_config(o));
     if (dump_json(c, o->out, "config.json") != 0) return -1;
 
     json_t *g = json_object();
@@ -818,6 +1215,72 @@ static int make_dirs(const char *path) {
 
 /* ---- argument parsing ---------------------------------------------------------- */
 
+/* Refuse --quant combinations the format cannot store; fills o->bits'
+ * default. 0 when fine, else prints why and returns -1. */
+static int check_quant(options *o, bool group_given, bool block_given, const char *gptq_flag) {
+    static const char *names[] = {"none", "fp8", "awq", "gptq"};
+    const char *m = names[o->quant];
+    if (o->quant != Q_GPTQ && gptq_flag) {
+        fprintf(stderr, "qw-makemodel: %s needs --quant gptq (not %s)\n", gptq_flag, m);
+        return -1;
+    }
+    if (o->quant == Q_NONE && (o->bits || group_given || block_given)) {
+        fprintf(stderr, "qw-makemodel: --bits, --group-size and --fp8-block need --quant\n");
+        return -1;
+    }
+    if (o->quant == Q_FP8) {
+        if (o->bits && o->bits != 8) {
+            fprintf(stderr, "qw-makemodel: --quant fp8 stores 8 bits, not --bits %d\n", o->bits);
+            return -1;
+        }
+        if (group_given) {
+            fprintf(stderr, "qw-makemodel: --quant fp8 takes --fp8-block, not --group-size\n");
+            return -1;
+        }
+        o->bits = 8;
+        return 0;
+    }
+    if (o->quant == Q_NONE) return 0;
+    if (block_given) {
+        fprintf(stderr, "qw-makemodel: --fp8-block needs --quant fp8 (not %s)\n", m);
+        return -1;
+    }
+    if (o->quant == Q_AWQ && o->bits && o->bits != 4) {
+        fprintf(stderr, "qw-makemodel: --quant awq (GEMM) stores 4 bits only, not --bits %d\n",
+                o->bits);
+        return -1;
+    }
+    if (!o->bits) o->bits = 4;
+    if (o->quant == Q_AWQ && o->group < 0) {
+        fprintf(stderr, "qw-makemodel: --quant awq needs a positive --group-size\n");
+        return -1;
+    }
+    const shape *s = &o->s;
+    int per = 32 / o->bits;
+    const int ns[] = {s->heads * s->head_dim, s->kv_heads * s->head_dim, s->hidden, s->intermediate};
+    const int ks[] = {s->hidden, s->heads * s->head_dim, s->intermediate};
+    const char *nk[] = {"hidden", "heads*head_dim", "intermediate"};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        if (o->group > 0 && ks[i] % o->group) {
+            fprintf(stderr, "qw-makemodel: --group-size %d does not divide the %s inputs (%d) of a "
+                    "linear layer\n", o->group, nk[i], ks[i]);
+            return -1;
+        }
+        if (o->quant == Q_GPTQ && ks[i] % per) {
+            fprintf(stderr, "qw-makemodel: GPTQ packs %d inputs per int32: %s (%d) is not a "
+                    "multiple\n", per, nk[i], ks[i]);
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        if (ns[i] % per) {
+            fprintf(stderr, "qw-makemodel: %s packs %d outputs per int32: a linear layer has %d "
+                    "outputs\n", m, per, ns[i]);
+            return -1;
+        }
+    return 0;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: qw-makemodel --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed N]\n"
@@ -825,6 +1288,8 @@ static void usage(FILE *f) {
             "         [--hidden N --layers N --heads N --kv-heads N --head-dim N\n"
             "          --intermediate N --vocab N --max-pos N --rope-theta X --rms-eps X --eos N]\n"
             "         [--no-tokenizer]\n"
+            "         [--quant none|fp8|awq|gptq] [--bits 4|8] [--group-size N] [--fp8-block N]\n"
+            "         [--gptq-asym] [--gptq-format gptq|gptq_v2] [--gptq-desc-act] [--kv-scale X]\n"
             "shapes: tiny 0.6b 1.7b 4b 8b 14b 32b\n");
 }
 
@@ -877,6 +1342,10 @@ int main(int argc, char **argv) {
     /* overrides, -1 when absent */
     int ov_hidden = -1, ov_layers = -1, ov_heads = -1, ov_kv = -1, ov_hd = -1, ov_inter = -1,
         ov_vocab = -1, ov_maxpos = -1;
+    bool group_given = false, block_given = false;
+    const char *gptq_flag = NULL; /* a GPTQ-only flag seen */
+    o.group = 128;
+    o.fp8_block = 128;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -885,6 +1354,8 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--untied")) { tie_mode = 0; continue; }
         if (!strcmp(a, "--tied-with-lm-head")) { tie_mode = 2; continue; }
         if (!strcmp(a, "--no-tokenizer")) { o.no_tokenizer = true; continue; }
+        if (!strcmp(a, "--gptq-asym")) { o.gptq_asym = true; gptq_flag = a; continue; }
+        if (!strcmp(a, "--gptq-desc-act")) { o.gptq_desc_act = true; gptq_flag = a; continue; }
         if (strncmp(a, "--", 2) != 0) return bad_arg("unexpected argument '%s'", a);
         if (i + 1 >= argc) return bad_arg("%s needs a value", a);
         const char *v = argv[++i];
@@ -914,6 +1385,26 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--eos")) ok = parse_int(v, &o.eos);
         else if (!strcmp(a, "--rope-theta")) ok = parse_double(v, &o.rope_theta);
         else if (!strcmp(a, "--rms-eps")) ok = parse_double(v, &o.rms_eps);
+        else if (!strcmp(a, "--quant")) {
+            if (!strcmp(v, "none")) o.quant = Q_NONE;
+            else if (!strcmp(v, "fp8")) o.quant = Q_FP8;
+            else if (!strcmp(v, "awq")) o.quant = Q_AWQ;
+            else if (!strcmp(v, "gptq")) o.quant = Q_GPTQ;
+            else ok = false;
+        } else if (!strcmp(a, "--bits")) ok = parse_int(v, &o.bits) && (o.bits == 4 || o.bits == 8);
+        else if (!strcmp(a, "--group-size")) {
+            group_given = true;
+            if (!strcmp(v, "-1")) o.group = -1;
+            else ok = parse_int(v, &o.group) && o.group >= 2 && o.group % 2 == 0;
+        } else if (!strcmp(a, "--fp8-block")) {
+            block_given = true;
+            ok = parse_int(v, &o.fp8_block) && o.fp8_block >= 2 && o.fp8_block % 2 == 0;
+        } else if (!strcmp(a, "--gptq-format")) {
+            gptq_flag = a;
+            if (!strcmp(v, "gptq")) o.gptq_v2 = false;
+            else if (!strcmp(v, "gptq_v2")) o.gptq_v2 = true;
+            else ok = false;
+        } else if (!strcmp(a, "--kv-scale")) ok = parse_double(v, &o.kv_scale) && o.kv_scale < 3e38;
         else return bad_arg("unknown option '%s'", a);
         if (!ok) {
             fprintf(stderr, "qw-makemodel: bad value '%s' for %s\n", v, a);
@@ -957,6 +1448,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "qw-makemodel: --eos %d outside vocab %d\n", o.eos, s->vocab);
         return 2;
     }
+    if (check_quant(&o, group_given, block_given, gptq_flag) != 0) return 2;
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -986,7 +1478,12 @@ int main(int argc, char **argv) {
     if (o.shards > 1 && write_index(&o, &l) != 0) return 1;
 
     int64_t params = 0;
-    for (size_t i = 0; i < l.n; i++) params += tensor_numel(&l.t[i]);
+    for (size_t i = 0; i < l.n; i++) {
+        /* a quantized linear counts its n x k weights once, not its packed words or scales */
+        const tensor *t = &l.t[i];
+        if (t->role == ROLE_FLOAT) params += tensor_numel(t);
+        else if (t->role == ROLE_QWEIGHT || t->role == ROLE_FP8_WEIGHT) params += t->lin_n * t->lin_k;
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     printf("qw-makemodel: %s %s %s%s seed %" PRIu64 ": %" PRId64 " params, %" PRIu64
@@ -995,6 +1492,14 @@ int main(int argc, char **argv) {
            o.tied ? (o.ship_lm_head ? " tied+lm_head" : " tied") : " untied", o.seed, params,
            bytes, o.shards, o.shards == 1 ? "" : "s", secs, o.out);
     printf("qw-makemodel: %s\n", tok_summary);
+    if (o.quant == Q_FP8)
+        printf("qw-makemodel: quant fp8 e4m3, %dx%d blocks\n", o.fp8_block, o.fp8_block);
+    else if (o.quant != Q_NONE)
+        printf("qw-makemodel: quant %s %d-bit, group %d%s%s%s\n", o.quant == Q_AWQ ? "awq" : "gptq",
+               o.bits, o.group, o.quant == Q_GPTQ ? (o.gptq_asym ? " asym" : " sym") : "",
+               o.quant == Q_GPTQ ? (o.gptq_v2 ? " gptq_v2" : " gptq") : "",
+               o.gptq_desc_act ? " desc_act" : "");
+    qcache_clear(&g_qcache);
     free(l.t);
     return 0;
 }
