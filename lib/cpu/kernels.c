@@ -298,6 +298,8 @@ static const qwi_cpu_kernels generic = {
     .matmul_f32_panel = qwr_matmul_f32_panel,
     .matmul_bf16_panel = qwr_matmul_bf16_panel,
     .matmul_pair = qwr_matmul_pair,
+    .matmul_qf32 = qwr_matmul_qf32,
+    .matmul_qpair = qwr_matmul_qpair,
     .dot = qwr_dot,
     .axpy = qwr_axpy,
     .dot4 = qwr_dot4,
@@ -332,6 +334,13 @@ static void build_full(void) {
             full_avx512bf16 = full_avx512;
             full_avx512bf16.name = "avx512bf16";
             full_avx512bf16.matmul_pair = qwi_bf16dot_matmul_avx512bf16;
+            /* its U4 decoding uses vpermw (AVX512BW, which every AVX512_BF16
+             * CPU so far has); without it the FMA emulation (same bits) */
+            if (__builtin_cpu_supports("avx512bw"))
+                full_avx512bf16.matmul_qpair = qwi_avx512bf16_matmul_qpair;
+            /* its fp8 decode (M <= 2) through vpermi2b byte tables: same bits */
+            if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi"))
+                full_avx512bf16.matmul_qpair = qwi_avx512vbmi_matmul_qpair;
             have_avx512bf16 = true;
         }
     }

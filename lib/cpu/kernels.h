@@ -70,6 +70,21 @@ typedef void (*qwr_matmul_pair_fn)(const uint32_t *x, int64_t M, int64_t KP, con
                                    int64_t N, const float *bias, float *out, int64_t ldo,
                                    int accumulate);
 
+/* The quantized matmuls (cpu/qpanel.h has the layout and the arithmetic
+ * contract, bit-identical between tables): x as for qwr_matmul_f32_fn
+ * (matmul_qf32, exact mode, w in the SEQ layout) or as for
+ * qwr_matmul_pair_fn (matmul_qpair, fast mode, w in the PAIR layout); w is
+ * the whole packed weight and n0 (a multiple of 16) the weight row of the
+ * call's output column 0; out and bias point at column 0 of the call, N
+ * columns (may end inside a panel). */
+struct qwi_qpanel;
+typedef void (*qwr_matmul_qf32_fn)(const float *x, int64_t M, int64_t K,
+                                   const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                                   const float *bias, float *out, int64_t ldo, int accumulate);
+typedef void (*qwr_matmul_qpair_fn)(const uint32_t *x, int64_t M, int64_t KP,
+                                    const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                                    const float *bias, float *out, int64_t ldo, int accumulate);
+
 /* The hot kernels, chosen once per process; ISA-specific variants slot in
  * here without touching the callers. */
 typedef struct qwi_cpu_kernels {
@@ -83,6 +98,9 @@ typedef struct qwi_cpu_kernels {
     qwr_matmul_u16_fn matmul_bf16_panel;
     /* The fast mode's bf16 pair product (see qwr_matmul_pair_fn). */
     qwr_matmul_pair_fn matmul_pair;
+    /* Quantized weights (cpu/qpanel.h): exact and fast mode. */
+    qwr_matmul_qf32_fn matmul_qf32;
+    qwr_matmul_qpair_fn matmul_qpair;
     float (*dot)(const float *a, const float *b, int64_t n);
     /* o[i] += s * v[i] for i in [0, n): element-wise, so the result of an
      * element never depends on n or its index (attention's P.V). */
@@ -192,6 +210,39 @@ void qwi_bf16dot_matmul_avx512(const uint32_t *x, int64_t M, int64_t KP, const u
                                int accumulate);
 /* Whether this CPU (CPUID) and build can run vdpbf16ps (AVX512F + AVX512_BF16). */
 bool qwi_bf16dot_have_avx512bf16(void);
+
+/* The quantized matmuls (kernels_quant*.c; see qwr_matmul_qf32_fn):
+ * portable C (fmaf), AVX2+FMA+F16C and AVX-512F (x86-64 builds; call only
+ * where qwi_cpu_kernels_avx2() / _avx512() is not NULL; the AVX-512 ones
+ * also use AVX2 and F16C, which every AVX-512 CPU has), and the vdpbf16ps
+ * matmul_qpair (call only where qwi_bf16dot_have_avx512bf16()). */
+void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpanel *w,
+                     int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                     int accumulate);
+void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const struct qwi_qpanel *w,
+                      int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                      int accumulate);
+void qwi_avx2_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpanel *w,
+                          int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                          int accumulate);
+void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const struct qwi_qpanel *w,
+                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                           int accumulate);
+void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpanel *w,
+                            int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                            int accumulate);
+void qwi_avx512_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
+                             const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                             const float *bias, float *out, int64_t ldo, int accumulate);
+void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
+                                 const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                                 const float *bias, float *out, int64_t ldo, int accumulate);
+/* qwi_avx512bf16_matmul_qpair with E4M3 decode (M <= 2) through AVX512_VBMI
+ * byte tables (same bits; call only where that one may be called and the
+ * CPU has avx512vbmi). */
+void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
+                                 const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                                 const float *bias, float *out, int64_t ldo, int accumulate);
 
 /* Convert n elements of dtype dt at src to f32 in dst (exact for all three). */
 void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst);

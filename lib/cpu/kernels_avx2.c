@@ -489,6 +489,9 @@ static const qwi_cpu_kernels avx2_table = {
     .matmul_bf16 = avx2_matmul_bf16,
     .matmul_f32_panel = qwi_avx2_matmul_f32_panel,
     .matmul_bf16_panel = qwi_avx2_matmul_bf16_panel,
+    /* kernels_quant_avx2.c */
+    .matmul_qf32 = qwi_avx2_matmul_qf32,
+    .matmul_qpair = qwi_avx2_matmul_qpair,
     .dot = avx2_dot,
     .axpy = avx2_axpy,
     .dot4 = avx2_dot4,

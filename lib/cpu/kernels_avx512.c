@@ -258,6 +258,9 @@ static const qwi_cpu_kernels avx512_table = {
      * AVX2 panel kernels: the panel contract has no lanes. */
     .matmul_f32_panel = qwi_avx512_matmul_f32_panel,
     .matmul_bf16_panel = qwi_avx512_matmul_bf16_panel,
+    /* kernels_quant_avx512.c */
+    .matmul_qf32 = qwi_avx512_matmul_qf32,
+    .matmul_qpair = qwi_avx512_matmul_qpair,
     .dot = avx512_dot,
     .axpy = avx512_axpy,
     .dot4 = avx512_dot4,

@@ -29,6 +29,15 @@ static void mm_task(void *p, int64_t t, int thread) {
     int64_t K = c->K;
     const float *bias = lin->bias ? lin->bias + n0 : NULL;
     float *out = job->out + n0;
+    if (lin->quant) {   /* n0 is a multiple of 16 here too */
+        if (lin->qp.layout == QWI_QPANEL_PAIR)
+            c->cx->kt->matmul_qpair(c->cx->xpair, c->M, qwi_pair_kp(K), &lin->qp, n0, nn, bias,
+                                    out, lin->n, job->accumulate);
+        else
+            c->cx->kt->matmul_qf32(c->x, c->M, K, &lin->qp, n0, nn, bias, out, lin->n,
+                                   job->accumulate);
+        return;
+    }
     if (lin->pair) {    /* n0 is a multiple of 16 here too */
         const int64_t kp = qwi_pair_kp(K);
         c->cx->kt->matmul_pair(c->cx->xpair, c->M, kp, (const uint32_t *)lin->w + n0 * kp, nn,
@@ -62,6 +71,8 @@ static void mm_task(void *p, int64_t t, int thread) {
         c->cx->kt->matmul_f32(c->x, c->M, K, buf, nn, bias, out, lin->n, job->accumulate);
         break;
     }
+    default:   /* F8_E4M3 / I32 tensors reach here only as quantized linears (above) */
+        break;
     }
 }
 
@@ -89,10 +100,13 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
     size_t esize = 4;
     bool panel = false, pair = false;
     for (int j = 0; j < njobs; j++) {
-        total_n += jobs[j].lin->n;
-        if (qwi_dtype_size(jobs[j].lin->dtype) < esize || jobs[j].lin->pair) esize = 2;
-        panel |= jobs[j].lin->panel || jobs[j].lin->pair;
-        pair |= jobs[j].lin->pair;
+        const qwi_cpu_linear *l = jobs[j].lin;
+        const bool qpair = l->quant && l->qp.layout == QWI_QPANEL_PAIR;
+        total_n += l->n;
+        if (l->quant) esize = 1;   /* 0.5-1 byte per weight: the block math below */
+        else if (qwi_dtype_size(l->dtype) < esize || l->pair) esize = QWI_MIN(esize, (size_t)2);
+        panel |= l->panel || l->pair || l->quant;
+        pair |= l->pair || qpair;
     }
     if (pair) {   /* one rounding of x per call, split by rows (rows are independent) */
         round_ctx r = { .x = x, .out = cx->xpair, .M = M, .K = K,

@@ -12,6 +12,7 @@
 #include "dtype.h"
 #include "cpu/kernels.h"
 #include "cpu/kv_bf16.h"
+#include "cpu/qpanel.h"
 #include "cpu/threadpool.h"
 
 /* Largest number of weight rows one matmul task covers (a multiple of the
@@ -37,8 +38,10 @@ typedef struct qwi_cpu_ctx {
 
 /* A linear layer's weight: [n][k] of dtype, row-major or (panel) in the
  * panel layout of cpu/panel.h (f32/bf16 only), or (pair, fast numerics) in
- * the bf16 pair panels of cpu/pairpanel.h whatever dtype says; optional f32
- * bias [n]. */
+ * the bf16 pair panels of cpu/pairpanel.h whatever dtype says, or (quant) a
+ * quantized weight packed as qp (cpu/qpanel.h: SEQ layout in exact mode,
+ * PAIR in fast mode; w, dtype, panel and pair unused); optional f32 bias
+ * [n]. */
 typedef struct qwi_cpu_linear {
     qwi_dtype dtype;
     const void *w;
@@ -46,6 +49,9 @@ typedef struct qwi_cpu_linear {
     int64_t n, k;
     bool panel;
     bool pair;
+    bool quant;
+    qwi_qpanel qp;
+    const qwi_qweight *qsrc;     /* quant: the loader's weight, until packed */
 } qwi_cpu_linear;
 
 /* One output of a (possibly fused) matmul call. */

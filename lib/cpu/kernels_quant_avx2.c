@@ -1,0 +1,216 @@
+/*
+ * kernels_quant_avx2.c - the quantized matmuls of the "avx2" table
+ * (AVX2 + FMA + F16C) on the layout of cpu/qpanel.h, with its arithmetic
+ * contract: bit-identical to the portable kernels_quant.c
+ * (tests/test_quant_kernels.c).
+ *
+ * A 16-output panel is two ymm halves (slots 0-7, 8-15). Decoding as in
+ * kernels_quant_avx512.c without vpternlogd: a shift, a mask and an OR of
+ * 2^23's bits, then subtracting 2^23 + zero (U4/U8); e4m3 through f16 bits
+ * and vcvtph2ps. The fast mode's pairs are emulated with two FMAs per pair
+ * (odd k first; the products are exact), and the interleaved PAIR layouts
+ * (U8, E4M3) are split into even and odd k with a shuffle and a permute.
+ * Register tiles of up to 4 rows x 1 panel share each decoded weight; the
+ * totals of each group wait in memory (one FMA per output per group).
+ */
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/qpanel.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define A_TARGET "avx2,fma,f16c"
+#define A_INLINE static inline __attribute__((always_inline, target(A_TARGET)))
+
+/* Bias and residual add exactly as the other kernels' put(). */
+static inline void put16(const float acc[16], int64_t j0, int64_t N, const float *bias,
+                         float *out, int accumulate) {
+    for (int s = 0; s < 16 && j0 + s < N; s++) {
+        float v = bias ? acc[s] + bias[j0 + s] : acc[s];
+        out[j0 + s] = accumulate ? out[j0 + s] + v : v;
+    }
+}
+
+/* Field i of the 8 lanes at p as the f32 2^23 + field. */
+A_INLINE __m256 field_magic(const uint8_t *p, int i, const int bits) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i f = _mm256_srl_epi32(v, _mm_cvtsi32_si128(bits * i));
+    f = _mm256_and_si256(f, _mm256_set1_epi32(bits == 4 ? 0xf : 0xff));
+    return _mm256_castsi256_ps(_mm256_or_si256(f, _mm256_set1_epi32(0x4b000000)));
+}
+
+/* e4m3 bytes in the high halves of 8 words -> their values times 2^-8. */
+A_INLINE __m256 e4m3_hi_words(__m128i w) {
+    w = _mm_and_si128(_mm_srai_epi16(w, 1), _mm_set1_epi16((short)0xbf80));
+    return _mm256_cvtph_ps(w);
+}
+
+/* The even lanes, then the odd lanes, of the 16 values (lo, hi). */
+A_INLINE void deinterleave(__m256 lo, __m256 hi, __m256 *even, __m256 *odd) {
+    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xd8));
+    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xdd)), 0xd8));
+}
+
+/* SEQ: c of slots 8h..8h+7 at column k0 + i of the block at blk. */
+A_INLINE __m256 seq_c(const uint8_t *blk, int h, int i, __m256 zm, const int fmt) {
+    if (fmt == QWI_QFMT_E4M3) {
+        __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(blk + 16 * h));
+        if (i == 0) w = _mm_slli_epi16(w, 8);
+        return e4m3_hi_words(w);
+    }
+    return _mm256_sub_ps(field_magic(blk + 32 * h, i, fmt == QWI_QFMT_U4 ? 4 : 8), zm);
+}
+
+/* PAIR: pair jj of the block at blk as the even-k (ce) and odd-k (co)
+ * values of slots 0-7 ([0]) and 8-15 ([1]). z: U4 the slot-order zeros
+ * (+2^23) of the halves, U8 the 4 interleaved quarters (+2^23). */
+A_INLINE void pair_c(const uint8_t *blk, int jj, const __m256 z[4], __m256 ce[2], __m256 co[2],
+                     const int fmt) {
+    if (fmt == QWI_QFMT_U4) {
+        for (int h = 0; h < 2; h++) {
+            ce[h] = _mm256_sub_ps(field_magic(blk + 32 * h, jj, 4), z[h]);
+            co[h] = _mm256_sub_ps(field_magic(blk + 32 * h, jj + 4, 4), z[h]);
+        }
+        return;
+    }
+    __m256 q[4];   /* 16 interleaved (slot, parity) values of slots 0-7, then of 8-15 */
+    if (fmt == QWI_QFMT_U8) {
+        for (int h = 0; h < 2; h++) {
+            q[h] = _mm256_sub_ps(field_magic(blk + 32 * h, jj, 8), z[h]);
+            q[2 + h] = _mm256_sub_ps(field_magic(blk + 32 * h, jj + 2, 8), z[2 + h]);
+        }
+    } else {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)blk);
+        const __m256i zero = _mm256_setzero_si256();
+        const __m256i lo = _mm256_unpacklo_epi8(zero, w), hi = _mm256_unpackhi_epi8(zero, w);
+        q[0] = e4m3_hi_words(_mm256_castsi256_si128(lo));
+        q[1] = e4m3_hi_words(_mm256_extracti128_si256(lo, 1));
+        q[2] = e4m3_hi_words(_mm256_castsi256_si128(hi));
+        q[3] = e4m3_hi_words(_mm256_extracti128_si256(hi, 1));
+    }
+    deinterleave(q[0], q[1], &ce[0], &co[0]);
+    deinterleave(q[2], q[3], &ce[1], &co[1]);
+}
+
+A_INLINE __m256 bc_hi(uint32_t p) { return _mm256_castsi256_ps(_mm256_set1_epi32((int)(p & 0xffff0000u))); }
+A_INLINE __m256 bc_lo(uint32_t p) { return _mm256_castsi256_ps(_mm256_set1_epi32((int)(p << 16))); }
+
+/* MR rows of x (SEQ: f32 rows of K; PAIR: bf16 pair rows of KP) x panel p,
+ * every group, into res[r*16 ..] (the totals). */
+A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, const qwi_qpanel *w,
+                   int64_t p, float *res, const int mr, const int fmt, const int pair) {
+    const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int KB = fmt == QWI_QFMT_U4 ? 8 : fmt == QWI_QFMT_U8 ? 4 : 2;
+    const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
+    const uint8_t *pc = w->codes + p * pb;
+    const __m256 magic = _mm256_set1_ps(0x1p23f);
+    memset(res, 0, sizeof(float) * 16 * (size_t)mr);
+    for (int64_t g = 0; g < G; g++) {
+        __m256 z[4] = { magic, magic, magic, magic }, acc[4][2];
+        if (fmt != QWI_QFMT_E4M3) {
+            const int nz = (int)qwi_qpanel_zero_stride(w->fmt, w->layout) / 8;
+            const float *zp = w->zeros + (p * G + g) * nz * 8;
+            for (int i = 0; i < nz; i++) z[i] = _mm256_add_ps(_mm256_loadu_ps(zp + 8 * i), magic);
+        }
+        _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        if (!pair) {
+            const int64_t ks = g * gk, ke = QWI_MIN(K, ks + gk);
+            int64_t k = ks;
+#define SEQ_STEP(KK, I)                                                                        \
+    do {                                                                                       \
+        const uint8_t *blk_ = pc + ((KK) / KB) * BB;                                           \
+        const __m256 c0 = seq_c(blk_, 0, (I), z[0], fmt), c1 = seq_c(blk_, 1, (I), z[1], fmt); \
+        _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {                                 \
+            const __m256 xb = _mm256_set1_ps(x[r * K + (KK)]);                                 \
+            acc[r][0] = _mm256_fmadd_ps(xb, c0, acc[r][0]);                                    \
+            acc[r][1] = _mm256_fmadd_ps(xb, c1, acc[r][1]);                                    \
+        }                                                                                      \
+    } while (0)
+            if (ks % KB == 0)
+                for (; k + KB <= ke; k += KB)
+                    _Pragma("GCC unroll 8") for (int i = 0; i < KB; i++) SEQ_STEP(k + i, i);
+            for (; k < ke; k++) SEQ_STEP(k, (int)(k % KB));
+#undef SEQ_STEP
+        } else {
+            const int PB = KB / 2;
+            const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
+            int64_t j = js;
+#define PAIR_STEP(JJ, I)                                                                       \
+    do {                                                                                       \
+        __m256 ce[2], co[2];                                                                   \
+        pair_c(pc + ((JJ) / PB) * BB, (I), z, ce, co, fmt);                                    \
+        _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {                                 \
+            const uint32_t xv = xp[r * KP + (JJ)];                                             \
+            const __m256 xo = bc_hi(xv), xe = bc_lo(xv);                                       \
+            for (int h = 0; h < 2; h++) {                                                      \
+                acc[r][h] = _mm256_fmadd_ps(xo, co[h], acc[r][h]);                             \
+                acc[r][h] = _mm256_fmadd_ps(xe, ce[h], acc[r][h]);                             \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+            if (js % PB == 0)
+                for (; j + PB <= je; j += PB)
+                    _Pragma("GCC unroll 4") for (int i = 0; i < PB; i++) PAIR_STEP(j + i, i);
+            for (; j < je; j++) PAIR_STEP(j, (int)(j % PB));
+#undef PAIR_STEP
+        }
+        const float *sc = w->scales + (p * G + g) * 16;
+        _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
+            for (int h = 0; h < 2; h++) {
+                const __m256 t = _mm256_loadu_ps(res + r * 16 + 8 * h);
+                _mm256_storeu_ps(res + r * 16 + 8 * h,
+                                 _mm256_fmadd_ps(acc[r][h], _mm256_loadu_ps(sc + 8 * h), t));
+            }
+    }
+}
+
+/* Panels outside, row tiles of 4 inside (the panel's codes stay in L1/L2
+ * while the rows sweep them). */
+A_INLINE void run_fmt(const float *x, const uint32_t *xp, int64_t M, int64_t K, int64_t KP,
+                      const qwi_qpanel *w, int64_t n0, int64_t N, const float *bias, float *out,
+                      int64_t ldo, int accumulate, const int fmt, const int pair) {
+    float res[4 * 16] __attribute__((aligned(32)));
+    for (int64_t j0 = 0; j0 < N; j0 += 16) {
+        const int64_t p = (n0 + j0) / 16;
+        for (int64_t m = 0; m < M; m += 4) {
+            const float *xr = pair ? NULL : x + m * K;
+            const uint32_t *xpr = pair ? xp + m * KP : NULL;
+            const int64_t mr = QWI_MIN((int64_t)4, M - m);
+            switch (mr) {
+            case 4: tile(xr, xpr, K, KP, w, p, res, 4, fmt, pair); break;
+            case 3: tile(xr, xpr, K, KP, w, p, res, 3, fmt, pair); break;
+            case 2: tile(xr, xpr, K, KP, w, p, res, 2, fmt, pair); break;
+            default: tile(xr, xpr, K, KP, w, p, res, 1, fmt, pair); break;
+            }
+            for (int64_t r = 0; r < mr; r++)
+                put16(res + r * 16, j0, N, bias, out + (m + r) * ldo, accumulate);
+        }
+    }
+}
+
+__attribute__((target(A_TARGET)))
+void qwi_avx2_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, int64_t n0,
+                          int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    switch (w->fmt) {
+    case QWI_QFMT_U4: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 0); break;
+    case QWI_QFMT_U8: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 0); break;
+    default: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 0); break;
+    }
+}
+
+__attribute__((target(A_TARGET)))
+void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                           int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    switch (w->fmt) {
+    case QWI_QFMT_U4: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 1); break;
+    case QWI_QFMT_U8: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 1); break;
+    default: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 1); break;
+    }
+}
+
+#endif

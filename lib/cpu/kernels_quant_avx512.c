@@ -1,0 +1,870 @@
+/*
+ * kernels_quant_avx512.c - the quantized matmuls of the "avx512" table
+ * (matmul_qf32; matmul_qpair with vdpbf16ps emulated by FMAs) and the
+ * vdpbf16ps matmul_qpair of the "avx512bf16" table, on the layout of
+ * cpu/qpanel.h, with its arithmetic contract (bit-identical to the portable
+ * kernels_quant.c; tests/test_quant_kernels.c).
+ *
+ * One zmm = one 16-output panel. Decoding 16 codes costs a shift, a
+ * vpternlogd ((v >> s) & mask | bits(2^23)) and a subtraction of
+ * 2^23 + zero (U4/U8), or for e4m3 a 16-bit shift and mask to f16 bits and
+ * a vcvtph2ps (qpanel.h). Two paths, same chains (an f32 store and reload
+ * of a partial sum changes no bit):
+ *   M <= 2 (decode): codes decoded in registers next to the FMAs, 4 panels
+ *     at a time so 4 (x M) FMA chains hide the latency; the weights stream
+ *     once, which is what decode is bound by.
+ *   M > 2 (prefill, batches): per row block of 48 rows and per chunk of
+ *     128 input columns of one group, the chunk of up to 4 panels is decoded
+ *     once into an L1 buffer (f32, or bf16 pairs for vdpbf16ps) and swept by
+ *     6 x 4 register tiles like the plain panel kernels, so decoding costs
+ *     1/48 of the FMAs.
+ * qwi_avx512vbmi_matmul_qpair (the avx512bf16 table's matmul_qpair where
+ * the CPU has AVX512_VBMI) replaces the M <= 2 E4M3 decode with byte-table
+ * lookups (vpermi2b) that give the same bf16 bits in half the work; see
+ * its section at the end.
+ */
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/qpanel.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define Q_TARGET "avx512f,avx2,fma,f16c"
+#define Q_INLINE static inline __attribute__((always_inline, target(Q_TARGET)))
+#define QB_TARGET Q_TARGET ",avx512bw,avx512bf16"
+#define QB_INLINE static inline __attribute__((always_inline, target(QB_TARGET)))
+
+#define QKC 128      /* input columns per decoded chunk (a multiple of every block) */
+#define QMB 48       /* rows per row block of the chunked path                      */
+#define QPF 1024     /* prefetch distance of the M <= 2 path, bytes ahead per panel  */
+
+/* Bias and residual add exactly as the other kernels' put(). */
+static inline void put16(const float acc[16], int64_t j0, int64_t N, const float *bias,
+                         float *out, int accumulate) {
+    for (int s = 0; s < 16 && j0 + s < N; s++) {
+        float v = bias ? acc[s] + bias[j0 + s] : acc[s];
+        out[j0 + s] = accumulate ? out[j0 + s] + v : v;
+    }
+}
+
+/* ---- decoding ------------------------------------------------------------ */
+
+/* Field i (a constant after unrolling, or not) of the 16 lanes at blk, as
+ * the f32 2^23 + field. */
+Q_INLINE __m512 field_magic(const uint8_t *blk, int i, const int bits) {
+    const __m512i v = _mm512_loadu_si512(blk);
+    const __m512i f = _mm512_srl_epi32(v, _mm_cvtsi32_si128(bits * i));
+    const __m512i mask = _mm512_set1_epi32(bits == 4 ? 0xf : 0xff);
+    const __m512i magic = _mm512_set1_epi32(0x4b000000);
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(f, mask, magic, 0xea));
+}
+
+/* e4m3 bytes in the high halves of 16 words -> the f32 values times 2^-8. */
+Q_INLINE __m512 e4m3_hi_words(__m256i w) {
+    w = _mm256_and_si256(_mm256_srai_epi16(w, 1), _mm256_set1_epi16((short)0xbf80));
+    return _mm512_cvtph_ps(w);
+}
+
+/* SEQ: c of the 16 slots at column k0 + i of the block at blk (zm = 2^23 +
+ * zeros; unused for e4m3). */
+Q_INLINE __m512 seq_c(const uint8_t *blk, int i, __m512 zm, const int fmt) {
+    if (fmt == QWI_QFMT_E4M3) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)blk);
+        if (i == 0) w = _mm256_slli_epi16(w, 8);
+        return e4m3_hi_words(w);
+    }
+    return _mm512_sub_ps(field_magic(blk, i, fmt == QWI_QFMT_U4 ? 4 : 8), zm);
+}
+
+/* PAIR: pair jj of the block at blk as b = slots 0-7 and a = slots 8-15,
+ * each in (slot, k even|odd) lane order (zb/za = 2^23 + their zeros). */
+Q_INLINE void pair_ba(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512 *b, __m512 *a,
+                      const int fmt) {
+    if (fmt == QWI_QFMT_E4M3) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)blk);
+        const __m256i z = _mm256_setzero_si256();
+        *b = e4m3_hi_words(_mm256_unpacklo_epi8(z, w));
+        *a = e4m3_hi_words(_mm256_unpackhi_epi8(z, w));
+        return;
+    }
+    const int bits = fmt == QWI_QFMT_U4 ? 4 : 8, h = fmt == QWI_QFMT_U4 ? 4 : 2;
+    *b = _mm512_sub_ps(field_magic(blk, jj, bits), zb);
+    *a = _mm512_sub_ps(field_magic(blk, jj + h, bits), za);
+}
+
+/* b, a as above -> the even-k and odd-k values in slot order. */
+Q_INLINE void pair_eo(__m512 b, __m512 a, __m512 *ce, __m512 *co) {
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    *ce = _mm512_permutex2var_ps(b, ie, a);
+    *co = _mm512_permutex2var_ps(b, io, a);
+}
+
+Q_INLINE __m512 pair_hi(uint32_t p) {
+    return _mm512_castsi512_ps(_mm512_set1_epi32((int)(p & 0xffff0000u)));
+}
+Q_INLINE __m512 pair_lo(uint32_t p) { return _mm512_castsi512_ps(_mm512_set1_epi32((int)(p << 16))); }
+
+/* The zeros of (panel p, group g) for the PAIR decoders: U4: zb = 2^23 +
+ * zeros in slot order, zw = 16 - zero in both halves of each lane (the
+ * vpermw index offset); U8: zb/za = 2^23 + the interleaved zeros; E4M3:
+ * unused. */
+Q_INLINE void pair_zeros(const qwi_qpanel *w, int64_t p, int64_t g, __m512 *zb, __m512 *za,
+                         __m512i *zw, const int fmt) {
+    const __m512 magic = _mm512_set1_ps(0x1p23f);
+    *zb = *za = magic;
+    *zw = _mm512_setzero_si512();
+    if (fmt == QWI_QFMT_U4) {
+        const __m512 z = _mm512_loadu_ps(w->zeros + (p * w->ngroups + g) * 16);
+        *zb = _mm512_add_ps(z, magic);
+        const __m512i t = _mm512_sub_epi32(_mm512_set1_epi32(16), _mm512_cvttps_epi32(z));
+        /* in every byte: vpermw reads bits 0-4 of a word, and a byte's
+         * code + 16 - zero <= 31 never carries into the next byte */
+        *zw = _mm512_mullo_epi32(t, _mm512_set1_epi32(0x01010101));
+    } else if (fmt == QWI_QFMT_U8) {
+        const float *z = w->zeros + (p * w->ngroups + g) * 32;
+        *zb = _mm512_add_ps(_mm512_loadu_ps(z), magic);
+        *za = _mm512_add_ps(_mm512_loadu_ps(z + 16), magic);
+    }
+}
+
+/* FMA tables: pair jj of the block at blk as the even-k and odd-k values
+ * in slot order. */
+Q_INLINE void pair_ce_co(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512 *ce, __m512 *co,
+                         const int fmt) {
+    if (fmt == QWI_QFMT_U4) {   /* qpanel.h: even k = field jj, odd k = field 4 + jj */
+        *ce = _mm512_sub_ps(field_magic(blk, jj, 4), zb);
+        *co = _mm512_sub_ps(field_magic(blk, jj + 4, 4), zb);
+        return;
+    }
+    __m512 b, a;
+    pair_ba(blk, jj, zb, za, &b, &a, fmt);
+    pair_eo(b, a, ce, co);
+}
+
+/* vdpbf16ps tables: pair jj of the block at blk as bf16 pair lanes (the
+ * pair panel of cpu/pairpanel.h). U4 looks bf16(code - zero) up with
+ * vpermw in tab (words: bf16(i - 16), i < 32). */
+QB_INLINE __m512i pair_bf16(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512i zw,
+                            __m512i tab, const int fmt) {
+    if (fmt == QWI_QFMT_U4) {
+        const __m512i v = _mm512_loadu_si512(blk);
+        __m512i idx = _mm512_srl_epi16(v, _mm_cvtsi32_si128(4 * jj));
+        if (jj < 3) idx = _mm512_and_si512(idx, _mm512_set1_epi16(0xf));
+        return _mm512_permutexvar_epi16(_mm512_add_epi16(idx, zw), tab);
+    }
+    __m512 b, a;
+    pair_ba(blk, jj, zb, za, &b, &a, fmt);
+    return (__m512i)_mm512_cvtne2ps_pbh(a, b);
+}
+
+/* The vpermw table of pair_bf16: words bf16(i - 16) for i in [0, 32). */
+QB_INLINE __m512i u4_table(void) {
+    const __m512 lo = _mm512_set_ps(-1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, -13, -14,
+                                    -15, -16);
+    const __m512 hi = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* ---- M <= 2: decode in registers ----------------------------------------- */
+
+/* MR rows x NP panels from panel p0, all groups, totals to res[r*64 + q*16]. */
+Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t p0, float *res,
+                         const int mr, const int np, const int fmt) {
+    const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int KB = fmt == QWI_QFMT_U4 ? 8 : fmt == QWI_QFMT_U8 ? 4 : 2;
+    const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
+    const __m512 magic = _mm512_set1_ps(0x1p23f);
+    __m512 tot[2][4], acc[2][4], zm[4];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t ks = g * gk, ke = QWI_MIN(K, ks + gk);
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+            zm[q] = fmt == QWI_QFMT_E4M3 ? magic
+                    : _mm512_add_ps(_mm512_loadu_ps(w->zeros + ((p0 + q) * G + g) * 16), magic);
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) acc[r][q] = _mm512_setzero_ps();
+        }
+        int64_t k = ks;
+        if (ks % KB == 0)
+            for (; k + KB <= ke; k += KB) {
+                const uint8_t *blk = w->codes + p0 * pb + (k / KB) * BB;
+                /* decoding keeps the core busy enough that the hardware
+                 * prefetchers alone leave the loads waiting on memory */
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                    _mm_prefetch((const char *)(blk + q * pb + QPF), _MM_HINT_T0);
+                _Pragma("GCC unroll 8") for (int i = 0; i < KB; i++) {
+                    __m512 c[4];
+                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                        c[q] = seq_c(blk + q * pb, i, zm[q], fmt);
+                    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+                        const __m512 xb = _mm512_set1_ps(x[r * K + k + i]);
+                        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                            acc[r][q] = _mm512_fmadd_ps(xb, c[q], acc[r][q]);
+                    }
+                }
+            }
+        for (; k < ke; k++) {
+            const uint8_t *blk = w->codes + p0 * pb + (k / KB) * BB;
+            const int i = (int)(k % KB);
+            __m512 c[4];
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) c[q] = seq_c(blk + q * pb, i, zm[q], fmt);
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+                const __m512 xb = _mm512_set1_ps(x[r * K + k]);
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                    acc[r][q] = _mm512_fmadd_ps(xb, c[q], acc[r][q]);
+            }
+        }
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+            const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+                tot[r][q] = _mm512_fmadd_ps(acc[r][q], sc, tot[r][q]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);
+}
+
+/* The same for PAIR weights and bf16 pair rows; bf16: vdpbf16ps, else the
+ * FMA emulation (odd product first, both exact). */
+#define PAIR_DIRECT(NAME, ATTR, STEP, BLOCK, TABLE)                                                             \
+    ATTR void NAME(const uint32_t *x, int64_t KP, const qwi_qpanel *w, int64_t p0, float *res,   \
+                   const int mr, const int np, const int fmt) {                                  \
+        const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k); \
+        const int PB = fmt == QWI_QFMT_U4 ? 4 : fmt == QWI_QFMT_U8 ? 2 : 1; /* pairs / block */  \
+        const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;                                           \
+        __m512 tot[2][4], acc[2][4], zb[4], za[4];                                               \
+        __m512i zw[4];                                                                           \
+        const __m512i tab = TABLE;                                                               \
+        (void)tab;                                                                               \
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                     \
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps(); \
+        for (int64_t g = 0; g < G; g++) {                                                        \
+            const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);                   \
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
+                pair_zeros(w, p0 + q, g, &zb[q], &za[q], &zw[q], fmt);                           \
+                _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) acc[r][q] = _mm512_setzero_ps(); \
+            }                                                                                    \
+            int64_t j = js;                                                                      \
+            if (js % PB == 0)                                                                    \
+                for (; j + PB <= je; j += PB) {                                                  \
+                    const uint8_t *blk = w->codes + p0 * pb + (j / PB) * BB;                     \
+                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                         \
+                        _mm_prefetch((const char *)(blk + q * pb + QPF), _MM_HINT_T0);           \
+                    BLOCK(blk, j);                                                               \
+                }                                                                                \
+            for (; j < je; j++) {                                                                \
+                const uint8_t *blk = w->codes + p0 * pb + (j / PB) * BB;                         \
+                STEP(blk, (int)(j % PB), j);                                             \
+            }                                                                                    \
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
+                const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);         \
+                _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                             \
+                    tot[r][q] = _mm512_fmadd_ps(acc[r][q], sc, tot[r][q]);                       \
+            }                                                                                    \
+        }                                                                                        \
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                     \
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                 \
+                _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);                              \
+    }
+
+/* One pair (index jj in the block at blk, column pair J) of every panel
+ * into every row's accumulators: vdpbf16ps, or its FMA emulation. */
+#define PAIR_STEP_BF16(blk, jj, J)                                                                \
+    do {                                                                                          \
+        __m512bh wv[4];                                                                           \
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
+            wv[q] = (__m512bh)pair_bf16((blk) + q * pb, (jj), zb[q], za[q], zw[q], tab, fmt);     \
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                    \
+            const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * KP + (J)]);                \
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                  \
+                acc[r][q] = _mm512_dpbf16_ps(acc[r][q], xb, wv[q]);                               \
+        }                                                                                         \
+    } while (0)
+
+#define PAIR_STEP_EMUL(blk, jj, J)                                                                \
+    do {                                                                                          \
+        __m512 ce[4], co[4];                                                                      \
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
+            pair_ce_co((blk) + q * pb, (jj), zb[q], za[q], &ce[q], &co[q], fmt);                  \
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                    \
+            const uint32_t xp = x[r * KP + (J)];                                                  \
+            const __m512 xo = pair_hi(xp), xe = pair_lo(xp);                                      \
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                                \
+                acc[r][q] = _mm512_fmadd_ps(xo, co[q], acc[r][q]);                                \
+                acc[r][q] = _mm512_fmadd_ps(xe, ce[q], acc[r][q]);                                \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+/* A whole code block (PB pairs at column pair J): pair by pair, or for U4
+ * with vdpbf16ps all 4 pairs' vpermw indices from 2 masks, 2 adds and 2
+ * byte shifts: words hold the block's 4 codes of (slot, parity) as nibbles
+ * n0..n3, so (v & 0x0f0f) + zw has n0 + 16 - zero in its low byte and
+ * n2 + 16 - zero in its high one (qpanel.h; no carries). */
+#define PAIR_BLOCK_STEPS(STEP, blk, J)                                                            \
+    do {                                                                                          \
+        _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++) STEP(blk, jj, (J) + jj);          \
+    } while (0)
+#define PAIR_BLOCK_EMUL(blk, J) PAIR_BLOCK_STEPS(PAIR_STEP_EMUL, blk, J)
+#define PAIR_BLOCK_BF16(blk, J)                                                                   \
+    do {                                                                                          \
+        if (fmt != QWI_QFMT_U4) {                                                                 \
+            PAIR_BLOCK_STEPS(PAIR_STEP_BF16, blk, J);                                             \
+            break;                                                                                \
+        }                                                                                         \
+        __m512i s0[4], s1[4];                                                                     \
+        const __m512i m0f = _mm512_set1_epi16(0x0f0f);                                            \
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                                    \
+            const __m512i v = _mm512_loadu_si512((blk) + q * pb);                                 \
+            s0[q] = _mm512_add_epi16(_mm512_and_si512(v, m0f), zw[q]);                            \
+            s1[q] = _mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(v, 4), m0f), zw[q]);      \
+        }                                                                                         \
+        _Pragma("GCC unroll 8") for (int jj = 0; jj < 4; jj++) {                                  \
+            __m512bh wv[4];                                                                       \
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                                \
+                const __m512i idx = jj == 0 ? s0[q] : jj == 1 ? s1[q]                             \
+                                  : _mm512_srli_epi16(jj == 2 ? s0[q] : s1[q], 8);                \
+                wv[q] = (__m512bh)_mm512_permutexvar_epi16(idx, tab);                             \
+            }                                                                                     \
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                \
+                const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * KP + (J) + jj]);       \
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                              \
+                    acc[r][q] = _mm512_dpbf16_ps(acc[r][q], xb, wv[q]);                           \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+PAIR_DIRECT(pair_direct_emul, Q_INLINE, PAIR_STEP_EMUL, PAIR_BLOCK_EMUL, _mm512_setzero_si512())
+PAIR_DIRECT(pair_direct_bf16, QB_INLINE, PAIR_STEP_BF16, PAIR_BLOCK_BF16, u4_table())
+
+/* ---- M > 2: decode a chunk once, sweep it with register tiles ------------ */
+
+/* Decode columns [k0, k1) (within one group; k0 a multiple of QKC from the
+ * group start) of NP panels into buf[q][k - k0][16] (SEQ). */
+Q_INLINE void seq_decode_chunk(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t k0, int64_t k1,
+                               float *buf, const int np, const int fmt) {
+    const int64_t G = w->ngroups, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int KB = fmt == QWI_QFMT_U4 ? 8 : fmt == QWI_QFMT_U8 ? 4 : 2;
+    const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
+    const __m512 magic = _mm512_set1_ps(0x1p23f);
+    for (int q = 0; q < np; q++) {
+        const __m512 zm = fmt == QWI_QFMT_E4M3 ? magic
+                          : _mm512_add_ps(_mm512_loadu_ps(w->zeros + ((p0 + q) * G + g) * 16), magic);
+        const uint8_t *pc = w->codes + (p0 + q) * pb;
+        float *o = buf + (int64_t)q * QKC * 16;
+        int64_t k = k0;
+        if (k0 % KB == 0)
+            for (; k + KB <= k1; k += KB) {
+                const uint8_t *blk = pc + (k / KB) * BB;
+                _Pragma("GCC unroll 8") for (int i = 0; i < KB; i++)
+                    _mm512_storeu_ps(o + (k - k0 + i) * 16, seq_c(blk, i, zm, fmt));
+            }
+        for (; k < k1; k++)
+            _mm512_storeu_ps(o + (k - k0) * 16, seq_c(pc + (k / KB) * BB, (int)(k % KB), zm, fmt));
+    }
+}
+
+/* MR x NP tile over the decoded columns [0, kn): acc from part (or 0 when
+ * first), chain acc = fma(x, c, acc), back to part (row stride 64). */
+Q_INLINE void seq_tile(const float *x, int64_t K, const float *buf, int64_t kn, float *part,
+                       int first, const int mr, const int np) {
+    __m512 acc[6][4];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            acc[r][q] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + r * 64 + q * 16);
+    for (int64_t k = 0; k < kn; k++) {
+        __m512 c[4];
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) c[q] = _mm512_loadu_ps(buf + (q * QKC + k) * 16);
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+            const __m512 xb = _mm512_set1_ps(x[r * K + k]);
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                acc[r][q] = _mm512_fmadd_ps(xb, c[q], acc[r][q]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
+}
+
+/* PAIR, emulation: pairs [j0, j1) of NP panels into buf[q][j - j0][2][16]
+ * as f32 (odd-k values, then even-k). */
+Q_INLINE void pair_decode_chunk_f32(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0,
+                                    int64_t j1, float *buf, const int np, const int fmt) {
+    const int64_t G = w->ngroups, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int PB = fmt == QWI_QFMT_U4 ? 4 : fmt == QWI_QFMT_U8 ? 2 : 1;
+    const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
+    (void)G;
+    for (int q = 0; q < np; q++) {
+        __m512 zb, za;
+        __m512i zw;
+        pair_zeros(w, p0 + q, g, &zb, &za, &zw, fmt);
+        const uint8_t *pc = w->codes + (p0 + q) * pb;
+        float *o = buf + (int64_t)q * (QKC / 2) * 32;
+        for (int64_t j = j0; j < j1; j++) {
+            __m512 ce, co;
+            pair_ce_co(pc + (j / PB) * BB, (int)(j % PB), zb, za, &ce, &co, fmt);
+            _mm512_storeu_ps(o + (j - j0) * 32, co);
+            _mm512_storeu_ps(o + (j - j0) * 32 + 16, ce);
+        }
+    }
+}
+
+Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, int64_t jn,
+                             float *part, int first, const int mr, const int np) {
+    __m512 acc[6][4];   /* mr <= 4 in use (ROW_TILES(4, ...)): 16 accumulators + 8 weights */
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            acc[r][q] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + r * 64 + q * 16);
+    for (int64_t j = 0; j < jn; j++) {
+        __m512 co[4], ce[4];
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+            co[q] = _mm512_loadu_ps(buf + (q * (QKC / 2) + j) * 32);
+            ce[q] = _mm512_loadu_ps(buf + (q * (QKC / 2) + j) * 32 + 16);
+        }
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+            const uint32_t xp = x[r * KP + j];
+            const __m512 xo = pair_hi(xp), xe = pair_lo(xp);
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+                acc[r][q] = _mm512_fmadd_ps(xo, co[q], acc[r][q]);
+                acc[r][q] = _mm512_fmadd_ps(xe, ce[q], acc[r][q]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
+}
+
+/* PAIR, vdpbf16ps: pairs [j0, j1) of NP panels into buf[q][j - j0][16] as
+ * bf16 pair lanes (cpu/pairpanel.h's panel). */
+QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0,
+                                      int64_t j1, uint32_t *buf, const int np, const int fmt) {
+    const int64_t G = w->ngroups, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int PB = fmt == QWI_QFMT_U4 ? 4 : fmt == QWI_QFMT_U8 ? 2 : 1;
+    const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
+    const __m512i tab = u4_table();
+    (void)G;
+    for (int q = 0; q < np; q++) {
+        __m512 zb, za;
+        __m512i zw;
+        pair_zeros(w, p0 + q, g, &zb, &za, &zw, fmt);
+        const uint8_t *pc = w->codes + (p0 + q) * pb;
+        uint32_t *o = buf + (int64_t)q * (QKC / 2) * 16;
+        int64_t j = j0;
+        if (j0 % PB == 0)
+            for (; j + PB <= j1; j += PB) {
+                const uint8_t *blk = pc + (j / PB) * BB;
+                _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++)
+                    _mm512_storeu_si512(o + (j + jj - j0) * 16, pair_bf16(blk, jj, zb, za, zw, tab, fmt));
+            }
+        for (; j < j1; j++)
+            _mm512_storeu_si512(o + (j - j0) * 16,
+                                pair_bf16(pc + (j / PB) * BB, (int)(j % PB), zb, za, zw, tab, fmt));
+    }
+}
+
+QB_INLINE void pair_tile_bf16(const uint32_t *x, int64_t KP, const uint32_t *buf, int64_t jn,
+                              float *part, int first, const int mr, const int np) {
+    __m512 acc[6][4];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            acc[r][q] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + r * 64 + q * 16);
+    for (int64_t j = 0; j < jn; j++) {
+        __m512bh wv[4];
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            wv[q] = (__m512bh)_mm512_loadu_si512(buf + (q * (QKC / 2) + j) * 16);
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+            const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * KP + j]);
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                acc[r][q] = _mm512_dpbf16_ps(acc[r][q], xb, wv[q]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
+}
+
+/* Rows [0, mb) in tiles of TMR (the rest in one smaller tile): TILE(xr, pr, mr). */
+#define ROW_TILES(TMR, mb, TILE)                                                          \
+    do {                                                                                  \
+        int64_t r_ = 0;                                                                   \
+        for (; r_ + (TMR) <= (mb); r_ += (TMR)) TILE(r_, TMR);                            \
+        switch ((mb) - r_) {                                                              \
+        case 5: TILE(r_, 5); break;                                                       \
+        case 4: TILE(r_, 4); break;                                                       \
+        case 3: TILE(r_, 3); break;                                                       \
+        case 2: TILE(r_, 2); break;                                                       \
+        case 1: TILE(r_, 1); break;                                                       \
+        default: break;                                                                   \
+        }                                                                                 \
+    } while (0)
+
+/* totals += partial sums of group g times its scales, rows [0, mb). */
+Q_INLINE void apply_scales(const qwi_qpanel *w, int64_t p0, int64_t g, int np, int64_t mb,
+                           const float *part, float *tot) {
+    for (int q = 0; q < np; q++) {
+        const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * w->ngroups + g) * 16);
+        for (int64_t r = 0; r < mb; r++) {
+            const __m512 a = _mm512_loadu_ps(part + r * 64 + q * 16);
+            const __m512 t = _mm512_loadu_ps(tot + r * 64 + q * 16);
+            _mm512_storeu_ps(tot + r * 64 + q * 16, _mm512_fmadd_ps(a, sc, t));
+        }
+    }
+}
+
+/* ---- entry points ---------------------------------------------------------- */
+
+/* Direct path over panel groups of up to 4: DIRECT(p, np, mr). */
+#define DIRECT_ALL(M, N, DIRECT)                                                          \
+    do {                                                                                  \
+        const int64_t np_all_ = QWI_DIV_UP(N, 16);                                        \
+        for (int64_t pq = 0; pq < np_all_; pq += 4) {                                     \
+            const int64_t np_ = QWI_MIN((int64_t)4, np_all_ - pq);                        \
+            if ((M) == 1) {                                                               \
+                switch (np_) {                                                            \
+                case 4: DIRECT(pq, 4, 1); break;                                          \
+                case 3: DIRECT(pq, 3, 1); break;                                          \
+                case 2: DIRECT(pq, 2, 1); break;                                          \
+                default: DIRECT(pq, 1, 1); break;                                         \
+                }                                                                         \
+            } else {                                                                      \
+                switch (np_) {                                                            \
+                case 4: DIRECT(pq, 4, 2); break;                                          \
+                case 3: DIRECT(pq, 3, 2); break;                                          \
+                case 2: DIRECT(pq, 2, 2); break;                                          \
+                default: DIRECT(pq, 1, 2); break;                                         \
+                }                                                                         \
+            }                                                                             \
+            for (int64_t r = 0; r < (M); r++)                                             \
+                for (int64_t q = 0; q < np_; q++)                                         \
+                    put16(res + r * 64 + q * 16, 16 * (pq + q), N, bias, out + r * ldo,   \
+                          accumulate);                                                    \
+        }                                                                                 \
+    } while (0)
+
+Q_INLINE void qf32_fmt(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, int64_t n0,
+                       int64_t N, const float *bias, float *out, int64_t ldo, int accumulate,
+                       const int fmt) {
+    const int64_t P0 = n0 / 16;
+    if (M <= 2) {
+        float res[2 * 64] __attribute__((aligned(64)));
+#define SEQ_D(pq, NP, MR) seq_direct(x, K, w, P0 + (pq), res, MR, NP, fmt)
+        DIRECT_ALL(M, N, SEQ_D);
+#undef SEQ_D
+        return;
+    }
+    float buf[4 * QKC * 16] __attribute__((aligned(64)));
+    float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
+    const int64_t np_all = QWI_DIV_UP(N, 16), G = w->ngroups, gk = w->group_k;
+    for (int64_t pq = 0; pq < np_all; pq += 4) {
+        const int np = (int)QWI_MIN((int64_t)4, np_all - pq);
+        for (int64_t m0 = 0; m0 < M; m0 += QMB) {
+            const int64_t mb = QWI_MIN((int64_t)QMB, M - m0);
+            const float *xb = x + m0 * K;
+            memset(tot, 0, sizeof(float) * (size_t)mb * 64);
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t ks = g * gk, ke = QWI_MIN(K, ks + gk);
+                for (int64_t k0 = ks; k0 < ke; k0 += QKC) {
+                    const int64_t k1 = QWI_MIN(ke, k0 + QKC);
+                    seq_decode_chunk(w, P0 + pq, g, k0, k1, buf, np, fmt);
+#define SEQ_T(r, MR)                                                                          \
+    do {                                                                                      \
+        switch (np) {                                                                         \
+        case 4: seq_tile(xb + (r) * K + k0, K, buf, k1 - k0, part + (r) * 64, k0 == ks, MR, 4); break; \
+        case 3: seq_tile(xb + (r) * K + k0, K, buf, k1 - k0, part + (r) * 64, k0 == ks, MR, 3); break; \
+        case 2: seq_tile(xb + (r) * K + k0, K, buf, k1 - k0, part + (r) * 64, k0 == ks, MR, 2); break; \
+        default: seq_tile(xb + (r) * K + k0, K, buf, k1 - k0, part + (r) * 64, k0 == ks, MR, 1); break; \
+        }                                                                                     \
+    } while (0)
+                    ROW_TILES(6, mb, SEQ_T);
+#undef SEQ_T
+                }
+                apply_scales(w, P0 + pq, g, np, mb, part, tot);
+            }
+            for (int64_t r = 0; r < mb; r++)
+                for (int q = 0; q < np; q++)
+                    put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias, out + (m0 + r) * ldo,
+                          accumulate);
+        }
+    }
+}
+
+__attribute__((target(Q_TARGET)))
+void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w,
+                            int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                            int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    switch (w->fmt) {
+    case QWI_QFMT_U4: qf32_fmt(x, M, K, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
+    case QWI_QFMT_U8: qf32_fmt(x, M, K, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
+    default: qf32_fmt(x, M, K, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
+    }
+}
+
+/* The chunked PAIR path: DECODE(g, j0, j1) fills buf, TILE(r, MR) sweeps it. */
+#define PAIR_CHUNKED(TMR, DECODE, TILE)                                                   \
+    do {                                                                                  \
+        const int64_t np_all = QWI_DIV_UP(N, 16), G = w->ngroups, gk = w->group_k;        \
+        for (int64_t pq = 0; pq < np_all; pq += 4) {                                      \
+            const int np = (int)QWI_MIN((int64_t)4, np_all - pq);                         \
+            for (int64_t m0 = 0; m0 < M; m0 += QMB) {                                     \
+                const int64_t mb = QWI_MIN((int64_t)QMB, M - m0);                         \
+                const uint32_t *xb = x + m0 * KP;                                         \
+                memset(tot, 0, sizeof(float) * (size_t)mb * 64);                          \
+                for (int64_t g = 0; g < G; g++) {                                         \
+                    const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);    \
+                    for (int64_t j0 = js; j0 < je; j0 += QKC / 2) {                       \
+                        const int64_t j1 = QWI_MIN(je, j0 + QKC / 2);                     \
+                        DECODE(g, j0, j1);                                                \
+                        ROW_TILES(TMR, mb, TILE);                                         \
+                    }                                                                     \
+                    apply_scales(w, P0 + pq, g, np, mb, part, tot);                       \
+                }                                                                         \
+                for (int64_t r = 0; r < mb; r++)                                          \
+                    for (int q = 0; q < np; q++)                                          \
+                        put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,              \
+                              out + (m0 + r) * ldo, accumulate);                          \
+            }                                                                             \
+        }                                                                                 \
+    } while (0)
+
+#define NP_SWITCH(CALL)                                                                   \
+    do {                                                                                  \
+        switch (np) {                                                                     \
+        case 4: CALL(4); break;                                                           \
+        case 3: CALL(3); break;                                                           \
+        case 2: CALL(2); break;                                                           \
+        default: CALL(1); break;                                                          \
+        }                                                                                 \
+    } while (0)
+
+Q_INLINE void qpair_emul_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                             int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                             int accumulate, const int fmt) {
+    const int64_t P0 = n0 / 16;
+    if (M <= 2) {
+        float res[2 * 64] __attribute__((aligned(64)));
+#define PAIR_D(pq, NP, MR) pair_direct_emul(x, KP, w, P0 + (pq), res, MR, NP, fmt)
+        DIRECT_ALL(M, N, PAIR_D);
+#undef PAIR_D
+        return;
+    }
+    float buf[4 * (QKC / 2) * 32] __attribute__((aligned(64)));
+    float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
+#define DEC(g, j0, j1) pair_decode_chunk_f32(w, P0 + pq, g, j0, j1, buf, np, fmt)
+#define TL_NP(NP) pair_tile_emul(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, mr_t, NP)
+#define TL(r, MR)                                                                         \
+    do {                                                                                  \
+        const int64_t r_t = (r);                                                          \
+        const int mr_t = (MR);                                                            \
+        NP_SWITCH(TL_NP);                                                                 \
+    } while (0)
+    PAIR_CHUNKED(4, DEC, TL);
+#undef DEC
+#undef TL
+#undef TL_NP
+}
+
+__attribute__((target(Q_TARGET)))
+void qwi_avx512_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                             int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                             int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    switch (w->fmt) {
+    case QWI_QFMT_U4: qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
+    case QWI_QFMT_U8: qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
+    default: qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
+    }
+}
+
+QB_INLINE void qpair_bf16_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                              int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                              int accumulate, const int fmt) {
+    const int64_t P0 = n0 / 16;
+    if (M <= 2) {
+        float res[2 * 64] __attribute__((aligned(64)));
+#define PAIR_D(pq, NP, MR) pair_direct_bf16(x, KP, w, P0 + (pq), res, MR, NP, fmt)
+        DIRECT_ALL(M, N, PAIR_D);
+#undef PAIR_D
+        return;
+    }
+    uint32_t buf[4 * (QKC / 2) * 16] __attribute__((aligned(64)));
+    float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
+#define DEC(g, j0, j1) pair_decode_chunk_bf16(w, P0 + pq, g, j0, j1, buf, np, fmt)
+#define TL_NP(NP) pair_tile_bf16(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, mr_t, NP)
+#define TL(r, MR)                                                                         \
+    do {                                                                                  \
+        const int64_t r_t = (r);                                                          \
+        const int mr_t = (MR);                                                            \
+        NP_SWITCH(TL_NP);                                                                 \
+    } while (0)
+    PAIR_CHUNKED(6, DEC, TL);
+#undef DEC
+#undef TL
+#undef TL_NP
+}
+
+__attribute__((target(QB_TARGET)))
+void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                                 int64_t n0, int64_t N, const float *bias, float *out,
+                                 int64_t ldo, int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    switch (w->fmt) {
+    case QWI_QFMT_U4: qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
+    case QWI_QFMT_U8: qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
+    default: qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
+    }
+}
+
+/* ---- AVX512_VBMI: e4m3 pairs through byte tables (M <= 2) ---------------- */
+
+/* Decoding E4M3 pairs above costs 2 vpunpck, 2 x (shift, mask,
+ * vcvtph2ps) and a vcvtne2ps2bf16 per panel and pair, which in decode
+ * (M <= 2) leaves fp8 barely faster than bf16 weights. With vpermi2b the
+ * bf16 bits of c' = value * 2^-8 (exact: at most 4 significant bits,
+ * exponents 2^-17..2^0) come from two 128-entry byte tables indexed by the
+ * 7 magnitude bits (vpermi2b ignores index bit 7, the sign), the sign ORed
+ * into the high byte, and one more vpermi2b interleaves low and high bytes
+ * into the word order pair_bf16's unpack + convert gives: 4 operations for
+ * 2 pairs of a panel. Same c' bits (the tables are the f16 decode of
+ * e4m3_hi_words, 0x7f/0xff included), same vdpbf16ps chain, same bits. */
+
+#define QV_TARGET QB_TARGET ",avx512vbmi"
+#define QV_INLINE static inline __attribute__((always_inline, target(QV_TARGET)))
+/* Prefetch distance per panel: with the cheaper decode, 512 bytes ahead
+ * streamed best on Zen 4 (1024: about 15% slower, none: 25%). */
+#define QVPF 512
+
+/* High and low bytes of bf16(c') for magnitude bits m = 0..127. */
+static const uint8_t e4m3_bf16_hi[128] __attribute__((aligned(64))) = {
+    0x00, 0x37, 0x37, 0x37, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38,
+    0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39, 0x39,
+    0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a, 0x3a,
+    0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b, 0x3b,
+    0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c,
+    0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d,
+    0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e,
+    0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f,
+};
+static const uint8_t e4m3_bf16_lo[128] __attribute__((aligned(64))) = {
+    0x00, 0x00, 0x80, 0xc0, 0x00, 0x20, 0x40, 0x60, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+};
+
+/* The interleaving permutation: output word W takes code byte b(W) of
+ * the block (qpanel.h's PAIR E4M3 order: W < 16: (W/8)*16 + W%8, else
+ * 8 more), low byte from the low table (index b), high byte from the high
+ * one (index 64 + b). half = 1: the block in bytes 32-63. */
+QV_INLINE __m512i e4m3_vbmi_perm(int half) {
+    uint8_t p[64] __attribute__((aligned(64)));
+    for (int W = 0; W < 32; W++) {
+        const int V = W % 16, b = (V / 8) * 16 + (W >= 16 ? 8 : 0) + V % 8 + 32 * half;
+        p[2 * W] = (uint8_t)b;
+        p[2 * W + 1] = (uint8_t)(64 + b);
+    }
+    return _mm512_load_si512(p);
+}
+
+/* The blocks of v (bytes 0-31, and 32-63 when two) as bf16 pair lanes. */
+QV_INLINE void e4m3_vbmi_decode(__m512i v, const __m512i th[2], const __m512i tl[2], __m512i perm0,
+                                __m512i perm1, __m512i *w0, __m512i *w1, const int two) {
+    __m512i hi = _mm512_permutex2var_epi8(th[0], v, th[1]);
+    const __m512i lo = _mm512_permutex2var_epi8(tl[0], v, tl[1]);
+    /* hi | (v & 0x80): the sign */
+    hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xf8);
+    *w0 = _mm512_permutex2var_epi8(lo, perm0, hi);
+    if (two) *w1 = _mm512_permutex2var_epi8(lo, perm1, hi);
+}
+
+/* pair_direct_bf16 for E4M3: MR rows x NP panels from panel p0, all
+ * groups, totals to res[r*64 + q*16]; two pairs (one 64-byte line per
+ * panel) per step where the group allows. */
+QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel *w, int64_t p0,
+                                float *res, const int mr, const int np) {
+    const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const __m512i th[2] = { _mm512_load_si512(e4m3_bf16_hi), _mm512_load_si512(e4m3_bf16_hi + 64) };
+    const __m512i tl[2] = { _mm512_load_si512(e4m3_bf16_lo), _mm512_load_si512(e4m3_bf16_lo + 64) };
+    const __m512i perm0 = e4m3_vbmi_perm(0), perm1 = e4m3_vbmi_perm(1);
+    const uint8_t *pc = w->codes + p0 * pb;
+    __m512 tot[2][4], acc[2][4];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] = _mm512_setzero_ps();
+        int64_t j = js;
+        /* one pair: its 32 bytes only (the panel may end right after) */
+#define E4M3_ONE(J)                                                                               \
+    do {                                                                                          \
+        __m512i wv[4], unused_;                                                                   \
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                                    \
+            const __m256i c_ = _mm256_loadu_si256((const __m256i *)(const void *)(pc + q * pb + (J) * 32)); \
+            e4m3_vbmi_decode(_mm512_zextsi256_si512(c_), th, tl, perm0, perm1, &wv[q], &unused_, 0); \
+        }                                                                                         \
+        (void)unused_;                                                                            \
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                    \
+            const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * KP + (J)]);                \
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                  \
+                acc[r][q] = _mm512_dpbf16_ps(acc[r][q], xb, (__m512bh)wv[q]);                     \
+        }                                                                                         \
+    } while (0)
+        if ((j & 1) && j < je) {
+            E4M3_ONE(j);
+            j++;
+        }
+        for (; j + 2 <= je; j += 2) {
+            __m512i w0[4], w1[4];
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+                const uint8_t *blk = pc + q * pb + j * 32;
+                _mm_prefetch((const char *)(blk + QVPF), _MM_HINT_T0);
+                e4m3_vbmi_decode(_mm512_loadu_si512(blk), th, tl, perm0, perm1, &w0[q], &w1[q], 1);
+            }
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+                const __m512bh x0 = (__m512bh)_mm512_set1_epi32((int)x[r * KP + j]);
+                const __m512bh x1 = (__m512bh)_mm512_set1_epi32((int)x[r * KP + j + 1]);
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+                    acc[r][q] = _mm512_dpbf16_ps(acc[r][q], x0, (__m512bh)w0[q]);
+                    acc[r][q] = _mm512_dpbf16_ps(acc[r][q], x1, (__m512bh)w1[q]);
+                }
+            }
+        }
+        if (j < je) E4M3_ONE(j);
+#undef E4M3_ONE
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+            const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+                tot[r][q] = _mm512_fmadd_ps(acc[r][q], sc, tot[r][q]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);
+}
+
+__attribute__((target(QV_TARGET)))
+void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                                 int64_t n0, int64_t N, const float *bias, float *out,
+                                 int64_t ldo, int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    if (w->fmt != QWI_QFMT_E4M3 || M > 2) {
+        qwi_avx512bf16_matmul_qpair(x, M, KP, w, n0, N, bias, out, ldo, accumulate);
+        return;
+    }
+    const int64_t P0 = n0 / 16;
+    float res[2 * 64] __attribute__((aligned(64)));
+#define PAIR_D(pq, NP, MR) e4m3_direct_vbmi(x, KP, w, P0 + (pq), res, MR, NP)
+    DIRECT_ALL(M, N, PAIR_D);
+#undef PAIR_D
+}
+
+#endif

@@ -1,0 +1,191 @@
+/*
+ * qpanel.c - packing quantized weights into the layout of qpanel.h.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/qpanel.h"
+#include "fp8.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "qpanel.h's code fields are little-endian lanes");
+
+static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
+
+/* Byte offsets of the scales and zeros and the total, or false on overflow. */
+static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
+                  size_t *scales_at, size_t *zeros_at, size_t *total) {
+    if (n <= 0 || k <= 0 || group_k < 2 || group_k % 2 != 0) return false;
+    if (fmt != QWI_QFMT_U4 && fmt != QWI_QFMT_U8 && fmt != QWI_QFMT_E4M3) return false;
+    if (layout != QWI_QPANEL_SEQ && layout != QWI_QPANEL_PAIR) return false;
+    const size_t np = (size_t)QWI_DIV_UP(n, QWI_QPANEL), G = (size_t)QWI_DIV_UP(k, group_k);
+    size_t codes, sc, zs = 0;
+    if (__builtin_mul_overflow(np, (size_t)qwi_qpanel_panel_bytes(fmt, k), &codes) ||
+        __builtin_mul_overflow(np, G, &sc) || __builtin_mul_overflow(sc, (size_t)16 * 4, &sc))
+        return false;
+    if (fmt != QWI_QFMT_E4M3 &&
+        (__builtin_mul_overflow(np, G, &zs) ||
+         __builtin_mul_overflow(zs, (size_t)qwi_qpanel_zero_stride(fmt, layout) * 4, &zs)))
+        return false;
+    *scales_at = align64(codes);
+    *zeros_at = *scales_at + align64(sc);
+    *total = *zeros_at + align64(zs);
+    return *total >= codes;
+}
+
+size_t qwi_qpanel_bytes_for(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
+                            int64_t group_k) {
+    size_t s, z, t;
+    return sizes(fmt, layout, n, k, group_k, &s, &z, &t) ? t : 0;
+}
+
+size_t qwi_qpanel_bytes(const qwi_qweight *w, qwi_qpanel_layout layout) {
+    if (!w || w->method == QWI_QUANT_NONE) return 0;
+    return qwi_qpanel_bytes_for(w->fmt, layout, w->n, w->k, w->group_k);
+}
+
+float qwi_qpanel_e4m3_c(uint8_t b) { return qwi_e4m3_to_f32(b) * 0x1p-8f; }
+
+float qwi_qpanel_c(const qwi_qpanel *w, int64_t n, int64_t k) {
+    const int64_t p = n / QWI_QPANEL;
+    const int r = (int)(n % QWI_QPANEL);
+    int64_t byte;
+    int shift;
+    qwi_qpanel_code_pos(w->fmt, w->layout, k, r, &byte, &shift);
+    const uint8_t code = w->codes[p * qwi_qpanel_panel_bytes(w->fmt, w->k) + byte];
+    if (w->fmt == QWI_QFMT_E4M3) return qwi_qpanel_e4m3_c(code);
+    const int c = w->fmt == QWI_QFMT_U4 ? (code >> shift) & 0xf : code;
+    const int64_t zs = qwi_qpanel_zero_stride(w->fmt, w->layout);
+    return (float)c - w->zeros[p * w->ngroups * zs +
+                               qwi_qpanel_zero_index(w->fmt, w->layout, k / w->group_k, r)];
+}
+
+double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k) {
+    const int64_t p = n / QWI_QPANEL, r = n % QWI_QPANEL, g = k / w->group_k;
+    return (double)qwi_qpanel_c(w, n, k) * (double)w->scales[(p * w->ngroups + g) * 16 + r];
+}
+
+/* Describe a packed weight at dst. */
+static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
+                     void *dst, qwi_qpanel *out) {
+    size_t s_at = 0, z_at = 0, total = 0;   /* sizes() was checked by the caller */
+    sizes(fmt, layout, n, k, group_k, &s_at, &z_at, &total);
+    *out = (qwi_qpanel){ .fmt = fmt, .layout = layout, .n = n, .k = k, .group_k = group_k,
+                         .ngroups = QWI_DIV_UP(k, group_k), .codes = dst,
+                         .scales = (const float *)(void *)((char *)dst + s_at),
+                         .zeros = fmt == QWI_QFMT_E4M3 ? NULL
+                                                       : (const float *)(void *)((char *)dst + z_at) };
+}
+
+/* Pack panel p from rows [16p, 16p + rows) given as codes [rows][k] and
+ * scales/zeros [rows][G]; the rest of the panel is zero. Returns the first
+ * bad zero's row (>= 0) or -1. */
+static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const uint8_t *codes,
+                          const float *scales, const float *zeros, int64_t *bad_g) {
+    const int64_t k = d->k, G = d->ngroups, pb = qwi_qpanel_panel_bytes(d->fmt, k);
+    uint8_t *pc = (uint8_t *)d->codes + p * pb;
+    float *ps = (float *)d->scales + p * G * 16;
+    memset(pc, 0, (size_t)pb);
+    memset(ps, 0, (size_t)G * 16 * sizeof(float));
+    const float smul = d->fmt == QWI_QFMT_E4M3 ? 0x1p8f : 1.0f;
+    const float zmax = d->fmt == QWI_QFMT_U4 ? 16.0f : 256.0f;
+    float *pz = NULL;
+    const int64_t zs = qwi_qpanel_zero_stride(d->fmt, d->layout);
+    if (d->fmt != QWI_QFMT_E4M3) {
+        pz = (float *)d->zeros + p * G * zs;
+        memset(pz, 0, (size_t)(G * zs) * sizeof(float));
+    }
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *cr = codes + r * k;
+        for (int64_t c = 0; c < k; c++) {
+            int64_t byte;
+            int shift;
+            qwi_qpanel_code_pos(d->fmt, d->layout, c, r, &byte, &shift);
+            const uint8_t v = d->fmt == QWI_QFMT_U4 ? (uint8_t)(cr[c] & 0xf) : cr[c];
+            pc[byte] |= (uint8_t)(v << shift);
+        }
+        for (int64_t g = 0; g < G; g++) {
+            ps[g * 16 + r] = scales[r * G + g] * smul;
+            if (!pz) continue;
+            const float z = zeros[r * G + g];
+            if (!(z >= 0.0f && z <= zmax && z == floorf(z))) {
+                *bad_g = g;
+                return r;
+            }
+            const int64_t zi = qwi_qpanel_zero_index(d->fmt, d->layout, g, r);
+            pz[zi] = z;
+            if (qwi_qpanel_zeros_interleaved(d->fmt, d->layout)) pz[zi + 1] = z;
+        }
+    }
+    return -1;
+}
+
+bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
+                           int64_t group_k, const uint8_t *codes, const float *scales,
+                           const float *zeros, void *dst, qwi_qpanel *out) {
+    if (!qwi_qpanel_bytes_for(fmt, layout, n, k, group_k) ||
+        (fmt != QWI_QFMT_E4M3 && !zeros)) {
+        qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: cannot pack a [%lld, %lld] weight of format "
+                 "%d with groups of %lld", (long long)n, (long long)k, (int)fmt, (long long)group_k);
+        return false;
+    }
+    qwi_qpanel d;
+    describe(fmt, layout, n, k, group_k, dst, &d);
+    const int64_t G = d.ngroups;
+    for (int64_t p = 0; p * QWI_QPANEL < n; p++) {
+        const int64_t r0 = p * QWI_QPANEL, rows = QWI_MIN((int64_t)QWI_QPANEL, n - r0);
+        int64_t bad_g = 0;
+        int64_t bad = pack_panel(&d, p, rows, codes + r0 * k, scales + r0 * G,
+                                 zeros ? zeros + r0 * G : NULL, &bad_g);
+        if (bad >= 0) {
+            qwi_fail(QW_ERR_UNSUPPORTED, "qpanel: row %lld, group %lld: zero point %g is not an "
+                     "integer in [0, %d]", (long long)(r0 + bad), (long long)bad_g,
+                     (double)zeros[(r0 + bad) * G + bad_g], fmt == QWI_QFMT_U4 ? 16 : 256);
+            return false;
+        }
+    }
+    *out = d;
+    return true;
+}
+
+bool qwi_qpanel_pack(const qwi_qweight *w, qwi_qpanel_layout layout, void *dst, qwi_qpanel *out) {
+    const char *name = w && w->qweight.name ? w->qweight.name : "quantized weight";
+    if (!qwi_qpanel_bytes(w, layout)) {
+        qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: %s: cannot be packed (method %d, [%lld, %lld], "
+                 "group %lld)", name, w ? (int)w->method : -1, w ? (long long)w->n : 0,
+                 w ? (long long)w->k : 0, w ? (long long)w->group_k : 0);
+        return false;
+    }
+    const int64_t n = w->n, k = w->k, G = qwi_qweight_groups(w);
+    uint8_t *codes = malloc((size_t)(QWI_QPANEL * k));
+    float *sz = malloc((size_t)(2 * QWI_QPANEL * G) * sizeof(float));
+    if (!codes || !sz) {
+        free(codes);
+        free(sz);
+        qwi_fail(QW_ERR_OUT_OF_MEMORY, "qpanel: %s: packing scratch allocation failed", name);
+        return false;
+    }
+    float *scales = sz, *zeros = sz + QWI_QPANEL * G;
+    qwi_qpanel d;
+    describe(w->fmt, layout, n, k, w->group_k, dst, &d);
+    bool ok = true;
+    for (int64_t p = 0; p * QWI_QPANEL < n && ok; p++) {
+        const int64_t r0 = p * QWI_QPANEL, rows = QWI_MIN((int64_t)QWI_QPANEL, n - r0);
+        for (int64_t i = 0; i < rows * G; i++) zeros[i] = 0.0f;
+        qwi_qweight_unpack_rows(w, r0, r0 + rows, codes, scales, zeros);
+        int64_t bad_g = 0;
+        int64_t bad = pack_panel(&d, p, rows, codes, scales,
+                                 w->fmt == QWI_QFMT_E4M3 ? NULL : zeros, &bad_g);
+        if (bad >= 0) {
+            qwi_fail(QW_ERR_UNSUPPORTED, "qpanel: %s: row %lld, group %lld: zero point %g is not "
+                     "an integer in [0, %d]", name, (long long)(r0 + bad), (long long)bad_g,
+                     (double)zeros[bad * G + bad_g], w->fmt == QWI_QFMT_U4 ? 16 : 256);
+            ok = false;
+        }
+    }
+    free(codes);
+    free(sz);
+    if (ok) *out = d;
+    return ok;
+}

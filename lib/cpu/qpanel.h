@@ -1,0 +1,197 @@
+/*
+ * qpanel.h - the "quantized panel" layout of a quantized linear layer
+ * (lib/quant.h: AWQ/GPTQ int4/int8 codes with per-group scales and zero
+ * points, Qwen3-FP8 block-scaled e4m3): what the CPU backend repacks such a
+ * weight into at load, for the matmul_qf32 / matmul_qpair kernels of
+ * kernels.h.
+ *
+ * Why: batch-1 decode streams every weight once per token, so its speed is
+ * the bytes it reads. The codes stay 4 or 8 bits here and are widened in
+ * registers, next to the FMAs; as in cpu/panel.h and cpu/pairpanel.h, the
+ * codes of 16 consecutive outputs ("a panel") for the same k are adjacent,
+ * so one vector load feeds 16 output lanes and M = 1 streams the weights in
+ * one pass (the same layout serves GEMV and GEMM: batched == alone). The
+ * scales and zero points are widened to f32 and repeated per panel lane at
+ * packing, so the kernels load them as vectors.
+ *
+ * Layout of an [N][K] weight: ceil(N/16) panels, panel p = rows 16p..16p+15
+ * (slot r = row 16p + r; rows past N have code 0, scale 0, zero 0). Each
+ * panel's codes are blocks of KB input columns, qwi_qpanel_panel_bytes()
+ * per panel (codes past K are 0 and never read with an activation):
+ *   U4/U8 (KB = 8 / 4; w = 4 / 8 bits): a block is 16 little-endian 32-bit
+ *     lanes of F = 32/w fields, field i = bits [w*i, w*i+w) of the lane.
+ *     SEQ:  lane l, field i = code(slot l, k0 + i).
+ *     A field shifted down, masked and OR-ed into 2^23's bits is the f32
+ *     2^23 + code (one vpternlogd); subtracting 2^23 + zero gives code - zero
+ *     exactly.
+ *     PAIR U4: lane l, field i = code(slot l, k0 + 2*(i mod 4) + (i >= 4)):
+ *     the low 16 bits of lane l hold slot l's even columns of the block's 4
+ *     pairs, the high 16 bits its odd ones. As 32 16-bit words (word 2l + t
+ *     = slot l, parity t) that is the order of a pair panel's bf16 halves,
+ *     so (word >> 4j) & 15 plus 16 - zero, an index in [0, 32), looks up
+ *     bf16(code - zero) with one vpermw from a 32-entry table: pair j of the
+ *     panel in 4 integer operations, no conversion. (The FMA tables read
+ *     the same fields like SEQ's: even k = field j, odd k = field 4 + j.)
+ *     PAIR U8: lane l, field i = code(slot (i < 2 ? 0 : 8) + l/2,
+ *                                    k0 + 2*(i mod 2) + (l & 1)):
+ *     lane order (slot l/2, k even|odd) is the order of the 16 f32 values
+ *     one vcvtne2ps2bf16 source holds, so decoding fields i and i + 2 as
+ *     above and converting gives the pair panel without a shuffle.
+ *   E4M3 (KB = 2, one k pair, 32 bytes):
+ *     SEQ:  16-bit word r = code(r, k0) | code(r, k0+1) << 8.
+ *     PAIR: code(slot s, k0 + t) is byte (w / 8) * 16 + (s < 8 ? 0 : 8) + w % 8
+ *           with w = 2 * (s % 8) + t: vpunpck{l,h}bw of the 32 bytes against
+ *           zero then give slots 0-7 and slots 8-15, each as 16 words in
+ *           (slot, k even|odd) order.
+ *     An e4m3 byte b in the high half of a 16-bit word w = b << 8 becomes
+ *     the f16 bits of its value times 2^-8 as (w >>arith 1) & 0xbf80 (sign
+ *     to bit 15, exponent and mantissa shifted in place, f16 bias 15 = e4m3
+ *     bias 7 + 8), exact for e4m3 subnormals too (f16 subnormals); vcvtph2ps
+ *     widens that to f32. The kernels therefore use c' = value * 2^-8 and a
+ *     scale' = scale * 2^8 (stored that way here).
+ * scales: [panel][group][16] f32, slot order (E4M3: times 2^8, exact).
+ * zeros (U4/U8; NULL for E4M3): [panel][group][16] f32 in slot order, except
+ *   PAIR U8: [panel][group][32]: entry l = zero of slot l/2, entry 16 + l =
+ *   of slot 8 + l/2 (the lane order of its decoded fields).
+ *   Zero points must be integers in [0, 2^bits] (GPTQ v1 adds 1 to a
+ *   stored zero): packing refuses anything else.
+ *
+ * Arithmetic contract (every table, every M, N, thread split): per output
+ * (m, n), with c(n, k) = code - zero (U4/U8) or c' (E4M3, above), exact in
+ * f32 and in bf16 (at most 8 significant bits):
+ *   total = 0
+ *   for each group g in order (k in [g*group_k, min(K, (g+1)*group_k))):
+ *     exact (SEQ, matmul_qf32): acc = 0; for k in order:
+ *        acc = fma(x[m][k], c(n,k), acc)
+ *     fast (PAIR, matmul_qpair, x = bf16 pairs, c exact in bf16): acc = 0;
+ *        for each pair j of the group in order: acc = acc + xo*co, then
+ *        acc = acc + xe*ce (o = k 2j+1, e = k 2j; vdpbf16ps's lane, products
+ *        exact in f32)
+ *     total = fma(acc, scale(n, g), total)
+ *   v = bias ? total + bias[n] : total; out = accumulate ? out + v : v.
+ * The generic table does exactly this with fmaf(); the ISA tables with
+ * vfmadd / vdpbf16ps in vector lanes. All give the same bits as long as no
+ * product or partial sum is subnormal in f32 (vdpbf16ps flushes those;
+ * cpu/pairpanel.h flushes subnormal activations for every table). The E4M3
+ * scaling by 2^-8 / 2^8 changes no bit under the same condition.
+ */
+#ifndef QWI_CPU_QPANEL_H
+#define QWI_CPU_QPANEL_H
+
+#include "common.h"
+#include "quant.h"
+
+typedef enum qwi_qpanel_layout { QWI_QPANEL_SEQ = 0,   /* exact mode: f32 activations      */
+                                 QWI_QPANEL_PAIR = 1   /* fast mode: bf16 activation pairs */
+} qwi_qpanel_layout;
+
+typedef struct qwi_qpanel {            /* a qwi_qweight repacked into 16-output panels */
+    qwi_qfmt fmt;
+    qwi_qpanel_layout layout;
+    int64_t n, k, group_k, ngroups;
+    const uint8_t *codes;              /* [panel][qwi_qpanel_panel_bytes]          */
+    const float *scales;               /* [panel][group][16]                       */
+    const float *zeros;                /* [panel][group][16 | 32]; NULL for E4M3   */
+} qwi_qpanel;
+
+#define QWI_QPANEL 16
+
+/* Input columns per code block: 8 (U4), 4 (U8), 2 (E4M3). */
+static inline int64_t qwi_qpanel_kb(qwi_qfmt fmt) {
+    return fmt == QWI_QFMT_U4 ? 8 : fmt == QWI_QFMT_U8 ? 4 : 2;
+}
+
+/* Bytes of one code block: 64 (U4, U8), 32 (E4M3). */
+static inline int64_t qwi_qpanel_block_bytes(qwi_qfmt fmt) { return fmt == QWI_QFMT_E4M3 ? 32 : 64; }
+
+/* Bytes of one panel's codes for K input columns. */
+static inline int64_t qwi_qpanel_panel_bytes(qwi_qfmt fmt, int64_t k) {
+    return QWI_DIV_UP(k, qwi_qpanel_kb(fmt)) * qwi_qpanel_block_bytes(fmt);
+}
+
+/* Whether the zeros are in PAIR U8's interleaved lane order (else slot order). */
+static inline bool qwi_qpanel_zeros_interleaved(qwi_qfmt fmt, qwi_qpanel_layout layout) {
+    return layout == QWI_QPANEL_PAIR && fmt == QWI_QFMT_U8;
+}
+
+/* Floats per (panel, group) of zeros: 32 (PAIR U8) or 16. */
+static inline int64_t qwi_qpanel_zero_stride(qwi_qfmt fmt, qwi_qpanel_layout layout) {
+    return qwi_qpanel_zeros_interleaved(fmt, layout) ? 32 : 16;
+}
+
+/* Bytes of the packed form of an fmt weight [n][k] with groups of group_k
+ * input columns (codes, then scales, then zeros, each 64-byte aligned); 0 if
+ * a size is not positive, group_k is odd, fmt unknown, or it overflows. */
+size_t qwi_qpanel_bytes_for(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
+                            int64_t group_k);
+
+/* qwi_qpanel_bytes_for() of a loaded quantized weight; 0: cannot pack it
+ * (method NONE, or a size as above). */
+size_t qwi_qpanel_bytes(const qwi_qweight *w, qwi_qpanel_layout layout);
+
+/* Pack w (unpacked 16 rows at a time through qwi_qweight_unpack_rows) into
+ * dst, 64-byte aligned, of qwi_qpanel_bytes(w, layout) bytes, and describe
+ * it in *out (pointers into dst). Returns false, with a qwi_fail message
+ * naming the tensor, on a zero point outside the contract, a size of 0, or
+ * out of memory for the 16-row scratch; dst is then partly written. */
+bool qwi_qpanel_pack(const qwi_qweight *w, qwi_qpanel_layout layout, void *dst, qwi_qpanel *out);
+
+/* The same from plain arrays: codes [n][k] (as qwi_qweight_unpack_rows
+ * writes them), scales and zeros [n][ceil(k/group_k)] (zeros may be NULL
+ * for E4M3). dst: 64-byte aligned, qwi_qpanel_bytes_for() bytes. */
+bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
+                           int64_t group_k, const uint8_t *codes, const float *scales,
+                           const float *zeros, void *dst, qwi_qpanel *out);
+
+/* Where code (slot r, column k) of a panel lives: *byte is its offset from
+ * the panel's first code byte, *shift its bit position in that byte (0 or
+ * 4 for U4, else 0). The one definition of the layout above: packing and
+ * the generic kernels both go through it. */
+static inline void qwi_qpanel_code_pos(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t k, int r,
+                                       int64_t *byte, int *shift) {
+    const int64_t kb = qwi_qpanel_kb(fmt), blk = k / kb, kk = k % kb;
+    const int64_t base = blk * qwi_qpanel_block_bytes(fmt);
+    if (fmt == QWI_QFMT_E4M3) {
+        *shift = 0;
+        if (layout == QWI_QPANEL_SEQ) {
+            *byte = base + 2 * r + kk;
+        } else {
+            const int w = 2 * (r % 8) + (int)kk;
+            *byte = base + (w / 8) * 16 + (r < 8 ? 0 : 8) + w % 8;
+        }
+        return;
+    }
+    const int bits = fmt == QWI_QFMT_U4 ? 4 : 8;
+    int lane, field;
+    if (layout == QWI_QPANEL_SEQ) {
+        lane = r;
+        field = (int)kk;
+    } else if (fmt == QWI_QFMT_U4) {
+        lane = r;
+        field = (int)(kk / 2) + (kk & 1 ? 4 : 0);
+    } else {
+        lane = 2 * (r % 8) + (int)(kk & 1);
+        field = (int)(kk / 2) + (r < 8 ? 0 : (int)kb / 2);
+    }
+    const int bit = field * bits;
+    *byte = base + 4 * lane + bit / 8;
+    *shift = bit % 8;
+}
+
+/* The zeros entry of (slot r, group g) relative to a panel's zeros. */
+static inline int64_t qwi_qpanel_zero_index(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t g,
+                                            int r) {
+    if (!qwi_qpanel_zeros_interleaved(fmt, layout)) return g * 16 + r;
+    return g * 32 + (r < 8 ? 0 : 16) + 2 * (r % 8);
+}
+
+/* c(n, k) of the contract above, as the kernels use it (E4M3: value * 2^-8). */
+float qwi_qpanel_c(const qwi_qpanel *w, int64_t n, int64_t k);
+
+/* The dequantized element (n, k) = c * scale, in double (tests). */
+double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k);
+
+/* e4m3 bit pattern -> its value times 2^-8 (exact; NaN patterns give NaN). */
+float qwi_qpanel_e4m3_c(uint8_t b);
+
+#endif

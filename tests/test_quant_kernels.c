@@ -1,0 +1,362 @@
+/*
+ * test_quant_kernels.c - the CPU quantized matmuls (cpu/qpanel.h): the
+ * packed layout against the plain codes, every kernel table this CPU runs
+ * (generic, avx2, avx512, avx512bf16) x {U4, U8, E4M3} x {SEQ (exact),
+ * PAIR (fast)} bit for bit against the generic table and within rounding
+ * of a float64 dot product of the dequantized weights, M = 1 rows equal to
+ * the same rows of a batch and a column split equal to the whole call
+ * (n0 > 0), ragged N, several groups, a partial last FP8 block, groups
+ * that are not a multiple of a code block, odd K; the parallel driver
+ * (qwi_cpu_matmul) at 1 and 2 threads; packing from hand-built FP8 and GPTQ
+ * qwi_qweight tensors; a zero point outside the contract refused.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/ops.h"
+#include "cpu/pairpanel.h"
+#include "cpu/qpanel.h"
+#include "fp8.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+static float urand(void) { return (float)(rnd() % 2000001) / 1000000.0f - 1.0f; }   /* [-1, 1] */
+
+typedef struct qdata {
+    qwi_qfmt fmt;
+    int64_t n, k, gk, G;
+    uint8_t *codes;
+    float *scales, *zeros;
+} qdata;
+
+static qdata make_qdata(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk) {
+    qdata d = { .fmt = fmt, .n = n, .k = k, .gk = gk, .G = QWI_DIV_UP(k, gk) };
+    d.codes = malloc((size_t)(n * k));
+    d.scales = malloc((size_t)(n * d.G) * sizeof(float));
+    d.zeros = malloc((size_t)(n * d.G) * sizeof(float));
+    cr_assert(d.codes && d.scales && d.zeros);
+    for (int64_t i = 0; i < n * k; i++) {
+        uint8_t c = (uint8_t)rnd();
+        if (fmt == QWI_QFMT_U4) c &= 0xf;
+        if (fmt == QWI_QFMT_E4M3 && qwi_e4m3_is_nan(c)) c = 0x7e;
+        d.codes[i] = c;
+    }
+    for (int64_t i = 0; i < n * d.G; i++) {
+        d.scales[i] = (0.25f + 0.75f * fabsf(urand())) * (fmt == QWI_QFMT_E4M3 ? 0.004f : 0.02f);
+        /* GPTQ v1 zeros reach 2^bits (stored 2^bits - 1, plus 1) */
+        d.zeros[i] = fmt == QWI_QFMT_E4M3 ? 0.0f : (float)(rnd() % (fmt == QWI_QFMT_U4 ? 17 : 257));
+    }
+    return d;
+}
+
+static void free_qdata(qdata *d) {
+    free(d->codes);
+    free(d->scales);
+    free(d->zeros);
+}
+
+/* The dequantized element in double, from the plain arrays. */
+static double deq(const qdata *d, int64_t n, int64_t k) {
+    const int64_t g = k / d->gk;
+    const double s = d->scales[n * d->G + g];
+    if (d->fmt == QWI_QFMT_E4M3) return (double)qwi_e4m3_to_f32(d->codes[n * d->k + k]) * s;
+    return ((double)d->codes[n * d->k + k] - (double)d->zeros[n * d->G + g]) * s;
+}
+
+static void *pack(const qdata *d, qwi_qpanel_layout layout, qwi_qpanel *qp) {
+    size_t bytes = qwi_qpanel_bytes_for(d->fmt, layout, d->n, d->k, d->gk);
+    cr_assert(bytes > 0);
+    void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    cr_assert(buf);
+    memset(buf, 0xa5, bytes);   /* packing must write every byte the kernels read */
+    cr_assert(qwi_qpanel_pack_codes(d->fmt, layout, d->n, d->k, d->gk, d->codes, d->scales,
+                                    d->fmt == QWI_QFMT_E4M3 ? NULL : d->zeros, buf, qp),
+              "%s", qwi_last_error());
+    return buf;
+}
+
+static const qwi_qfmt fmts[] = { QWI_QFMT_U4, QWI_QFMT_U8, QWI_QFMT_E4M3 };
+static const char *const fmt_names[] = { "?", "U4", "U8", "E4M3" };
+static const char *const tables[] = { "generic", "avx2", "avx512", "avx512bf16" };
+
+Test(quant_kernels, layout_holds_every_code_scale_and_zero) {
+    for (int f = 0; f < 3; f++)
+        for (int lay = 0; lay < 2; lay++) {
+            const int64_t k = fmts[f] == QWI_QFMT_E4M3 ? 45 : 48;
+            qdata d = make_qdata(fmts[f], 37, k, fmts[f] == QWI_QFMT_E4M3 ? 16 : 12);
+            qwi_qpanel qp;
+            void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
+            cr_assert_eq(qp.ngroups, d.G);
+            for (int64_t n = 0; n < d.n; n++)
+                for (int64_t c = 0; c < d.k; c++) {
+                    const double want = deq(&d, n, c), got = qwi_qpanel_get(&qp, n, c);
+                    cr_assert(want == got, "%s layout %d (%lld, %lld): %g != %g", fmt_names[fmts[f]],
+                              lay, (long long)n, (long long)c, got, want);
+                }
+            /* padded rows of the last panel are zero codes and scales */
+            for (int64_t n = d.n; n < 48; n++)
+                cr_assert(qwi_qpanel_get(&qp, n, 0) == 0.0 || fmts[f] != QWI_QFMT_E4M3);
+            free(buf);
+            free_qdata(&d);
+        }
+}
+
+Test(quant_kernels, zero_point_outside_the_contract_is_refused) {
+    qdata d = make_qdata(QWI_QFMT_U4, 16, 32, 16);
+    d.zeros[5] = 3.5f;
+    size_t bytes = qwi_qpanel_bytes_for(d.fmt, QWI_QPANEL_SEQ, d.n, d.k, d.gk);
+    void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    qwi_qpanel qp;
+    cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_SEQ, d.n, d.k, d.gk, d.codes, d.scales,
+                                        d.zeros, buf, &qp));
+    cr_assert(strstr(qwi_last_error(), "zero point 3.5"), "%s", qwi_last_error());
+    d.zeros[5] = 17.0f;
+    cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_SEQ, d.n, d.k, d.gk, d.codes, d.scales,
+                                        d.zeros, buf, &qp));
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 32, 7), 0);   /* odd group */
+    free(buf);
+    free_qdata(&d);
+}
+
+/* Run one table's kernel for rows [0, M) and columns [c0, c0 + N) of the
+ * weight (c0 a multiple of 16), x f32 rows (SEQ) or their bf16 pairs. */
+static void run(const qwi_cpu_kernels *kt, const qwi_qpanel *qp, const float *x, const uint32_t *xp,
+                int64_t M, int64_t c0, int64_t N, const float *bias, float *out, int64_t ldo,
+                int accumulate) {
+    const float *b = bias ? bias + c0 : NULL;
+    if (qp->layout == QWI_QPANEL_SEQ)
+        kt->matmul_qf32(x, M, qp->k, qp, c0, N, b, out + c0, ldo, accumulate);
+    else
+        kt->matmul_qpair(xp, M, qwi_pair_kp(qp->k), qp, c0, N, b, out + c0, ldo, accumulate);
+}
+
+typedef struct shape {
+    int64_t n, k, gk;
+    int fmt_mask;   /* bit f: fmts[f] */
+} shape;
+
+static const shape shapes[] = {
+    { 40, 192, 64, 7 },    /* ragged N, 3 groups                                */
+    { 33, 200, 64, 4 },    /* FP8: partial last block (8 columns)                */
+    { 24, 201, 64, 4 },    /* FP8: odd K (a zero pad column in the last pair)    */
+    { 48, 330, 330, 7 },   /* one group per row, longer than a decoded chunk     */
+    { 20, 48, 6, 7 },      /* groups that split code blocks (the per-k path)     */
+    { 64, 512, 256, 7 },   /* several 128-column chunks per group                */
+};
+
+/* Every table, format, layout and shape: bit-identical to the generic
+ * table, near the float64 product, batched == alone, split == whole. */
+Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
+    const qwi_cpu_kernels *gen = qwi_cpu_kernels_generic();
+    const int64_t Ms[] = { 1, 2, 3, 7, 50 };
+    const int64_t MMAX = 50;
+    int tables_run = 0;
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
+        if (!kt) continue;
+        tables_run++;
+        cr_assert(kt->matmul_qf32 && kt->matmul_qpair, "%s lacks a quantized kernel", tables[t]);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int f = 0; f < 3; f++) {
+                const shape *sh = &shapes[si];
+                if (!(sh->fmt_mask & (1 << f))) continue;
+                if (fmts[f] != QWI_QFMT_E4M3 && sh->k % sh->gk) continue;
+                qdata d = make_qdata(fmts[f], sh->n, sh->k, sh->gk);
+                const int64_t K = sh->k, N = sh->n, KP = qwi_pair_kp(K);
+                float *x = malloc(sizeof(float) * (size_t)(MMAX * K));
+                uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(MMAX * KP));
+                float *bias = malloc(sizeof(float) * (size_t)N);
+                float *init = malloc(sizeof(float) * (size_t)(MMAX * N));
+                float *o_gen = malloc(sizeof(float) * (size_t)(MMAX * N));
+                float *o_tab = malloc(sizeof(float) * (size_t)(MMAX * N));
+                float *o_one = malloc(sizeof(float) * (size_t)(MMAX * N));
+                for (int64_t i = 0; i < MMAX * K; i++) x[i] = urand();
+                for (int64_t i = 0; i < N; i++) bias[i] = urand();
+                for (int64_t i = 0; i < MMAX * N; i++) init[i] = urand();
+                qwi_pair_round_rows(x, 0, MMAX, K, xp);
+                for (int lay = 0; lay < 2; lay++) {
+                    qwi_qpanel qp;
+                    void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
+                    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                        const int64_t M = Ms[mi];
+                        const int acc = (int)(mi & 1);
+                        const float *bs = mi % 3 == 0 ? bias : NULL;
+                        memcpy(o_gen, init, sizeof(float) * (size_t)(M * N));
+                        memcpy(o_tab, init, sizeof(float) * (size_t)(M * N));
+                        run(gen, &qp, x, xp, M, 0, N, bs, o_gen, N, acc);
+                        run(kt, &qp, x, xp, M, 0, N, bs, o_tab, N, acc);
+                        cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
+                                  "%s %s layout %d shape %zu M %lld: differs from generic", tables[t],
+                                  fmt_names[fmts[f]], lay, si, (long long)M);
+                        /* float64 reference of the dequantized weights (x as
+                         * the kernel saw it: bf16 in the fast layout) */
+                        for (int64_t m = 0; m < M; m++)
+                            for (int64_t n = 0; n < N; n++) {
+                                double ref = 0, mag = 0;
+                                for (int64_t c = 0; c < K; c++) {
+                                    double xv = x[m * K + c];
+                                    if (lay) {
+                                        uint32_t u = c & 1 ? xp[m * KP + c / 2] & 0xffff0000u
+                                                           : xp[m * KP + c / 2] << 16;
+                                        float xf;
+                                        memcpy(&xf, &u, 4);
+                                        xv = xf;
+                                    }
+                                    ref += xv * deq(&d, n, c);
+                                    mag += fabs(xv * deq(&d, n, c));
+                                }
+                                if (bs) { ref += bs[n]; mag += fabs(bs[n]); }
+                                if (acc) { ref += init[m * N + n]; mag += fabs(init[m * N + n]); }
+                                const double got = o_tab[m * N + n];
+                                cr_assert(fabs(got - ref) <= 4e-6 * mag + 1e-30,
+                                          "%s %s layout %d M %lld (%lld, %lld): %.9g vs %.9g (mag %g)",
+                                          tables[t], fmt_names[fmts[f]], lay, (long long)M,
+                                          (long long)m, (long long)n, got, ref, mag);
+                            }
+                        /* each row alone == its row in the batch */
+                        if (M > 1)
+                            for (int64_t m = 0; m < M; m++) {
+                                memcpy(o_one, init + m * N, sizeof(float) * (size_t)N);
+                                run(kt, &qp, x + m * K, xp + m * KP, 1, 0, N, bs, o_one, N, acc);
+                                cr_assert(memcmp(o_one, o_tab + m * N, sizeof(float) * (size_t)N) == 0,
+                                          "%s %s layout %d: row %lld alone differs from M=%lld",
+                                          tables[t], fmt_names[fmts[f]], lay, (long long)m, (long long)M);
+                            }
+                        /* the columns from 16 on, as their own call (n0 = 16) */
+                        if (N > 16) {
+                            memcpy(o_one, init, sizeof(float) * (size_t)(M * N));
+                            run(kt, &qp, x, xp, M, 16, N - 16, bs, o_one, N, acc);
+                            for (int64_t m = 0; m < M; m++)
+                                cr_assert(memcmp(o_one + m * N + 16, o_tab + m * N + 16,
+                                                 sizeof(float) * (size_t)(N - 16)) == 0,
+                                          "%s %s layout %d: columns 16.. with n0 = 16 differ",
+                                          tables[t], fmt_names[fmts[f]], lay);
+                        }
+                    }
+                    free(buf);
+                }
+                free(x);
+                free(xp);
+                free(bias);
+                free(init);
+                free(o_gen);
+                free(o_tab);
+                free(o_one);
+                free_qdata(&d);
+            }
+    }
+    cr_assert_geq(tables_run, 1);
+}
+
+/* The parallel driver: a quantized linear in a fused call next to a plain
+ * one, 1 and 2 threads, exact and fast layouts: same bits as the kernel. */
+Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
+    const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
+    const int64_t M = 5, K = 256, N = 200;
+    qdata d = make_qdata(QWI_QFMT_U4, N, K, 128);
+    float *x = malloc(sizeof(float) * (size_t)(M * K)), *wf = malloc(sizeof(float) * (size_t)(48 * K));
+    uint32_t *xpair = malloc(sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
+    float *ref = malloc(sizeof(float) * (size_t)(M * N)), *out = malloc(sizeof(float) * (size_t)(M * N));
+    float *out2 = malloc(sizeof(float) * (size_t)(M * 48));
+    for (int64_t i = 0; i < M * K; i++) x[i] = urand();
+    for (int64_t i = 0; i < 48 * K; i++) wf[i] = urand();
+    for (int lay = 0; lay < 2; lay++) {
+        qwi_qpanel qp;
+        void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
+        uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
+        qwi_pair_round_rows(x, 0, M, K, xp);
+        run(kt, &qp, x, xp, M, 0, N, NULL, ref, N, 0);
+        free(xp);
+        for (int threads = 1; threads <= 2; threads++) {
+            qwi_cpu_pool *pool = NULL;
+            cr_assert_eq(qwi_cpu_pool_create(threads, &pool), QW_OK);
+            qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
+                               .xpair = xpair };
+            qwi_cpu_linear q = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = qp };
+            qwi_cpu_linear plain = { .dtype = QWI_DTYPE_F32, .w = wf, .n = 48, .k = K };
+            qwi_cpu_mm_job jobs[2] = { { &plain, out2, 0 }, { &q, out, 0 } };
+            qwi_cpu_matmul(&cx, x, M, K, jobs, 2);
+            cr_assert(memcmp(out, ref, sizeof(float) * (size_t)(M * N)) == 0,
+                      "layout %d, %d threads: the driver's result differs from the kernel's", lay,
+                      threads);
+            qwi_cpu_pool_destroy(pool);
+        }
+        free(buf);
+    }
+    free(x);
+    free(wf);
+    free(xpair);
+    free(ref);
+    free(out);
+    free(out2);
+    free_qdata(&d);
+}
+
+/* ---- packing from qwi_qweight (the loader's form) -------------------------- */
+
+static void check_pack_matches_qweight(const qwi_qweight *w) {
+    for (int lay = 0; lay < 2; lay++) {
+        size_t bytes = qwi_qpanel_bytes(w, (qwi_qpanel_layout)lay);
+        cr_assert(bytes > 0);
+        void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        qwi_qpanel qp;
+        cr_assert(qwi_qpanel_pack(w, (qwi_qpanel_layout)lay, buf, &qp), "%s", qwi_last_error());
+        for (int64_t n = 0; n < w->n; n++)
+            for (int64_t c = 0; c < w->k; c++)
+                cr_assert(qwi_qpanel_get(&qp, n, c) == qwi_qweight_get(w, n, c),
+                          "layout %d (%lld, %lld): %g != %g", lay, (long long)n, (long long)c,
+                          qwi_qpanel_get(&qp, n, c), qwi_qweight_get(w, n, c));
+        free(buf);
+    }
+}
+
+Test(quant_kernels, packs_an_fp8_block_scaled_qweight) {
+    const int64_t n = 40, k = 72, bn = 16, bk = 32;   /* partial last blocks both ways */
+    const int64_t sn = QWI_DIV_UP(n, bn), sk = QWI_DIV_UP(k, bk);
+    uint8_t *q = malloc((size_t)(n * k));
+    float *s = malloc(sizeof(float) * (size_t)(sn * sk));
+    for (int64_t i = 0; i < n * k; i++) {
+        q[i] = (uint8_t)rnd();
+        if (qwi_e4m3_is_nan(q[i])) q[i] = 0x01;
+    }
+    for (int64_t i = 0; i < sn * sk; i++) s[i] = 0.001f + 0.01f * fabsf(urand());
+    qwi_qweight w = { .method = QWI_QUANT_FP8, .fmt = QWI_QFMT_E4M3, .n = n, .k = k,
+                      .group_k = bk, .group_n = bn };
+    w.qweight = (qwi_tensor){ .name = "l.weight", .dtype = QWI_DTYPE_F8_E4M3, .ndim = 2,
+                              .shape = { n, k }, .data = q, .nbytes = (size_t)(n * k) };
+    w.scales = (qwi_tensor){ .name = "l.weight_scale_inv", .dtype = QWI_DTYPE_F32, .ndim = 2,
+                             .shape = { sn, sk }, .data = s, .nbytes = sizeof(float) * (size_t)(sn * sk) };
+    check_pack_matches_qweight(&w);
+    free(q);
+    free(s);
+}
+
+Test(quant_kernels, packs_a_gptq_int4_qweight) {
+    const int64_t n = 40, k = 64, gk = 32, G = k / gk;
+    uint32_t *q = malloc(sizeof(uint32_t) * (size_t)(k / 8 * n));
+    uint32_t *z = malloc(sizeof(uint32_t) * (size_t)(G * n / 8));
+    float *s = malloc(sizeof(float) * (size_t)(G * n));
+    for (int64_t i = 0; i < k / 8 * n; i++) q[i] = rnd() ^ (rnd() << 16);
+    for (int64_t i = 0; i < G * n / 8; i++) z[i] = rnd() ^ (rnd() << 16);
+    for (int64_t i = 0; i < G * n; i++) s[i] = 0.001f + 0.01f * fabsf(urand());
+    qwi_qweight w = { .method = QWI_QUANT_GPTQ, .fmt = QWI_QFMT_U4, .n = n, .k = k, .group_k = gk,
+                      .group_n = 1, .zero_offset = 1 };
+    w.qweight = (qwi_tensor){ .name = "l.qweight", .dtype = QWI_DTYPE_I32, .ndim = 2,
+                              .shape = { k / 8, n }, .data = q, .nbytes = 4 * (size_t)(k / 8 * n) };
+    w.qzeros = (qwi_tensor){ .name = "l.qzeros", .dtype = QWI_DTYPE_I32, .ndim = 2,
+                             .shape = { G, n / 8 }, .data = z, .nbytes = 4 * (size_t)(G * n / 8) };
+    w.scales = (qwi_tensor){ .name = "l.scales", .dtype = QWI_DTYPE_F32, .ndim = 2,
+                             .shape = { G, n }, .data = s, .nbytes = 4 * (size_t)(G * n) };
+    check_pack_matches_qweight(&w);
+    free(q);
+    free(z);
+    free(s);
+}

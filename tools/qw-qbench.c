@@ -1,0 +1,199 @@
+/*
+ * qw-qbench - the CPU quantized matmuls against the bf16 ones on one linear
+ * shape (issue #16's kernel benchmark): batch-1 GEMV in GB/s of the bytes
+ * a layer streams (packed codes + scales + zeros, or the bf16 panels) and
+ * batched GEMM in GFLOP/s, through the backend's parallel driver
+ * (qwi_cpu_matmul) and kernel table, in both numerics modes:
+ *   exact: matmul_qf32 (SEQ)   vs the bf16 panel kernel (matmul_bf16_panel)
+ *   fast:  matmul_qpair (PAIR) vs the bf16 pair kernel (matmul_pair)
+ *
+ *   qw-qbench [--k N] [--n N] [--threads N] [--group N] [--layers N]
+ *             [--ms 1,64,256] [--seconds S]
+ *
+ * GEMV cycles through --layers copies of the weight (default: enough for
+ * 256 MiB of bf16), as decode does through a model's layers, so the
+ * weights come from memory, not cache. Best of 3 timings of --seconds each,
+ * in the calling thread's CPU time with --threads 1 (the pool then runs
+ * every task on the caller), else in wall time.
+ * Links the library's internals (the lib/cpu headers), as qw-bench does.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/kernels.h"
+#include "cpu/ops.h"
+#include "cpu/pairpanel.h"
+#include "cpu/panel.h"
+#include "cpu/qpanel.h"
+#include "cpu/threadpool.h"
+
+/* One thread: the caller's CPU time (on a shared machine, time another
+ * process ran does not count); more: wall time. */
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(clock_id, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rs = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)(rs >> 11);
+}
+
+typedef struct bench {
+    qwi_cpu_ctx cx;
+    const float *x;
+    int64_t K;
+    qwi_cpu_linear *lins;
+    int nl;
+    float *out;
+} bench;
+
+/* Seconds per call of M rows, cycling through the layers; best of 3. */
+static double time_calls(bench *b, int64_t M, double seconds) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        int64_t calls = 0;
+        double t0 = now(), t;
+        do {
+            qwi_cpu_mm_job job = { &b->lins[calls % b->nl], b->out, 0 };
+            qwi_cpu_matmul(&b->cx, b->x, M, b->K, &job, 1);
+            calls++;
+            t = now() - t0;
+        } while (t < seconds || calls < 2 * b->nl);
+        if (t / (double)calls < best) best = t / (double)calls;
+    }
+    return best;
+}
+
+static void *xalloc(size_t n) {
+    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    if (!p) {
+        fprintf(stderr, "qw-qbench: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+int main(int argc, char **argv) {
+    int64_t K = 1024, N = 3072, group = 128, layers = 0, ms[16] = { 1, 64, 256, 512 };
+    int nms = 4, threads = 1;
+    double seconds = 0.3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) { fprintf(stderr, "qw-qbench: %s needs a value\n", a); return 2; }
+        if (!strcmp(a, "--k")) K = atoll(v);
+        else if (!strcmp(a, "--n")) N = atoll(v);
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--group")) group = atoll(v);
+        else if (!strcmp(a, "--layers")) layers = atoll(v);
+        else if (!strcmp(a, "--seconds")) seconds = atof(v);
+        else if (!strcmp(a, "--ms")) {
+            nms = 0;
+            for (char *s = (char *)v; *s && nms < 16; s++) {
+                ms[nms++] = strtoll(s, &s, 10);
+                if (!*s) break;
+            }
+        } else { fprintf(stderr, "qw-qbench: unknown option %s\n", a); return 2; }
+        i++;
+    }
+    if (K <= 0 || N <= 0 || group < 2 || group % 2 || threads < 1) {
+        fprintf(stderr, "qw-qbench: bad --k/--n/--group/--threads\n");
+        return 2;
+    }
+    if (layers <= 0) layers = QWI_MAX((int64_t)2, (int64_t)(256 << 20) / (K * N * 2));
+    int64_t mmax = 1;
+    for (int i = 0; i < nms; i++) mmax = QWI_MAX(mmax, ms[i]);
+
+    qwi_cpu_pool *pool = NULL;
+    if (qwi_cpu_pool_create(threads, &pool) != QW_OK) { fprintf(stderr, "qw-qbench: pool\n"); return 1; }
+    const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
+    if (qwi_cpu_pool_size(pool) == 1) clock_id = CLOCK_THREAD_CPUTIME_ID;
+    float *x = xalloc(sizeof(float) * (size_t)(mmax * K));
+    for (int64_t i = 0; i < mmax * K; i++) x[i] = (float)(rnd() % 2001) / 1000.0f - 1.0f;
+    uint32_t *xpair = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
+    float *out = xalloc(sizeof(float) * (size_t)(mmax * N));
+    float *wf = xalloc(sizeof(float) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) wf[i] = (float)(rnd() % 2001) / 20000.0f - 0.05f;
+    const int64_t G = QWI_DIV_UP(K, group);
+    uint8_t *codes = xalloc((size_t)(N * K));
+    float *scales = xalloc(sizeof(float) * (size_t)(N * G)), *zeros = xalloc(sizeof(float) * (size_t)(N * G));
+    for (int64_t i = 0; i < N * G; i++) { scales[i] = 0.01f; zeros[i] = 8.0f; }
+
+    printf("qw-qbench: K %lld, N %lld, group %lld, %d thread(s), table %s, %lld layers, %s time\n",
+           (long long)K, (long long)N, (long long)group, qwi_cpu_pool_size(pool), kt->name,
+           (long long)layers, clock_id == CLOCK_MONOTONIC ? "wall" : "CPU");
+    printf("%-6s %-5s %12s %10s", "mode", "fmt", "bytes/layer", "M=1 GB/s");
+    for (int i = 0; i < nms; i++) if (ms[i] > 1) printf("  M=%-4lld GF/s", (long long)ms[i]);
+    printf("\n");
+    const char *fnames[] = { "bf16", "U4", "U8", "E4M3" };
+    for (int mode = 0; mode < 2; mode++)
+        for (int f = 0; f < 4; f++) {
+            qwi_cpu_linear *lins = calloc((size_t)layers, sizeof *lins);
+            void **bufs = calloc((size_t)layers, sizeof *bufs);
+            size_t bytes = 0;
+            for (int64_t l = 0; l < layers; l++) {
+                qwi_cpu_linear *lin = &lins[l];
+                lin->n = N;
+                lin->k = K;
+                lin->dtype = QWI_DTYPE_BF16;
+                if (f == 0) {
+                    if (mode == 0) {
+                        uint16_t *wb = xalloc(sizeof(uint16_t) * (size_t)(N * K));
+                        for (int64_t i = 0; i < N * K; i++) wb[i] = qwi_pair_round_bf16(wf[i]);
+                        bytes = qwi_panel_bytes(QWI_DTYPE_BF16, N, K);
+                        bufs[l] = xalloc(bytes);
+                        qwi_panel_pack(QWI_DTYPE_BF16, wb, N, K, bufs[l]);
+                        free(wb);
+                        lin->panel = true;
+                    } else {
+                        bytes = qwi_pairpanel_bytes(N, K);
+                        bufs[l] = xalloc(bytes);
+                        qwi_pairpanel_pack(QWI_DTYPE_F32, wf, N, K, bufs[l]);
+                        lin->pair = true;
+                    }
+                    lin->w = bufs[l];
+                } else {
+                    const qwi_qfmt fmt = (qwi_qfmt)f;
+                    for (int64_t i = 0; i < N * K; i++) {
+                        uint8_t c = (uint8_t)rnd();
+                        codes[i] = fmt == QWI_QFMT_U4 ? c & 15 : fmt == QWI_QFMT_E4M3 && (c & 0x7f) == 0x7f ? 0 : c;
+                    }
+                    const qwi_qpanel_layout lay = mode ? QWI_QPANEL_PAIR : QWI_QPANEL_SEQ;
+                    bytes = qwi_qpanel_bytes_for(fmt, lay, N, K, group);
+                    bufs[l] = xalloc(bytes);
+                    if (!qwi_qpanel_pack_codes(fmt, lay, N, K, group, codes, scales,
+                                               fmt == QWI_QFMT_E4M3 ? NULL : zeros, bufs[l], &lin->qp)) {
+                        fprintf(stderr, "qw-qbench: pack: %s\n", qwi_last_error());
+                        return 1;
+                    }
+                    lin->quant = true;
+                }
+            }
+            bench b = { .cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
+                                .xpair = xpair },
+                        .x = x, .K = K, .lins = lins, .nl = (int)layers, .out = out };
+            printf("%-6s %-5s %12zu", mode ? "fast" : "exact", fnames[f], bytes);
+            fflush(stdout);
+            for (int i = 0; i < nms; i++) {
+                const double t = time_calls(&b, ms[i], seconds);
+                if (ms[i] == 1) printf(" %10.2f", (double)bytes / t * 1e-9);
+                else printf("  %12.1f", 2.0 * (double)ms[i] * (double)K * (double)N / t * 1e-9);
+                fflush(stdout);
+            }
+            printf("\n");
+            for (int64_t l = 0; l < layers; l++) free(bufs[l]);
+            free(bufs);
+            free(lins);
+        }
+    qwi_cpu_pool_destroy(pool);
+    free(x); free(xpair); free(out); free(wf); free(codes); free(scales); free(zeros);
+    return 0;
+}
