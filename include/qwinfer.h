@@ -160,9 +160,12 @@ typedef enum qw_engine_option {
                                         every weight for NaN/infinity and fail with
                                         QW_ERR_FORMAT naming the tensor and element;
                                         0 skips the scan (one read of the weights)    */
-    QW_OPT_NUMERICS = 20           /* int, a qw_numerics value (default
+    QW_OPT_NUMERICS = 20,          /* int, a qw_numerics value (default
                                         QW_NUMERICS_FAST): how the CPU backend's
                                         linear layers round; see qw_numerics          */
+    QW_OPT_KV_CACHE_DTYPE = 21     /* int, a qw_kv_cache_dtype value (default
+                                        QW_KV_CACHE_AUTO): the element type of the
+                                        KV cache; see qw_kv_cache_dtype              */
 } qw_engine_option;
 
 /* Values of QW_OPT_NUMERICS (CPU backend; the CUDA backend always computes
@@ -184,6 +187,31 @@ typedef enum qw_numerics {
     QW_NUMERICS_FAST = 0,
     QW_NUMERICS_EXACT = 1
 } qw_numerics;
+
+/* Values of QW_OPT_KV_CACHE_DTYPE: what the KV cache stores K and V in.
+ * A smaller element holds more tokens in the same pool (the pool's block
+ * count grows by the ratio) and is read faster by long-context decode.
+ * QW_KV_CACHE_AUTO: the backend's default - CPU: bf16 with
+ *   QW_NUMERICS_FAST, f32 with QW_NUMERICS_EXACT; CUDA: bf16.
+ * QW_KV_CACHE_F32: 4 bytes an element, exact (the CPU backend; CUDA keeps
+ *   bf16 or fp8 only).
+ * QW_KV_CACHE_BF16: 2 bytes, each element rounded to nearest even when
+ *   written (relative error <= 2^-9).
+ * QW_KV_CACHE_FP8_E4M3: 1 byte, the OCP e4m3 ("e4m3fn") format: an element
+ *   x of layer l is stored as e4m3(x / scale) (round to nearest even,
+ *   saturating at +-448) and read as that value times scale, with scale
+ *   the checkpoint's "model.layers.{l}.self_attn.k_scale" / "v_scale"
+ *   tensor (a positive finite scalar, as vLLM's fp8 checkpoints carry)
+ *   when present, else 1.0. Relative error <= 2^-4 within range.
+ * The cache dtype is independent of QW_OPT_NUMERICS (either works with
+ * either); batched == alone, prefix caching, sessions and preemption hold
+ * for every dtype. Read once by qw_engine_create. */
+typedef enum qw_kv_cache_dtype {
+    QW_KV_CACHE_AUTO = 0,
+    QW_KV_CACHE_F32 = 1,
+    QW_KV_CACHE_BF16 = 2,
+    QW_KV_CACHE_FP8_E4M3 = 3
+} qw_kv_cache_dtype;
 
 /* Create an options object with every default. *out owned by the caller, freed
  * with qw_engine_options_destroy(). On failure *out is NULL. */

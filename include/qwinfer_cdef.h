@@ -54,12 +54,19 @@ typedef enum qw_engine_option {
     QW_OPT_KV_CACHE_MEMORY_FRACTION = 17,
     QW_OPT_MAX_WAITING_REQUESTS = 18,
     QW_OPT_CHECK_WEIGHTS = 19,
-    QW_OPT_NUMERICS = 20
+    QW_OPT_NUMERICS = 20,
+    QW_OPT_KV_CACHE_DTYPE = 21
 } qw_engine_option;
 typedef enum qw_numerics {
     QW_NUMERICS_FAST = 0,
     QW_NUMERICS_EXACT = 1
 } qw_numerics;
+typedef enum qw_kv_cache_dtype {
+    QW_KV_CACHE_AUTO = 0,
+    QW_KV_CACHE_F32 = 1,
+    QW_KV_CACHE_BF16 = 2,
+    QW_KV_CACHE_FP8_E4M3 = 3
+} qw_kv_cache_dtype;
  qw_status qw_engine_options_create(qw_engine_options **out);
  void qw_engine_options_destroy(qw_engine_options *opts);
  qw_status qw_engine_options_set_int(qw_engine_options *opts,

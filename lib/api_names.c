@@ -62,6 +62,7 @@ QW_API const char *qw_engine_option_name(qw_engine_option key) {
     case QW_OPT_MAX_WAITING_REQUESTS: return "QW_OPT_MAX_WAITING_REQUESTS";
     case QW_OPT_CHECK_WEIGHTS: return "QW_OPT_CHECK_WEIGHTS";
     case QW_OPT_NUMERICS: return "QW_OPT_NUMERICS";
+    case QW_OPT_KV_CACHE_DTYPE: return "QW_OPT_KV_CACHE_DTYPE";
     }
     return "unknown";
 }

@@ -96,13 +96,17 @@ typedef struct qwi_backend_config {
                                       of weights processed (creating thread)  */
     int32_t numerics;              /* qw_numerics: CPU linear-layer rounding
                                       (QW_NUMERICS_FAST = 0 is the default)     */
+    int32_t kv_cache_dtype;        /* qw_kv_cache_dtype, resolved by the engine;
+                                      the CPU backend takes AUTO (0, a config
+                                      built by hand) as its numerics default  */
 } qwi_backend_config;
 
 /* Bytes the CPU backend needs for one KV block of this model (all layers,
- * K and V): f32 elements in QW_NUMERICS_EXACT, bf16 (half) in
- * QW_NUMERICS_FAST (numerics is a qw_numerics). 0 on overflow or a bad
- * shape. */
-size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size, int32_t numerics);
+ * K and V) with elements of kv_cache_dtype (a resolved qw_kv_cache_dtype:
+ * f32 4 bytes, bf16 2, fp8 1). 0 on overflow, a bad shape or a dtype
+ * other than F32/BF16/FP8_E4M3. */
+size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size,
+                                  int32_t kv_cache_dtype);
 
 /* Whether the CPU backend copies matmul weights of weight_bytes into
  * huge-page memory at create, packing f32/bf16 ones into panels (see

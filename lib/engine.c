@@ -91,6 +91,15 @@ static bool parse_cuda_device(const char *dev, int32_t *index) {
     return true;
 }
 
+/* QW_OPT_KV_CACHE_DTYPE with AUTO resolved (qwinfer.h): the CPU backend's
+ * default follows the numerics mode, CUDA's is bf16. */
+static int32_t resolved_kv_dtype(const qw_engine_options *o) {
+    if (o->kv_cache_dtype != QW_KV_CACHE_AUTO) return (int32_t)o->kv_cache_dtype;
+    const char *dev = o->device ? o->device : "cpu";
+    if (strcmp(dev, "cpu") == 0 && o->numerics == QW_NUMERICS_EXACT) return QW_KV_CACHE_F32;
+    return QW_KV_CACHE_BF16;
+}
+
 static qw_status create_backend(qw_engine *e, const qw_engine_options *o, int32_t num_blocks,
                                 qwi_progress *progress) {
     qwi_backend_config bc = {
@@ -104,6 +113,7 @@ static qw_status create_backend(qw_engine *e, const qw_engine_options *o, int32_
         .max_num_batched_tokens = e->max_num_batched_tokens,
         .max_num_seqs = e->max_num_seqs,
         .numerics = (int32_t)o->numerics,
+        .kv_cache_dtype = resolved_kv_dtype(o),
     };
     const char *dev = o->device ? o->device : "cpu";
     if (strcmp(dev, "cpu") == 0) return qwi_cpu_backend_create(e->model, &bc, &e->backend);
@@ -127,7 +137,7 @@ static qw_status size_kv_pool(qw_engine *e, const qw_engine_options *o, int32_t 
         .kv_cache_bytes = o->kv_cache_bytes,
         .memory_fraction = o->kv_cache_memory_fraction,
         .per_block = qwi_cpu_kv_bytes_per_block(&e->model->cfg, e->block_size,
-                                                (int32_t)o->numerics),
+                                                resolved_kv_dtype(o)),
         .max_useful_blocks = (int64_t)e->max_num_seqs * QWI_DIV_UP((int64_t)e->max_model_len, e->block_size),
     };
     /* Only read when the fraction decides: /proc is not free to parse. */

@@ -29,8 +29,8 @@ typedef struct qwi_kv_budget {
     uint64_t mem_available;    /* RAM available now; 0 = unknown               */
     uint64_t weight_bytes;     /* weights that stay resident beside the pool   */
     uint64_t per_block;        /* bytes of one KV block, at the cache's dtype
-                                  (qwi_cpu_kv_bytes_per_block: bf16 in fast
-                                  numerics, so the pool holds 2x the tokens)  */
+                                  (qwi_cpu_kv_bytes_per_block at the resolved
+                                  QW_OPT_KV_CACHE_DTYPE: bf16 holds 2x, fp8 4x the tokens of f32) */
     int64_t max_useful_blocks; /* max_num_seqs full-length sequences; 0 = none */
 } qwi_kv_budget;
 

@@ -116,6 +116,12 @@ QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_optio
                            QW_NUMERICS_FAST, QW_NUMERICS_EXACT)) == QW_OK)
             o->numerics = v;
         return st;
+    case QW_OPT_KV_CACHE_DTYPE:
+        if ((st = in_range("QW_OPT_KV_CACHE_DTYPE (QW_KV_CACHE_AUTO 0, QW_KV_CACHE_F32 1, "
+                           "QW_KV_CACHE_BF16 2, QW_KV_CACHE_FP8_E4M3 3)",
+                           v, QW_KV_CACHE_AUTO, QW_KV_CACHE_FP8_E4M3)) == QW_OK)
+            o->kv_cache_dtype = v;
+        return st;
     case QW_OPT_MODEL_PATH:
     case QW_OPT_DEVICE:
         return qwi_fail(QW_ERR_INVALID_ARGUMENT,

@@ -31,6 +31,7 @@ struct qw_engine_options {
     int64_t max_waiting_requests;     /* 0 = unbounded                         */
     int64_t check_weights;            /* 1 = NaN/inf scan at create (default)  */
     int64_t numerics;                 /* qw_numerics (default QW_NUMERICS_FAST) */
+    int64_t kv_cache_dtype;           /* qw_kv_cache_dtype (default AUTO)      */
 };
 
 #define QWI_DEFAULT_MAX_NUM_SEQS 256

@@ -38,7 +38,7 @@ static const char *eng_name(int k) { return qw_engine_option_name((qw_engine_opt
 static const char *req_name(int k) { return qw_request_option_name((qw_request_option)k); }
 
 Test(api_names, option_names) {
-    check_names(eng_name, QW_OPT_NUMERICS, "QW_OPT_");
+    check_names(eng_name, QW_OPT_KV_CACHE_DTYPE, "QW_OPT_");
     check_names(req_name, QW_REQ_INCLUDE_STOP_STR_IN_OUTPUT, "QW_REQ_");
     cr_assert_str_eq(qw_engine_option_name(QW_OPT_MAX_NUM_SEQS), "QW_OPT_MAX_NUM_SEQS");
     cr_assert_str_eq(qw_request_option_name(QW_REQ_TOP_P), "QW_REQ_TOP_P");

@@ -348,8 +348,8 @@ Test(kv_bf16, attention_avx512) { attention_case("avx512"); }
 
 Test(kv_bf16, block_bytes_halve_in_fast_mode) {
     qwi_config c = { .num_layers = 28, .num_kv_heads = 8, .head_dim = 128 };
-    size_t exact = qwi_cpu_kv_bytes_per_block(&c, 16, QW_NUMERICS_EXACT);
-    size_t fast = qwi_cpu_kv_bytes_per_block(&c, 16, QW_NUMERICS_FAST);
+    size_t exact = qwi_cpu_kv_bytes_per_block(&c, 16, QW_KV_CACHE_F32);
+    size_t fast = qwi_cpu_kv_bytes_per_block(&c, 16, QW_KV_CACHE_BF16);
     cr_assert_eq(exact, (size_t)28 * 2 * 16 * 8 * 128 * 4, "0.6B shape: 229,376 B/token x 16");
     cr_assert_eq(fast * 2, exact, "fast mode: bf16 K/V, half the bytes (%zu vs %zu)", fast, exact);
 }

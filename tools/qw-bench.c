@@ -10,6 +10,7 @@
  *            [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]
  *            [--logprobs N]
  *            [--kv-blocks N] [--seed N] [--numerics fast|exact] [--no-limits]
+ *            [--kv-cache-dtype auto|f32|bf16|fp8]
  *   qw-bench --model DIR --prompts FILE (--request-rate R|inf | --fixed-schedule)
  *            [--num-prompts N] [--input-len N] [--output-len N] [--seed N] [--json]
  *            (and the engine options)
@@ -145,6 +146,7 @@ static dist summarize(double *v, size_t n) {
 
 typedef struct args {
     const char *model, *device, *mode, *len_dist, *scenario, *numerics;
+    const char *kv_dtype;                             /* --kv-cache-dtype        */
     int threads, num_requests, input_len, output_len, long_len, prefix_len, turns;
     int max_num_seqs, max_batched, kv_blocks, json, limits;
     double rate, temperature, top_p;
@@ -159,6 +161,15 @@ typedef struct args {
     const char *prompts;                              /* --prompts FILE          */
 } args;
 
+/* The qw_kv_cache_dtype of a --kv-cache-dtype word, or -1. */
+static int kv_dtype_value(const char *s) {
+    if (!strcmp(s, "auto")) return QW_KV_CACHE_AUTO;
+    if (!strcmp(s, "f32")) return QW_KV_CACHE_F32;
+    if (!strcmp(s, "bf16")) return QW_KV_CACHE_BF16;
+    if (!strcmp(s, "fp8")) return QW_KV_CACHE_FP8_E4M3;
+    return -1;
+}
+
 static void usage(void) {
     fprintf(stderr,
             "usage: qw-bench --model DIR [--device cpu|cuda:N] [--threads N] [--json]\n"
@@ -167,6 +178,7 @@ static void usage(void) {
             "  [--scenario mixed-long|shared-prefix|chat] [--long-len N] [--prefix-len N]\n"
             "  [--turns N] [--temperature T] [--top-p P] [--max-num-seqs N]\n"
             "  [--max-batched-tokens N] [--kv-blocks N] [--seed N] [--numerics fast|exact]\n"
+            "  [--kv-cache-dtype auto|f32|bf16|fp8]\n"
             "  [--no-limits] [--repetition-penalty R] [--presence-penalty P]\n"
             "  [--frequency-penalty F] [--logprobs N]\n"
             "   or: qw-bench --model DIR --prompts FILE (--request-rate R|inf | --fixed-schedule)\n"
@@ -203,6 +215,7 @@ static void parse(int argc, char **argv, args *a) {
 #define DBL(name, field) if (!strcmp(o, name)) { if (!v) usage(); a->field = atof(v); i++; continue; }
         STR("--model", model) STR("--device", device) STR("--mode", mode)
         STR("--len-dist", len_dist) STR("--scenario", scenario) STR("--numerics", numerics)
+        STR("--kv-cache-dtype", kv_dtype)
         INT("--threads", threads) INT("--num-requests", num_requests) INT("--input-len", input_len)
         INT("--output-len", output_len) INT("--long-len", long_len) INT("--prefix-len", prefix_len)
         INT("--turns", turns) INT("--max-num-seqs", max_num_seqs)
@@ -234,6 +247,7 @@ static void parse(int argc, char **argv, args *a) {
     }
     if (!a->model) usage();
     if (a->numerics && strcmp(a->numerics, "fast") && strcmp(a->numerics, "exact")) usage();
+    if (a->kv_dtype && kv_dtype_value(a->kv_dtype) < 0) usage();
     if (a->num_requests <= 0 || a->input_len <= 0 || a->output_len <= 0) usage();
     if (strcmp(a->len_dist, "fixed") && strcmp(a->len_dist, "uniform") && strcmp(a->len_dist, "lognormal"))
         usage();
@@ -264,7 +278,7 @@ typedef struct model_info {
     int tied;
     double params_per_token;     /* matmul parameters every row multiplies (no embedding, no head) */
     double weight_bytes;         /* safetensors bytes on disk: what one decode step streams       */
-    double kv_bytes_per_token;   /* K+V of one position, all layers (bf16; f32 on CPU in exact mode) */
+    double kv_bytes_per_token;   /* K+V of one position, all layers, at the cache dtype (main) */
 } model_info;
 
 static int64_t jint(json_t *o, const char *k, int64_t dflt) {
@@ -1179,6 +1193,8 @@ static qw_engine_options *engine_options(const args *a) {
     if (s == QW_OK && a->numerics)
         s = qw_engine_options_set_int(o, QW_OPT_NUMERICS,
                                       strcmp(a->numerics, "exact") ? QW_NUMERICS_FAST : QW_NUMERICS_EXACT);
+    if (s == QW_OK && a->kv_dtype)
+        s = qw_engine_options_set_int(o, QW_OPT_KV_CACHE_DTYPE, kv_dtype_value(a->kv_dtype));
     if (s != QW_OK) die("options: %s", qw_last_error());
     return o;
 }
@@ -1629,8 +1645,15 @@ int main(int argc, char **argv) {
     if (b.a.rate_mode) return serving_main(&b.a);
     int cuda = !strncmp(b.a.device, "cuda", 4);
     load_model_info(b.a.model, cuda, &b.mi);
-    /* the CPU backend keeps K/V in bf16 in fast numerics (the default), f32 in exact */
-    if (!cuda && !(b.a.numerics && !strcmp(b.a.numerics, "exact"))) b.mi.kv_bytes_per_token /= 2.0;
+    /* K/V bytes at the cache's dtype: --kv-cache-dtype, else the backend's
+     * default (CPU: bf16 in fast numerics, f32 in exact; CUDA: bf16) */
+    {
+        int kd = b.a.kv_dtype ? kv_dtype_value(b.a.kv_dtype) : QW_KV_CACHE_AUTO;
+        if (kd == QW_KV_CACHE_AUTO)
+            kd = !cuda && b.a.numerics && !strcmp(b.a.numerics, "exact") ? QW_KV_CACHE_F32 : QW_KV_CACHE_BF16;
+        if (!cuda && kd == QW_KV_CACHE_BF16) b.mi.kv_bytes_per_token /= 2.0;
+        if (kd == QW_KV_CACHE_FP8_E4M3) b.mi.kv_bytes_per_token /= cuda ? 2.0 : 4.0;
+    }
     int threads = b.a.threads > 0 ? b.a.threads : affinity_threads();
 
     /* the layout the backend will give these weights: fast numerics always
@@ -1729,8 +1752,8 @@ int main(int argc, char **argv) {
     if (b.a.json) {
         printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"threads\": %d,\n  \"kernels\": \"%s\",\n",
                b.a.model, b.a.device, threads, L.kernels);
-        printf("  \"numerics\": \"%s\",\n  \"temperature\": %g,\n", b.a.numerics ? b.a.numerics : "fast",
-               b.a.temperature);
+        printf("  \"numerics\": \"%s\",\n  \"kv_cache_dtype\": \"%s\",\n  \"temperature\": %g,\n",
+               b.a.numerics ? b.a.numerics : "fast", b.a.kv_dtype ? b.a.kv_dtype : "auto", b.a.temperature);
         printf("  \"top_p\": %g,\n  \"repetition_penalty\": %g,\n  \"presence_penalty\": %g,\n"
                "  \"frequency_penalty\": %g,\n  \"logprobs\": %d,\n",
                b.a.top_p, b.a.rep_penalty, b.a.pres_penalty, b.a.freq_penalty, b.a.logprobs);
@@ -1752,9 +1775,9 @@ int main(int argc, char **argv) {
                    "  \"peak_gemm_flops_per_s\": %.6g,\n", L.read_bw, L.copy_bw, isnan(L.gemm) ? 0 : L.gemm);
     } else {
         printf("qw-bench: model %s (%.2f GB of weights, %.0fM matmul params/token), device %s, "
-               "%d threads, kernel table %s, numerics %s, loaded in %.2f s\n",
+               "%d threads, kernel table %s, numerics %s, KV cache %s, loaded in %.2f s\n",
                b.a.model, b.mi.weight_bytes / 1e9, b.mi.params_per_token / 1e6, b.a.device, threads,
-               L.kernels, numerics, tl);
+               L.kernels, numerics, b.a.kv_dtype ? b.a.kv_dtype : "auto", tl);
         printf("memory: RSS after load %.2f GB (%.2fx the weights), peak during load %.2f GB (%.2fx)%s\n",
                rss_load / 1e9, rss_load / b.mi.weight_bytes, hwm_load / 1e9, hwm_load / b.mi.weight_bytes,
                hwm_clean ? "" : " (peak includes the limit buffers: /proc/self/clear_refs unavailable)");

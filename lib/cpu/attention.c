@@ -11,9 +11,10 @@
  * output's arithmetic depends only on its own row, so a row's result is
  * bit-identical alone or in any block.
  *
- * Exact numerics reads the f32 cache through the f32 kernel table
- * (scores_f32, pv_f32, libm expf: row_tile). Fast numerics reads the bf16
- * cache through the bf16-KV table (cpu/kv_bf16.h) in fast_block: per tile
+ * The f32 cache is read through the f32 kernel table (scores_f32, pv_f32,
+ * libm expf: row_tile). The bf16 cache is read through the bf16-KV table
+ * (cpu/kv_bf16.h) in fast_block, and the fp8 cache the same way with its
+ * K widen and P.V from the fp8-KV table (cpu/kv_fp8.h): per tile
  * the K rows are widened and transposed once, the scores of all the
  * block's (row, head) pairs come from one tscores_q pass (each K vector
  * loaded feeds several q vectors), the softmax uses the table's polynomial
@@ -164,22 +165,31 @@ static void pv_f32(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, 
     }
 }
 
-/* Fast mode's tile rows: k[i] and v[i] point at the K and V of kv head g
- * at position t0 + i, i < t1 - t0, each prefetched. One block-table hop
- * per block instead of a division per position (a decode step forms these
- * pointers for every (sequence, kv head) task). */
+/* The tile rows of the bf16 or fp8 cache: k[i] and v[i] (k8/v8 for
+ * fp8) point at the K and V of kv head g at position t0 + i, i < t1 - t0,
+ * each prefetched. One block-table hop per block instead of a division per
+ * position (a decode step forms these pointers for every (sequence, kv
+ * head) task). */
 static void tile_rows(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32_t t0,
-                      int32_t t1, const uint16_t **k, const uint16_t **v) {
+                      int32_t t1, const uint16_t **k, const uint16_t **v, const uint8_t **k8,
+                      const uint8_t **v8) {
     const int32_t bs = a->block_size;
     const int64_t kv_stride = (int64_t)a->num_kv_heads * a->head_dim;
-    const size_t bytes = (size_t)a->head_dim * sizeof(uint16_t);
+    const size_t bytes = (size_t)a->head_dim * (a->k_fp8 ? 1 : sizeof(uint16_t));
     int32_t b = t0 / bs, o = t0 % bs;
     for (int32_t i = 0; i < t1 - t0; i++) {
         const int64_t off = ((int64_t)bt[b] * bs + o) * kv_stride + (int64_t)g * a->head_dim;
-        k[i] = a->k_bf16 + off;
-        v[i] = a->v_bf16 + off;
-        prefetch_slice(k[i], bytes);
-        prefetch_slice(v[i], bytes);
+        if (a->k_fp8) {
+            k8[i] = a->k_fp8 + off;
+            v8[i] = a->v_fp8 + off;
+            prefetch_slice(k8[i], bytes);
+            prefetch_slice(v8[i], bytes);
+        } else {
+            k[i] = a->k_bf16 + off;
+            v[i] = a->v_bf16 + off;
+            prefetch_slice(k[i], bytes);
+            prefetch_slice(v[i], bytes);
+        }
         if (++o == bs) {
             o = 0;
             b++;
@@ -218,13 +228,23 @@ static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g
     pv_f32(a, kt, g, t0, t1, st);
 }
 
+/* The P.V kernel of the cache's dtype over n positions. */
+static inline void pv_pass(const qwi_cpu_attn *a, float *const *o, const float *const *p,
+                           int32_t nq, const uint16_t *const *v, const uint8_t *const *v8,
+                           int32_t n) {
+    if (a->k_fp8)
+        a->kf->pv(o, p, nq, v8, n, a->head_dim);
+    else
+        a->kb->pv(o, p, nq, v, n, a->head_dim);
+}
+
 /* (row, head) pairs one fast-mode kernel call takes at most: enough for
  * the kernels' register blocks (6 for scores, 8 for P.V), small enough
  * for the stack. Splitting a call never changes a bit (each pair is
  * independent in tscores_q and pv). */
 #define QWI_CPU_ATTN_BATCH 32
 
-/* Fast mode (bf16 cache), rows s[0..n) of one run of one sequence, kv
+/* The bf16 or fp8 cache, rows s[0..n) of one run of one sequence, kv
  * head g: for each context tile, its K rows are widened and transposed
  * once (ktile) and its V rows prefetched; then the scores of every
  * (row, head) pair still attending come from one tscores_q pass over
@@ -233,10 +253,15 @@ static void row_tile(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g
  * the pairs (pv). A pair's bits depend only on its q, the cached K/V, its
  * context length and the table: tscores_q and pv fix every output's chain
  * whatever the other pairs, and exp_sum's order depends only on the
- * positions in the tile. */
+ * positions in the tile. The fp8 cache's k_scale multiplies the score
+ * scale (one rounding per layer) and its v_scale the final 1/sum
+ * (row_end): see kv_fp8.h. */
 static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g,
                        float *ktile) {
     const qwi_cpu_kv_bf16_kernels *kb = a->kb;
+    const qwi_cpu_kv_fp8_kernels *kf = a->kf;
+    const bool fp8 = a->k_fp8 != NULL;
+    const float scale = fp8 ? a->scale * a->k_scale : a->scale;
     const int32_t group = a->num_heads / a->num_kv_heads, hd = a->head_dim;
     const int32_t *bt = s[0].bt;   /* the rows of a run share one block table */
     int32_t ctx = 0;
@@ -244,13 +269,17 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
     const float *qp[QWI_CPU_ATTN_BATCH], *pp[QWI_CPU_ATTN_BATCH];
     float *op[QWI_CPU_ATTN_BATCH];
     const uint16_t *kp[QWI_CPU_ATTN_TILE], *vp[QWI_CPU_ATTN_TILE];
+    const uint8_t *kp8[QWI_CPU_ATTN_TILE], *vp8[QWI_CPU_ATTN_TILE];
     for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
         const int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
         /* K widened and transposed once for the block (ktile: [hd][TILE]
          * f32), from which every row's scores come with positions as SIMD
-         * lanes; the V rows stay bf16 and are widened in pv */
-        tile_rows(a, bt, g, t0, t1, kp, vp);
-        kb->transpose(kp, t1 - t0, hd, ktile, QWI_CPU_ATTN_TILE);
+         * lanes; the V rows stay bf16 / fp8 and are widened in pv */
+        tile_rows(a, bt, g, t0, t1, kp, vp, kp8, vp8);
+        if (fp8)
+            kf->transpose(kp8, t1 - t0, hd, ktile, QWI_CPU_ATTN_TILE);
+        else
+            kb->transpose(kp, t1 - t0, hd, ktile, QWI_CPU_ATTN_TILE);
         /* scores: lanes past a row's own context are computed (ktile holds
          * them, up to t1) but never read */
         int32_t nb = 0;
@@ -260,12 +289,12 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
                 qp[nb] = s[i].q + (int64_t)h * hd;
                 op[nb] = s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE;
                 if (++nb == QWI_CPU_ATTN_BATCH) {
-                    kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, a->scale);
+                    kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, scale);
                     nb = 0;
                 }
             }
         }
-        if (nb) kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, a->scale);
+        if (nb) kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, scale);
         /* online softmax per pair: rescale what earlier tiles accumulated */
         for (int32_t i = 0; i < n; i++) {
             if (s[i].ctx <= t0) continue;
@@ -301,12 +330,12 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
                     op[nb] = s[i].acc + (int64_t)h * hd;
                     pp[nb] = s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE + lo;
                     if (++nb == QWI_CPU_ATTN_BATCH) {
-                        kb->pv(op, pp, nb, vp + lo, hi - lo, hd);
+                        pv_pass(a, op, pp, nb, vp + lo, vp8 + lo, hi - lo);
                         nb = 0;
                     }
                 }
             }
-            if (nb) kb->pv(op, pp, nb, vp + lo, hi - lo, hd);
+            if (nb) pv_pass(a, op, pp, nb, vp + lo, vp8 + lo, hi - lo);
             lo = hi;
         }
     }
@@ -316,8 +345,9 @@ static void row_end(const qwi_cpu_attn *a, int32_t r, int32_t g, const row_state
     const int32_t group = a->num_heads / a->num_kv_heads, hd = a->head_dim;
     float *out = a->out + r * (int64_t)a->num_heads * hd + (int64_t)g * group * hd;
     for (int32_t h = 0; h < group; h++) {
-        float inv = 1.0f / s->sum[h];
-        if (a->k_bf16) {
+        /* the fp8 cache's v_scale, applied once per output (kv_fp8.h) */
+        float inv = (a->k_fp8 ? a->v_scale : 1.0f) / s->sum[h];
+        if (a->k_bf16 || a->k_fp8) {
             a->kb->scale(out + h * hd, s->acc + h * hd, inv, hd);
         } else {
             for (int32_t d = 0; d < hd; d++) out[h * hd + d] = s->acc[h * hd + d] * inv;
@@ -337,7 +367,7 @@ static void attention_block(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, in
         row_begin(a, r0 + i, g, scratch + (size_t)i * per_row, &s[i]);
         ctx = QWI_MAX(ctx, s[i].ctx);
     }
-    if (a->k_bf16) {
+    if (a->k_bf16 || a->k_fp8) {
         fast_block(a, s, n, g, ktile_of(scratch, a->num_heads / a->num_kv_heads, a->head_dim));
     } else {
         for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE)
@@ -384,21 +414,23 @@ int32_t qwi_cpu_attn_run_end(const qwi_cpu_attn *a, int32_t run_rows, int32_t r)
 }
 
 /* Prefetch the first tile's K and V rows of kv head g for the rows of a
- * run starting at r0 (fast mode): the next head's slices lie in the same
- * pages and cache-line rows as this head's, so they arrive while this head
- * computes. */
+ * run starting at r0 (bf16 or fp8 cache): the next head's slices lie in
+ * the same pages and cache-line rows as this head's, so they arrive while
+ * this head computes. */
 static void prefetch_head(const qwi_cpu_attn *a, int32_t r0, int32_t r1, int32_t g) {
     int32_t ctx = 0;
     for (int32_t r = r0; r < r1; r++) ctx = QWI_MAX(ctx, a->positions[r] + 1);
     const int32_t *bt = a->block_tables + (int64_t)a->row_seq[r0] * a->max_blocks_per_seq;
     const int32_t bs = a->block_size, n = QWI_MIN(ctx, QWI_CPU_ATTN_TILE);
     const int64_t kv_stride = (int64_t)a->num_kv_heads * a->head_dim;
-    const size_t bytes = (size_t)a->head_dim * sizeof(uint16_t);
+    const size_t elem = a->k_fp8 ? 1 : sizeof(uint16_t), bytes = (size_t)a->head_dim * elem;
+    const char *kc = a->k_fp8 ? (const char *)a->k_fp8 : (const char *)a->k_bf16;
+    const char *vc = a->k_fp8 ? (const char *)a->v_fp8 : (const char *)a->v_bf16;
     for (int32_t b = 0; b * bs < n; b++)
         for (int32_t o = 0; o < bs && b * bs + o < n; o++) {
             const int64_t off = ((int64_t)bt[b] * bs + o) * kv_stride + (int64_t)g * a->head_dim;
-            prefetch_slice(a->k_bf16 + off, bytes);
-            prefetch_slice(a->v_bf16 + off, bytes);
+            prefetch_slice(kc + off * (int64_t)elem, bytes);
+            prefetch_slice(vc + off * (int64_t)elem, bytes);
         }
 }
 
@@ -421,7 +453,7 @@ static void attn_task(void *p, int64_t t, int thread) {
     const int32_t r0 = (int32_t)(t / ng);
     const int32_t r1 = qwi_cpu_attn_run_end(a, c->rows, r0);
     for (int32_t g = g0; r1 > r0 && g < g1; g++) {
-        if (a->k_bf16 && g + 1 < g1) prefetch_head(a, r0, r1, g + 1);
+        if ((a->k_bf16 || a->k_fp8) && g + 1 < g1) prefetch_head(a, r0, r1, g + 1);
         attention_block(a, c->kt, r0, r1 - r0, g, c->scratch[thread]);
     }
 }
@@ -445,6 +477,16 @@ void qwi_cpu_kv_write(float *k_cache, float *v_cache, const float *k, const floa
         int64_t s = slot_mapping[r];
         memcpy(k_cache + s * row_floats, k + r * row_floats, (size_t)row_floats * sizeof(float));
         memcpy(v_cache + s * row_floats, v + r * row_floats, (size_t)row_floats * sizeof(float));
+    }
+}
+
+void qwi_cpu_kv_write_fp8(uint8_t *k_cache, uint8_t *v_cache, const float *k, const float *v,
+                          const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
+                          float k_scale, float v_scale) {
+    for (int32_t r = 0; r < num_tokens; r++) {
+        int64_t s = slot_mapping[r];
+        qwi_cpu_kv_fp8_round(k + r * row_floats, k_cache + s * row_floats, row_floats, k_scale);
+        qwi_cpu_kv_fp8_round(v + r * row_floats, v_cache + s * row_floats, row_floats, v_scale);
     }
 }
 

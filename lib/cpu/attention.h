@@ -3,8 +3,8 @@
  * the write of a step's new K/V rows into their slots.
  *
  * Cache layout, per layer, K and V separately: [num_blocks][block_size]
- * [num_kv_heads][head_dim], f32 (exact numerics) or bf16 (fast numerics,
- * cpu/kv_bf16.h). A position p of sequence s lives in block
+ * [num_kv_heads][head_dim], f32, bf16 (cpu/kv_bf16.h) or fp8 e4m3
+ * (cpu/kv_fp8.h), as QW_OPT_KV_CACHE_DTYPE says. A position p of sequence s lives in block
  * block_tables[s*max_blocks_per_seq + p/block_size], slot p%block_size.
  *
  * Determinism: a query row visits its context positions 0..pos in order, in
@@ -29,6 +29,7 @@
 #include "common.h"
 #include "cpu/kernels.h"
 #include "cpu/kv_bf16.h"
+#include "cpu/kv_fp8.h"
 #include "cpu/threadpool.h"
 
 #define QWI_CPU_ATTN_TILE 128
@@ -37,10 +38,16 @@ typedef struct qwi_cpu_attn {
     const float *q;              /* [num_tokens][num_heads*head_dim], RoPE applied */
     const float *k_cache;        /* this layer's K pool (f32 cache)                */
     const float *v_cache;        /* this layer's V pool (f32 cache)                */
-    /* The bf16 cache instead (fast numerics): when k_bf16 is set, k_bf16,
-     * v_bf16 and kb are used and k_cache/v_cache are not. */
+    /* The bf16 cache instead: when k_bf16 is set, k_bf16, v_bf16 and kb
+     * are used and k_cache/v_cache are not. */
     const uint16_t *k_bf16, *v_bf16;
     const qwi_cpu_kv_bf16_kernels *kb;
+    /* The fp8 cache instead: when k_fp8 is set, k_fp8, v_fp8, kf, kb (its
+     * scores, softmax and scale kernels) and this layer's k_scale and
+     * v_scale (finite, > 0) are used; k_bf16 and k_cache are not. */
+    const uint8_t *k_fp8, *v_fp8;
+    const qwi_cpu_kv_fp8_kernels *kf;
+    float k_scale, v_scale;
     float *out;                  /* [num_tokens][num_heads*head_dim]               */
     const int32_t *positions;    /* [num_tokens]: row r attends to 0..positions[r] */
     const int32_t *row_seq;      /* [num_tokens]: the sequence of row r            */
@@ -75,6 +82,12 @@ int32_t qwi_cpu_attn_run_rows(const qwi_cpu_attn *a, int nthreads);
  * (runs of at most run_rows rows, one sequence, consecutive positions),
  * the row after the run's last; otherwise r (no task starts at r). */
 int32_t qwi_cpu_attn_run_end(const qwi_cpu_attn *a, int32_t run_rows, int32_t r);
+
+/* The same as qwi_cpu_kv_write into an fp8 cache: K elements stored as
+ * qwi_f32_to_e4m3(x / k_scale), V ones as qwi_f32_to_e4m3(x / v_scale). */
+void qwi_cpu_kv_write_fp8(uint8_t *k_cache, uint8_t *v_cache, const float *k, const float *v,
+                          const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
+                          float k_scale, float v_scale);
 
 /* The same as qwi_cpu_kv_write into a bf16 cache, each element rounded to
  * nearest even. */

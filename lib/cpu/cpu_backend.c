@@ -23,12 +23,14 @@
 
 #include "progress.h"
 #include "backend.h"
+#include "kv_scales.h"
 #include "logprobs.h"
 #include "cpu/attention.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "cpu/pairpanel.h"
 #include "cpu/panel.h"
+#include "cpu/qpanel.h"
 #include "cpu/threadpool.h"
 
 /* Rows of the lm_head matmul per pass: bounds the logits scratch
@@ -62,9 +64,12 @@ typedef struct cpu_backend {
 
     void *kv;                      /* [layer][K|V][num_blocks*block_size][kv_dim] */
     size_t layer_elems;            /* elements of one layer's K (or V)           */
-    bool kv_bf16;                  /* fast numerics: bf16 elements, else f32      */
-    size_t kv_elem;                /* bytes of one element: 2 or 4                */
-    const qwi_cpu_kv_bf16_kernels *kb;  /* attention kernels of the bf16 cache    */
+    int32_t kv_dtype;              /* resolved qw_kv_cache_dtype: F32, BF16, FP8   */
+    size_t kv_elem;                /* bytes of one element: 4, 2 or 1             */
+    const qwi_cpu_kv_bf16_kernels *kb;  /* attention kernels of the bf16 cache
+                                           (and the fp8 cache's softmax/scores) */
+    const qwi_cpu_kv_fp8_kernels *kf;   /* the fp8 cache's K widen and P.V        */
+    float *kv_scale;               /* fp8: [2][num_layers] k_scale then v_scale  */
 
     int32_t logit_rows;            /* rows per lm_head pass                      */
     float *x;                      /* [T][hidden] residual stream                */
@@ -85,10 +90,20 @@ typedef struct cpu_backend {
 
 static bool mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 
-size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size, int32_t numerics) {
-    /* K and V; fast numerics keeps them in bf16 (cpu/kv_bf16.h) */
-    size_t n = 2 * (numerics == QW_NUMERICS_FAST ? sizeof(uint16_t) : sizeof(float));
-    if (!cfg || block_size <= 0 || cfg->num_layers <= 0 || cfg->num_kv_heads <= 0 ||
+/* Bytes of one KV element of a resolved qw_kv_cache_dtype; 0 for others. */
+static size_t kv_elem_bytes(int32_t kv_cache_dtype) {
+    switch (kv_cache_dtype) {
+    case QW_KV_CACHE_F32: return sizeof(float);
+    case QW_KV_CACHE_BF16: return sizeof(uint16_t);
+    case QW_KV_CACHE_FP8_E4M3: return 1;
+    }
+    return 0;
+}
+
+size_t qwi_cpu_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size,
+                                  int32_t kv_cache_dtype) {
+    size_t n = 2 * kv_elem_bytes(kv_cache_dtype);   /* K and V */
+    if (n == 0 || !cfg || block_size <= 0 || cfg->num_layers <= 0 || cfg->num_kv_heads <= 0 ||
         cfg->head_dim <= 0)
         return 0;
     if (!mul_ok(n, (size_t)cfg->num_layers, &n) || !mul_ok(n, (size_t)block_size, &n) ||
@@ -114,8 +129,23 @@ static qw_status check_tensor(const qwi_tensor *t, const char *what, int layer, 
     return QW_OK;
 }
 
-static qw_status set_linear(qwi_cpu_linear *l, const qwi_tensor *t, const char *what, int layer,
-                            int64_t n, int64_t k) {
+/* A linear layer: the plain tensor t, or where qw is quantized (model.h),
+ * qw, which pack_weights packs (cpu/qpanel.h) before anything reads it. */
+static qw_status set_linear(qwi_cpu_linear *l, const qwi_tensor *t, const qwi_qweight *qw,
+                            const char *what, int layer, int64_t n, int64_t k) {
+    if (qw && qw->method != QWI_QUANT_NONE) {
+        const char *nm = qw->qweight.name ? qw->qweight.name : what;
+        if (qw->n != n || qw->k != k)
+            return qwi_fail(QW_ERR_INVALID_ARGUMENT,
+                            "cpu: layer %d: %s is a quantized [%lld, %lld], expected [%lld, %lld]",
+                            layer, nm, (long long)qw->n, (long long)qw->k, (long long)n, (long long)k);
+        if (!qwi_qpanel_bytes(qw, QWI_QPANEL_SEQ))
+            return qwi_fail(QW_ERR_UNSUPPORTED, "cpu: layer %d: %s: quantized format %d with groups "
+                            "of %lld cannot be packed", layer, nm, (int)qw->fmt,
+                            (long long)qw->group_k);
+        *l = (qwi_cpu_linear){ .dtype = QWI_DTYPE_F32, .n = n, .k = k, .quant = true, .qsrc = qw };
+        return QW_OK;
+    }
     qw_status st = check_tensor(t, what, layer, 2, n, k);
     if (st != QW_OK) return st;
     l->dtype = t->dtype;
@@ -164,6 +194,7 @@ static void cpu_destroy(qwi_backend *base) {
     free(b->small);
     if (b->wpack) munmap(b->wpack, b->wpack_len);
     free(b->kv);
+    free(b->kv_scale);
     free(b->x);
     free(b->bufA);
     free(b->bufB);
@@ -223,13 +254,14 @@ static qw_status setup_weights(cpu_backend *b) {
     for (int i = 0; i < c->num_layers; i++) {
         const qwi_layer *L = &m->layers[i];
         cpu_layer *d = &b->layers[i];
-        if ((st = set_linear(&d->q, &L->q_proj, "q_proj", i, qd, H)) ||
-            (st = set_linear(&d->k, &L->k_proj, "k_proj", i, kvd, H)) ||
-            (st = set_linear(&d->v, &L->v_proj, "v_proj", i, kvd, H)) ||
-            (st = set_linear(&d->o, &L->o_proj, "o_proj", i, H, qd)) ||
-            (st = set_linear(&d->gate, &L->gate_proj, "gate_proj", i, I, H)) ||
-            (st = set_linear(&d->up, &L->up_proj, "up_proj", i, I, H)) ||
-            (st = set_linear(&d->down, &L->down_proj, "down_proj", i, H, I)) ||
+        const qwi_qweight *qw = L->quant;
+        if ((st = set_linear(&d->q, &L->q_proj, &qw[QWI_LIN_Q], "q_proj", i, qd, H)) ||
+            (st = set_linear(&d->k, &L->k_proj, &qw[QWI_LIN_K], "k_proj", i, kvd, H)) ||
+            (st = set_linear(&d->v, &L->v_proj, &qw[QWI_LIN_V], "v_proj", i, kvd, H)) ||
+            (st = set_linear(&d->o, &L->o_proj, &qw[QWI_LIN_O], "o_proj", i, H, qd)) ||
+            (st = set_linear(&d->gate, &L->gate_proj, &qw[QWI_LIN_GATE], "gate_proj", i, I, H)) ||
+            (st = set_linear(&d->up, &L->up_proj, &qw[QWI_LIN_UP], "up_proj", i, I, H)) ||
+            (st = set_linear(&d->down, &L->down_proj, &qw[QWI_LIN_DOWN], "down_proj", i, H, I)) ||
             (st = copy_vec(&cur, &d->in_norm, &L->input_norm, "input_layernorm", i, H)) ||
             (st = copy_vec(&cur, &d->post_norm, &L->post_norm, "post_attention_layernorm", i, H)))
             return st;
@@ -247,7 +279,7 @@ static qw_status setup_weights(cpu_backend *b) {
     if ((st = check_tensor(&m->embed, "embed_tokens", -1, 2, c->vocab_size, H))) return st;
     b->embed = &m->embed;
     const qwi_tensor *head = m->lm_head.data ? &m->lm_head : &m->embed;
-    if ((st = set_linear(&b->lm_head, head, "lm_head", -1, c->vocab_size, H))) return st;
+    if ((st = set_linear(&b->lm_head, head, NULL, "lm_head", -1, c->vocab_size, H))) return st;
     return QW_OK;
 }
 
@@ -300,8 +332,10 @@ static size_t mem_available(void) {
 static bool fast_mode(const cpu_backend *b) { return b->bc.numerics == QW_NUMERICS_FAST; }
 
 /* Bytes of l's weight in the copy: its pair-panel form in fast mode, else
- * its panel form where it has one. */
+ * its panel form where it has one; a quantized weight's qpanel form (PAIR
+ * in fast mode, SEQ in exact). */
 static size_t copy_bytes(const qwi_cpu_linear *l, bool fast) {
+    if (l->quant) return qwi_qpanel_bytes(l->qsrc, fast ? QWI_QPANEL_PAIR : QWI_QPANEL_SEQ);
     if (fast) return qwi_pairpanel_bytes(l->n, l->k);
     size_t p = qwi_panel_bytes(l->dtype, l->n, l->k);
     return p ? p : (size_t)l->n * (size_t)l->k * qwi_dtype_size(l->dtype);
@@ -323,11 +357,37 @@ typedef struct pack_ctx {
     char *base;
     bool fast;
     int64_t t0;                    /* first task of the current batch        */
+    size_t failed;                 /* 1 + index of a quantized linear that did not pack, or 0 */
 } pack_ctx;
+
+/* The tensors a quantized linear is read from (those with data). */
+static int quant_sources(const qwi_qweight *q, const qwi_tensor *out[4]) {
+    const qwi_tensor *all[4] = { &q->qweight, &q->qzeros, &q->scales, &q->g_idx };
+    int n = 0;
+    for (int i = 0; i < 4; i++)
+        if (all[i]->data) out[n++] = all[i];
+    return n;
+}
 
 /* Bytes of l's weight in the model file (what progress counts). */
 static uint64_t source_bytes(const qwi_cpu_linear *l) {
+    if (l->quant) {
+        const qwi_tensor *src[4];
+        uint64_t bytes = 0;
+        for (int i = 0, n = quant_sources(l->qsrc, src); i < n; i++) bytes += src[i]->nbytes;
+        return bytes;
+    }
     return (uint64_t)l->n * (uint64_t)l->k * qwi_dtype_size(l->dtype);
+}
+
+static bool has_quant(const cpu_backend *b) {
+    for (int i = 0; i < b->cfg.num_layers; i++) {
+        const cpu_layer *d = &b->layers[i];
+        if (d->q.quant || d->k.quant || d->v.quant || d->o.quant || d->gate.quant ||
+            d->up.quant || d->down.quant)
+            return true;
+    }
+    return false;
 }
 
 /* Pack one linear into the copy, then give back its source pages. */
@@ -340,6 +400,18 @@ static void pack_task(void *arg, int64_t t, int thread) {
     const bool fast = c->fast;
     char *dst = c->base + c->ats[i];
     size_t bytes = copy_bytes(l, fast);
+    if (l->quant) {
+        /* a failure's message is this thread's: pack_weights packs the
+         * weight again on its own thread to report it */
+        if (!qwi_qpanel_pack(l->qsrc, fast ? QWI_QPANEL_PAIR : QWI_QPANEL_SEQ, dst, &l->qp)) {
+            __atomic_store_n((size_t *)&c->failed, i + 1, __ATOMIC_RELAXED);
+            return;
+        }
+        const qwi_tensor *src[4];
+        for (int s = 0, ns = quant_sources(l->qsrc, src); s < ns; s++)
+            qwi_model_evict(c->b->model, src[s]->data, src[s]->nbytes);
+        return;
+    }
     if (fast) {
         l->pair = qwi_pairpanel_pack(l->dtype, l->w, l->n, l->k, dst);
     } else if (qwi_panel_pack(l->dtype, l->w, l->n, l->k, dst)) {
@@ -351,14 +423,16 @@ static void pack_task(void *arg, int64_t t, int thread) {
     l->w = dst;
 }
 
-/* Fast numerics always packs (its kernels only read pair panels): there,
- * QWINFER_CPU_WEIGHTS and the memory rule do not apply, and a failed
- * mapping leaves b->wpack NULL for the caller to report. Progress is
- * reported between batches of tensors (from this thread); a cancel stops
- * the packing and returns QW_ERR_CANCELLED with the copy unmapped. */
+/* Fast numerics and quantized models always pack (their kernels only read
+ * pair panels / qpanels): there, QWINFER_CPU_WEIGHTS and the memory rule do
+ * not apply, and a failed mapping leaves b->wpack NULL for the caller to
+ * report. Progress is reported between batches of tensors (from this
+ * thread); a cancel stops the packing and returns QW_ERR_CANCELLED with the
+ * copy unmapped, as does a quantized weight that cannot be packed (its
+ * error). */
 static qw_status pack_weights(cpu_backend *b) {
-    const bool fast = fast_mode(b);
-    if (!fast && !qwi_cpu_weights_copied(0)) return QW_OK;   /* mmap asked for: skip the sizing too */
+    const bool fast = fast_mode(b), must = fast || has_quant(b);
+    if (!must && !qwi_cpu_weights_copied(0)) return QW_OK;   /* mmap asked for: skip the sizing too */
     const int nl = b->cfg.num_layers;
     const size_t nlin = (size_t)nl * 7 + 1;
     qwi_cpu_linear **ls = malloc(nlin * sizeof *ls);
@@ -374,7 +448,7 @@ static qw_status pack_weights(cpu_backend *b) {
     for (size_t i = 0; i < n; i++) total += (copy_bytes(ls[i], fast) + 63) & ~(size_t)63;
     const size_t huge = (size_t)2 << 20;
     size_t len = (total + huge - 1) & ~(huge - 1);
-    if (!fast && !qwi_cpu_weights_copied(total)) {
+    if (!must && !qwi_cpu_weights_copied(total)) {
         free(ls);
         return QW_OK;
     }
@@ -412,7 +486,7 @@ static qw_status pack_weights(cpu_backend *b) {
         ats[i] = off;
         off += (copy_bytes(ls[i], fast) + 63) & ~(size_t)63;
     }
-    pack_ctx pc = { b, ls, ats, n, base, fast, 0 };
+    pack_ctx pc = { b, ls, ats, n, base, fast, 0, 0 };
     /* Batches with a progress report between them (one pool barrier
      * each). A batch holds at least 1/16 of the bytes and at least twice its
      * first (largest-first) tensor's: the first batch starts with the
@@ -429,6 +503,18 @@ static qw_status pack_weights(cpu_backend *b) {
         while (t0 + cnt < (int64_t)n && bytes < want) bytes += source_bytes(ls[((size_t)(t0 + cnt) + n - 1) % n]), cnt++;
         pc.t0 = t0;
         qwi_cpu_pool_run(b->pool, cnt, pack_task, &pc);
+        if (pc.failed) {
+            const qwi_cpu_linear *l = ls[pc.failed - 1];
+            qwi_qpanel scratch;
+            st = QW_ERR_UNSUPPORTED;
+            if (!qwi_qpanel_pack(l->qsrc, fast ? QWI_QPANEL_PAIR : QWI_QPANEL_SEQ,
+                                 base + ats[pc.failed - 1], &scratch))
+                st = qwi_fail_prefix(st, "cpu");
+            else
+                st = qwi_fail(QW_ERR_INTERNAL, "cpu: packing %s failed once, then not",
+                              l->qsrc->qweight.name ? l->qsrc->qweight.name : "a quantized weight");
+            break;
+        }
         st = qwi_progress_add(b->bc.progress, bytes);
         t0 += cnt;
     }
@@ -523,7 +609,15 @@ static qw_status setup_scratch(cpu_backend *b) {
 
 static qw_status setup_kv(cpu_backend *b) {
     const qwi_config *c = &b->cfg;
-    size_t per_block = qwi_cpu_kv_bytes_per_block(c, b->bc.block_size, b->bc.numerics), total;
+    /* AUTO only reaches here from a config built by hand (the engine
+     * resolves it): the numerics mode's default, as before the option */
+    b->kv_dtype = b->bc.kv_cache_dtype != QW_KV_CACHE_AUTO ? b->bc.kv_cache_dtype
+                  : fast_mode(b)                           ? QW_KV_CACHE_BF16
+                                                           : QW_KV_CACHE_F32;
+    if (kv_elem_bytes(b->kv_dtype) == 0)
+        return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: QW_OPT_KV_CACHE_DTYPE %d is not a KV cache dtype",
+                        (int)b->kv_dtype);
+    size_t per_block = qwi_cpu_kv_bytes_per_block(c, b->bc.block_size, b->kv_dtype), total;
     if (per_block == 0 || !mul_ok(per_block, (size_t)b->bc.num_blocks, &total))
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: KV pool of %d blocks overflows size_t",
                         b->bc.num_blocks);
@@ -534,9 +628,15 @@ static qw_status setup_kv(cpu_backend *b) {
         return qwi_fail(QW_ERR_OUT_OF_MEMORY,
                         "cpu: KV pool of %zu bytes (%d blocks x %zu) exceeds physical memory (%zu bytes)",
                         total, b->bc.num_blocks, per_block, (size_t)pages * (size_t)page);
-    b->kv_bf16 = fast_mode(b);
-    b->kv_elem = b->kv_bf16 ? sizeof(uint16_t) : sizeof(float);
+    b->kv_elem = kv_elem_bytes(b->kv_dtype);
     b->kb = qwi_cpu_kv_bf16_for(b->cx.kt);   /* set by setup_scratch */
+    b->kf = qwi_cpu_kv_fp8_for(b->cx.kt);
+    if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3) {
+        b->kv_scale = malloc(2 * (size_t)c->num_layers * sizeof(float));
+        if (!b->kv_scale) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: fp8 KV scales allocation failed");
+        qw_status st = qwi_kv_scales_load(b->model, b->kv_scale, b->kv_scale + c->num_layers);
+        if (st != QW_OK) return st;
+    }
     b->layer_elems = (size_t)b->bc.num_blocks * (size_t)b->bc.block_size *
                      (size_t)c->num_kv_heads * (size_t)c->head_dim;
     /* calloc: the kernel hands out zero pages lazily, so an unused pool costs
@@ -571,6 +671,10 @@ qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_confi
             st = qwi_fail(QW_ERR_OUT_OF_MEMORY,
                           "cpu: QW_OPT_NUMERICS fast: mapping the bf16 copy of the weights failed "
                           "(QW_NUMERICS_EXACT can run from the file mapping)");
+        if (st == QW_OK && !b->wpack && has_quant(b))
+            st = qwi_fail(QW_ERR_OUT_OF_MEMORY,
+                          "cpu: mapping the repacked copy of the quantized weights failed "
+                          "(quantized layers always run from the copy)");
     }
     if (st != QW_OK) {
         cpu_destroy(&b->base);
@@ -673,7 +777,8 @@ typedef struct fwd_ctx {
     const qwi_plan *p;
     const cpu_layer *layer;
     float *q, *k, *v;              /* this layer's projections              */
-    void *k_cache, *v_cache;       /* this layer's K/V pools (f32 or bf16)  */
+    void *k_cache, *v_cache;       /* this layer's K/V pools (kv_dtype)     */
+    float k_scale, v_scale;        /* fp8: this layer's scales              */
     int32_t nlog;                  /* rows in the current logits pass        */
     int32_t log0;                  /* index of its first row in logit_seq    */
     int32_t row0;                  /* prompt logprobs: first row of the pass */
@@ -706,7 +811,10 @@ static void qk_rope_task(void *arg, int64_t r, int thread) {
     qwr_rope_neox(q, cfg->num_heads, hd, cs, sn);
     qwr_rope_neox(k, cfg->num_kv_heads, hd, cs, sn);
     int64_t slot = c->p->slot_mapping[r];
-    if (b->kv_bf16) {
+    if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3) {
+        qwi_cpu_kv_fp8_round(k, (uint8_t *)c->k_cache + slot * kvd, kvd, c->k_scale);
+        qwi_cpu_kv_fp8_round(c->v + r * kvd, (uint8_t *)c->v_cache + slot * kvd, kvd, c->v_scale);
+    } else if (b->kv_dtype == QW_KV_CACHE_BF16) {
         qwi_cpu_kv_bf16_round(k, (uint16_t *)c->k_cache + slot * kvd, kvd);
         qwi_cpu_kv_bf16_round(c->v + r * kvd, (uint16_t *)c->v_cache + slot * kvd, kvd);
     } else {
@@ -827,9 +935,18 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
         qwi_cpu_rmsnorm_rows(cx, b->x, L->in_norm, M, H, eps, h);
         qwi_cpu_mm_job qkv[3] = { { &L->q, c.q, 0 }, { &L->k, c.k, 0 }, { &L->v, c.v, 0 } };
         qwi_cpu_matmul(cx, h, M, H, qkv, 3);
+        if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3) {
+            c.k_scale = at.k_scale = b->kv_scale[l];
+            c.v_scale = at.v_scale = b->kv_scale[cfg->num_layers + l];
+        }
         qwi_cpu_pool_run(b->pool, M, qk_rope_task, &c);
 
-        if (b->kv_bf16) {
+        if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3) {
+            at.k_fp8 = c.k_cache;
+            at.v_fp8 = c.v_cache;
+            at.kb = b->kb;
+            at.kf = b->kf;
+        } else if (b->kv_dtype == QW_KV_CACHE_BF16) {
             at.k_bf16 = c.k_cache;
             at.v_bf16 = c.v_cache;
             at.kb = b->kb;

@@ -23,6 +23,8 @@ qw_engine *qwt_engine_new(const char *model_dir, const qwt_engine_cfg *cfg) {
             cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_MAX_NUM_PARTIAL_PREFILLS, cfg->partial_prefills), QW_OK);
         if (cfg->chunked < 0) cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_ENABLE_CHUNKED_PREFILL, 0), QW_OK);
         if (cfg->numerics) cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_NUMERICS, cfg->numerics), QW_OK);
+        if (cfg->kv_cache_dtype)
+            cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_KV_CACHE_DTYPE, cfg->kv_cache_dtype), QW_OK);
     }
     qw_engine *e = NULL;
     qw_status st = qw_engine_create(o, &e);

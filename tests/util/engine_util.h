@@ -55,6 +55,7 @@ typedef struct qwt_engine_cfg {
     int64_t chunked;          /* 0 = default on, -1 = off     */
     int64_t partial_prefills;
     int64_t numerics;         /* 0 = default (fast); QW_NUMERICS_EXACT pins exact */
+    int64_t kv_cache_dtype;   /* 0 = QW_KV_CACHE_AUTO; else QW_OPT_KV_CACHE_DTYPE */
 } qwt_engine_cfg;
 
 /* Create an engine over model_dir (asserts on failure). */

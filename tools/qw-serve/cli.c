@@ -17,7 +17,8 @@ static void usage(FILE *f) {
             "  --served-model-name NAME    model id of the API (default: last component of DIR)\n"
             "  --device cpu|cuda:N  --threads N  --max-num-seqs N  --max-num-batched-tokens N\n"
             "  --max-model-len N  --kv-cache-bytes N  --block-size N  --numerics fast|exact\n"
-            "  --seed N  --no-prefix-caching             engine options\n"
+            "  --kv-cache-dtype auto|f32|bf16|fp8  --seed N  --no-prefix-caching\n"
+            "                              engine options\n"
             "  --max-queue N               waiting requests before 503 (default 256)\n"
             "  --max-body-bytes N          request body limit (default 4194304)\n"
             "  --request-timeout S         per-request deadline, seconds (default 600; 0 = none)\n"
@@ -62,6 +63,7 @@ int qws_config_parse(int argc, char **argv, qws_config *c) {
     c->threads = c->max_num_seqs = c->max_num_batched_tokens = c->max_model_len = c->block_size = -1;
     c->kv_cache_bytes = -1;
     c->numerics = -1;
+    c->kv_cache_dtype = -1;
     c->max_queue = 256;
     c->max_body_bytes = 4194304;
     c->request_timeout = 600;
@@ -102,6 +104,12 @@ int qws_config_parse(int argc, char **argv, qws_config *c) {
         } else if (!strcmp(f, "--numerics")) {
             if (v && !strcmp(v, "fast")) c->numerics = QW_NUMERICS_FAST;
             else if (v && !strcmp(v, "exact")) c->numerics = QW_NUMERICS_EXACT;
+            else rc = bad(f, v);
+        } else if (!strcmp(f, "--kv-cache-dtype")) {
+            if (v && !strcmp(v, "auto")) c->kv_cache_dtype = QW_KV_CACHE_AUTO;
+            else if (v && !strcmp(v, "f32")) c->kv_cache_dtype = QW_KV_CACHE_F32;
+            else if (v && !strcmp(v, "bf16")) c->kv_cache_dtype = QW_KV_CACHE_BF16;
+            else if (v && !strcmp(v, "fp8")) c->kv_cache_dtype = QW_KV_CACHE_FP8_E4M3;
             else rc = bad(f, v);
         } else if (!strcmp(f, "--seed")) {
             if (!(rc = int_arg(f, v, INT64_MIN, INT64_MAX, &c->seed))) c->has_seed = 1;

@@ -38,6 +38,7 @@ static int set_options(qws_server *srv, qw_engine_options *o) {
         {QW_OPT_BLOCK_SIZE, c->block_size, c->block_size > 0},
         {QW_OPT_KV_CACHE_BYTES, c->kv_cache_bytes, c->kv_cache_bytes > 0},
         {QW_OPT_NUMERICS, c->numerics, c->numerics >= 0},
+        {QW_OPT_KV_CACHE_DTYPE, c->kv_cache_dtype, c->kv_cache_dtype >= 0},
         {QW_OPT_SEED, c->seed, c->has_seed},
         {QW_OPT_ENABLE_PREFIX_CACHING, 0, c->no_prefix_caching},
         /* the bounded queue: the engine refuses the submit past it */

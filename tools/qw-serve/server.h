@@ -36,6 +36,7 @@ typedef struct qws_config {
     long threads, max_num_seqs, max_num_batched_tokens, max_model_len, block_size;
     long long kv_cache_bytes;
     int numerics;                  /* -1, QW_NUMERICS_FAST or QW_NUMERICS_EXACT */
+    int kv_cache_dtype;            /* -1 (unset) or a qw_kv_cache_dtype         */
     int has_seed;
     long long seed;
     int no_prefix_caching;

@@ -110,6 +110,15 @@ const (
 	OptNumKVBlocks   = int(C.QW_OPT_NUM_KV_BLOCKS)
 	OptNumerics      = int(C.QW_OPT_NUMERICS)
 	OptMaxWaitingReq = int(C.QW_OPT_MAX_WAITING_REQUESTS)
+	OptKVCacheDtype  = int(C.QW_OPT_KV_CACHE_DTYPE)
+)
+
+// Values of OptKVCacheDtype (qw_kv_cache_dtype in qwinfer.h).
+const (
+	KVCacheAuto    = int64(C.QW_KV_CACHE_AUTO)
+	KVCacheF32     = int64(C.QW_KV_CACHE_F32)
+	KVCacheBF16    = int64(C.QW_KV_CACHE_BF16)
+	KVCacheFP8E4M3 = int64(C.QW_KV_CACHE_FP8_E4M3)
 )
 
 // Event is one step's news for a request: the text its token completed.

@@ -117,7 +117,8 @@ class Engine:
     """Engine(model=DIR, device="cpu", max_num_seqs=..., numerics="fast", ...).
 
     Keyword options are the QW_OPT_* names in lower case; strings, floats and
-    ints map to the typed setters. numerics takes "fast" or "exact".
+    ints map to the typed setters. numerics takes "fast" or "exact";
+    kv_cache_dtype takes "auto", "f32", "bf16" or "fp8".
     """
 
     def __init__(self, model: str, device: str = "cpu", **options):
@@ -130,6 +131,12 @@ class Engine:
             for name, value in options.items():
                 if name == "numerics" and isinstance(value, str):
                     value = {"fast": lib.QW_NUMERICS_FAST, "exact": lib.QW_NUMERICS_EXACT}[value]
+                if name == "kv_cache_dtype" and isinstance(value, str):
+                    kinds = {"auto": lib.QW_KV_CACHE_AUTO, "f32": lib.QW_KV_CACHE_F32,
+                             "bf16": lib.QW_KV_CACHE_BF16, "fp8": lib.QW_KV_CACHE_FP8_E4M3}
+                    if value not in kinds:
+                        raise ValueError(f"kv_cache_dtype {value!r}: expected one of {sorted(kinds)}")
+                    value = kinds[value]
                 key = _option_key(name)
                 if isinstance(value, str):
                     _check(lib.qw_engine_options_set_string(o, key, value.encode()), name)

@@ -1,0 +1,363 @@
+/*
+ * test_kv_fp8.c - the fp8 (e4m3) KV cache's kernels: the write rounding
+ * with a scale, the K tile widen/transpose (every table bit-identical to
+ * the generic one, all 256 byte patterns), P.V (avx2 == avx512 bit for
+ * bit, the generic table within rounding, all against a float64
+ * reference; batched == alone), and attention over a paged fp8 cache with
+ * per-layer scales against float64 attention.
+ *
+ * Tolerances (max abs error, unit-scale data, contexts up to 300):
+ * against float64 attention over the *dequantized* K/V (e4m3(b) * scale)
+ * only f32 arithmetic remains, as for the bf16 cache: bound 2e-6 (the
+ * scales folded into the score scale and 1/sum add one rounding each).
+ * Against the *unrounded* K/V, e4m3's relative error of up to 2^-4 per
+ * element moves the output by up to 2^-4 * max|V| (a one-position context
+ * returns V itself): bound 7e-2.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/attention.h"
+#include "cpu/kv_fp8.h"
+#include "cpu/threadpool.h"
+#include "fp8.h"
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static float frand(void) {   /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static const qwi_cpu_kv_fp8_kernels *table(const char *name) {
+    if (strcmp(name, "generic") == 0) return qwi_cpu_kv_fp8_generic();
+    if (strcmp(name, "avx2") == 0) return qwi_cpu_kv_fp8_avx2();
+    return qwi_cpu_kv_fp8_avx512();
+}
+
+/* ---- the write --------------------------------------------------------- */
+
+/* Every non-NaN e4m3 value times a power-of-two scale is written back as
+ * its own byte; other values land on a neighbour within half a step;
+ * beyond the range they saturate; NaN stays NaN. */
+Test(kv_fp8, write_round_trip_and_saturation) {
+    const float scales[] = { 1.0f, 0.25f, 8.0f };
+    for (size_t s = 0; s < 3; s++)
+        for (int b = 0; b < 256; b++) {
+            if (qwi_e4m3_is_nan((uint8_t)b)) continue;
+            float x = qwi_e4m3_to_f32((uint8_t)b) * scales[s];
+            uint8_t out;
+            qwi_cpu_kv_fp8_round(&x, &out, 1, scales[s]);
+            if (b == 0x80) cr_assert(out == 0x80 || out == 0, "-0");
+            else cr_assert_eq(out, b, "byte %02x scale %g: wrote %02x", b, scales[s], out);
+        }
+    /* random values: the value read back (times the scale) is within half
+     * an e4m3 step: relative 2^-4 for normals, 2^-10 * scale absolute below */
+    for (int i = 0; i < 20000; i++) {
+        const float scale = i % 2 ? 0.05f : 3.0f;
+        float x = frand() * 400.0f * scale * (i % 3 ? 1.0f : 1e-3f);
+        uint8_t b;
+        qwi_cpu_kv_fp8_round(&x, &b, 1, scale);
+        double back = (double)qwi_e4m3_to_f32(b) * scale;
+        double tol = fmax(fabs((double)x) * 0x1p-4, 0x1p-10 * scale) * 1.0000001;
+        cr_assert_leq(fabs(back - x), tol, "x %g scale %g: read %g", x, scale, back);
+    }
+    float big[4] = { 1e6f, -1e6f, INFINITY, NAN }, two = 2.0f;
+    uint8_t o[4];
+    qwi_cpu_kv_fp8_round(big, o, 4, two);
+    cr_assert_eq(o[0], 0x7e, "saturates to +448");
+    cr_assert_eq(o[1], 0xfe, "saturates to -448");
+    cr_assert_eq(o[2], 0x7e, "infinity saturates");
+    cr_assert(qwi_e4m3_is_nan(o[3]), "NaN stays NaN");
+}
+
+/* ---- the widen ---------------------------------------------------------- */
+
+/* transpose: every byte pattern, every table the same bits as
+ * qwi_e4m3_to_f32 (NaN included), at tile shapes with tails. */
+static void transpose_exact(const char *name) {
+    const qwi_cpu_kv_fp8_kernels *kf = table(name);
+    if (!kf) {
+        cr_log_warn("kv fp8 table %s not available on this CPU: skipped", name);
+        return;
+    }
+    enum { N = 40, HDMAX = 136, LD = 48 };
+    static uint8_t rows[N][HDMAX];
+    for (int j = 0; j < N; j++)
+        for (int d = 0; d < HDMAX; d++) rows[j][d] = (uint8_t)(j * 131 + d * 7 + (d >> 3));
+    const uint8_t *k[N];
+    for (int j = 0; j < N; j++) k[j] = rows[j];
+    int seen[256] = { 0 };
+    const int64_t hds[] = { 128, 136, 100, 7 };
+    const int32_t ns[] = { 40, 33, 8, 3 };
+    static float kt[HDMAX * LD];
+    for (size_t h = 0; h < 4; h++)
+        for (size_t c = 0; c < 4; c++) {
+            for (size_t i = 0; i < sizeof kt / 4; i++) kt[i] = -12345.0f;
+            kf->transpose(k, ns[c], hds[h], kt, LD);
+            for (int64_t d = 0; d < hds[h]; d++)
+                for (int32_t j = 0; j < LD; j++) {
+                    const float got = kt[d * LD + j];
+                    if (j >= ns[c]) {
+                        cr_assert_eq(got, -12345.0f, "%s: lane %d past n written", name, j);
+                        continue;
+                    }
+                    seen[rows[j][d]] = 1;
+                    cr_assert_eq(bits(got), bits(qwi_e4m3_to_f32(rows[j][d])),
+                                 "%s: hd %lld n %d: byte %02x widened to %08x", name,
+                                 (long long)hds[h], ns[c], rows[j][d], bits(got));
+                }
+        }
+    for (int b = 0; b < 256; b++) cr_assert(seen[b], "byte %02x not covered", b);
+}
+
+Test(kv_fp8, transpose_generic) { transpose_exact("generic"); }
+Test(kv_fp8, transpose_avx2) { transpose_exact("avx2"); }
+Test(kv_fp8, transpose_avx512) { transpose_exact("avx512"); }
+
+/* ---- P.V ---------------------------------------------------------------- */
+
+enum { PV_NQ = 13, PV_N = 37, PV_HDMAX = 136 };
+
+/* pv of nq accumulators over n positions, on fresh copies of o0. */
+static void run_pv(const qwi_cpu_kv_fp8_kernels *kf, float o0[PV_NQ][PV_HDMAX],
+                   float out[PV_NQ][PV_HDMAX], const float p[PV_NQ][PV_N],
+                   const uint8_t *const *v, int32_t nq, int32_t n, int64_t hd, int split) {
+    float *op[PV_NQ];
+    const float *pp[PV_NQ];
+    memcpy(out, o0, sizeof(float) * PV_NQ * PV_HDMAX);
+    for (int i = 0; i < nq; i++) {
+        op[i] = out[i];
+        pp[i] = p[i];
+    }
+    if (!split) {
+        kf->pv(op, pp, nq, v, n, hd);
+        return;
+    }
+    /* one accumulator per call, positions in two calls: must not change a bit */
+    for (int i = 0; i < nq; i++) {
+        const int32_t h = n / 3;
+        kf->pv(&op[i], &pp[i], 1, v, h, hd);
+        const float *ph = pp[i] + h;
+        kf->pv(&op[i], &ph, 1, v + h, n - h, hd);
+    }
+}
+
+static void pv_case(const char *name) {
+    const qwi_cpu_kv_fp8_kernels *kf = table(name);
+    if (!kf) {
+        cr_log_warn("kv fp8 table %s not available on this CPU: skipped", name);
+        return;
+    }
+    static float o0[PV_NQ][PV_HDMAX], a[PV_NQ][PV_HDMAX], b[PV_NQ][PV_HDMAX], g[PV_NQ][PV_HDMAX];
+    static float p[PV_NQ][PV_N];
+    static uint8_t vrows[PV_N][PV_HDMAX];
+    const uint8_t *v[PV_N];
+    for (int j = 0; j < PV_N; j++) {
+        v[j] = vrows[j];
+        for (int e = 0; e < PV_HDMAX; e++) {
+            float x = frand() * 3.0f;
+            qwi_cpu_kv_fp8_round(&x, &vrows[j][e], 1, 1.0f);
+        }
+    }
+    for (int i = 0; i < PV_NQ; i++) {
+        for (int e = 0; e < PV_HDMAX; e++) o0[i][e] = frand();
+        for (int j = 0; j < PV_N; j++) p[i][j] = (frand() + 1.0f) * 0.5f;
+    }
+    const qwi_cpu_kv_fp8_kernels *x86 = qwi_cpu_kv_fp8_avx2() ? qwi_cpu_kv_fp8_avx2() : NULL;
+    const int64_t hds[] = { 128, 136, 100, 64, 7 };
+    const int32_t nqs[] = { 13, 8, 4, 2, 1 };
+    double worst = 0;
+    for (size_t h = 0; h < 5; h++)
+        for (size_t q = 0; q < 5; q++) {
+            const int64_t hd = hds[h];
+            const int32_t nq = nqs[q];
+            run_pv(kf, o0, a, p, v, nq, PV_N, hd, 0);
+            run_pv(kf, o0, b, p, v, nq, PV_N, hd, 1);
+            cr_assert(memcmp(a, b, sizeof a) == 0, "%s: hd %lld nq %d: batched != alone/split",
+                      name, (long long)hd, nq);
+            /* the FMA tables agree bit for bit */
+            if (x86 && strcmp(name, "generic") != 0) {
+                run_pv(x86, o0, b, p, v, nq, PV_N, hd, 0);
+                cr_assert(memcmp(a, b, sizeof a) == 0, "%s vs avx2: hd %lld nq %d differ", name,
+                          (long long)hd, nq);
+            }
+            run_pv(qwi_cpu_kv_fp8_generic(), o0, g, p, v, nq, PV_N, hd, 0);
+            for (int i = 0; i < nq; i++)
+                for (int64_t e = 0; e < hd; e++) {
+                    double ref = o0[i][e], mag = fabs(o0[i][e]);
+                    for (int j = 0; j < PV_N; j++) {
+                        const double t = (double)p[i][j] * (double)qwi_e4m3_to_f32(v[j][e]);
+                        ref += t;
+                        mag += fabs(t);
+                    }
+                    /* one f32 rounding per step: PV_N steps of <= 2^-24 * mag */
+                    const double tol = PV_N * 0x1p-24 * mag;
+                    cr_assert_leq(fabs(a[i][e] - ref), tol, "%s: (%d, %lld): %g vs float64 %g",
+                                  name, i, (long long)e, a[i][e], ref);
+                    cr_assert_leq(fabs(a[i][e] - g[i][e]), 2 * tol, "%s vs generic", name);
+                    worst = fmax(worst, fabs(a[i][e] - ref) / mag);
+                }
+            /* untouched accumulators stay as they were */
+            for (int i = nq; i < PV_NQ; i++)
+                cr_assert(memcmp(a[i], o0[i], sizeof a[i]) == 0, "%s: accumulator %d touched", name, i);
+        }
+    cr_log_info("%s: fp8 P.V max error vs float64 %.3g of the terms' magnitude", name, worst);
+}
+
+Test(kv_fp8, pv_generic) { pv_case("generic"); }
+Test(kv_fp8, pv_avx2) { pv_case("avx2"); }
+Test(kv_fp8, pv_avx512) { pv_case("avx512"); }
+
+Test(kv_fp8, table_follows_the_f32_table) {
+    cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_generic()), qwi_cpu_kv_fp8_generic());
+    if (qwi_cpu_kernels_avx2())
+        cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_avx2()), qwi_cpu_kv_fp8_avx2());
+    if (qwi_cpu_kernels_avx512())
+        cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_avx512()), qwi_cpu_kv_fp8_avx512());
+    cr_assert_not_null(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_select()));
+}
+
+/* ---- attention over a paged fp8 cache ----------------------------------- */
+
+enum { NSEQ = 5, NH = 4, NKV = 2, HD = 40, BS = 16, MAXB = 24 };
+
+static void ref_row(const float *q, const float *kseq, const float *vseq, int32_t pos, double *out) {
+    const int kvd = NKV * HD, group = NH / NKV;
+    for (int h = 0; h < NH; h++) {
+        int g = h / group;
+        double *sc = malloc(sizeof(double) * (size_t)(pos + 1)), m = -INFINITY, sum = 0;
+        for (int p = 0; p <= pos; p++) {
+            double d = 0;
+            for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * kseq[p * kvd + g * HD + i];
+            sc[p] = d / sqrt((double)HD);
+            m = fmax(m, sc[p]);
+        }
+        for (int p = 0; p <= pos; p++) sum += (sc[p] = exp(sc[p] - m));
+        for (int i = 0; i < HD; i++) {
+            double o = 0;
+            for (int p = 0; p <= pos; p++) o += sc[p] * vseq[p * kvd + g * HD + i];
+            out[h * HD + i] = o / sum;
+        }
+        free(sc);
+    }
+}
+
+static void attention_case(const char *kt_name) {
+    const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(kt_name);
+    if (!kt) {
+        cr_log_warn("kernel table %s not available: skipped", kt_name);
+        return;
+    }
+    const int kvd = NKV * HD, qd = NH * HD;
+    const float k_scale = 0.0125f, v_scale = 0.003f;   /* K up to ~2, V ~1: e4m3's range */
+    const int32_t ctx[NSEQ] = { 1, 37, 140, 300, 16 };
+    const int32_t nrows[NSEQ] = { 1, 1, 20, 1, 16 };
+    int32_t bt[NSEQ][MAXB], nblocks = 0;
+    for (int s = 0; s < NSEQ; s++)
+        for (int b = 0; b < MAXB; b++) bt[s][b] = 0;
+    for (int s = 0; s < NSEQ; s++)
+        for (int b = 0; b < (ctx[s] + BS - 1) / BS; b++) bt[s][b] = nblocks++;
+    uint8_t *kc = calloc((size_t)nblocks * BS * kvd, 1), *vc = calloc((size_t)nblocks * BS * kvd, 1);
+    float *kseq[NSEQ], *vseq[NSEQ], *krd[NSEQ], *vrd[NSEQ];
+    int T = 0;
+    for (int s = 0; s < NSEQ; s++) T += nrows[s];
+    float *q = malloc(sizeof(float) * (size_t)T * qd), *out = malloc(sizeof(float) * (size_t)T * qd);
+    float *out1 = malloc(sizeof(float) * (size_t)T * qd);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T), *rs = malloc(sizeof(int32_t) * (size_t)T);
+    int r = 0;
+    for (int s = 0; s < NSEQ; s++) {
+        kseq[s] = malloc(sizeof(float) * (size_t)ctx[s] * kvd);
+        vseq[s] = malloc(sizeof(float) * (size_t)ctx[s] * kvd);
+        krd[s] = malloc(sizeof(float) * (size_t)ctx[s] * kvd);
+        vrd[s] = malloc(sizeof(float) * (size_t)ctx[s] * kvd);
+        int32_t *slots = malloc(sizeof(int32_t) * (size_t)ctx[s]);
+        for (int p = 0; p < ctx[s]; p++) slots[p] = bt[s][p / BS] * BS + p % BS;
+        for (int i = 0; i < ctx[s] * kvd; i++) {
+            kseq[s][i] = 2 * frand();
+            vseq[s][i] = frand();
+        }
+        qwi_cpu_kv_write_fp8(kc, vc, kseq[s], vseq[s], slots, ctx[s], kvd, k_scale, v_scale);
+        for (int p = 0; p < ctx[s]; p++)
+            for (int i = 0; i < kvd; i++) {
+                const uint8_t kb = kc[(int64_t)slots[p] * kvd + i], vb = vc[(int64_t)slots[p] * kvd + i];
+                cr_assert_eq(kb, qwi_f32_to_e4m3(kseq[s][p * kvd + i] / k_scale));
+                cr_assert_eq(vb, qwi_f32_to_e4m3(vseq[s][p * kvd + i] / v_scale));
+                krd[s][p * kvd + i] = (float)((double)qwi_e4m3_to_f32(kb) * k_scale);
+                vrd[s][p * kvd + i] = (float)((double)qwi_e4m3_to_f32(vb) * v_scale);
+            }
+        free(slots);
+        for (int i = 0; i < nrows[s]; i++, r++) {
+            pos[r] = ctx[s] - nrows[s] + i;
+            rs[r] = s;
+            for (int d = 0; d < qd; d++) q[(int64_t)r * qd + d] = frand();
+        }
+    }
+    qwi_cpu_attn a = { .q = q, .k_fp8 = kc, .v_fp8 = vc, .kb = qwi_cpu_kv_bf16_for(kt),
+                       .kf = qwi_cpu_kv_fp8_for(kt), .k_scale = k_scale, .v_scale = v_scale,
+                       .out = out, .positions = pos, .row_seq = rs, .block_tables = &bt[0][0],
+                       .max_blocks_per_seq = MAXB, .block_size = BS, .num_tokens = T,
+                       .num_heads = NH, .num_kv_heads = NKV, .head_dim = HD,
+                       .scale = (float)(1.0 / sqrt((double)HD)) };
+    for (int threads = 1; threads <= 3; threads++) {
+        qwi_cpu_pool *pool;
+        cr_assert_eq(qwi_cpu_pool_create(threads, &pool), QW_OK);
+        float *scr[3];
+        for (int t = 0; t < threads; t++) scr[t] = malloc(qwi_cpu_attn_scratch_floats(NH, NKV, HD) * 4);
+        a.out = threads == 1 ? out : out1;
+        qwi_cpu_attention(pool, kt, scr, &a);
+        if (threads > 1)
+            cr_assert(memcmp(out, out1, sizeof(float) * (size_t)T * qd) == 0,
+                      "%s: %d threads differ from 1", kt_name, threads);
+        if (threads == 1) {
+            qwi_cpu_attn a1 = a;
+            a1.out = out1;
+            for (int rr = 0; rr < T; rr++)
+                for (int g = 0; g < NKV; g++) qwr_attention_row(&a1, kt, rr, g, scr[0]);
+            cr_assert(memcmp(out, out1, sizeof(float) * (size_t)T * qd) == 0,
+                      "%s: parallel blocks differ from rows alone", kt_name);
+        }
+        for (int t = 0; t < threads; t++) free(scr[t]);
+        qwi_cpu_pool_destroy(pool);
+    }
+    double ref[NH * HD], err_rd = 0, err_orig = 0;
+    for (int rr = 0; rr < T; rr++) {
+        int s = rs[rr];
+        ref_row(q + (int64_t)rr * qd, krd[s], vrd[s], pos[rr], ref);
+        for (int i = 0; i < qd; i++) err_rd = fmax(err_rd, fabs(out[(int64_t)rr * qd + i] - ref[i]));
+        ref_row(q + (int64_t)rr * qd, kseq[s], vseq[s], pos[rr], ref);
+        for (int i = 0; i < qd; i++) err_orig = fmax(err_orig, fabs(out[(int64_t)rr * qd + i] - ref[i]));
+    }
+    cr_log_info("%s: fp8 KV attention max abs error %.3g (vs dequantized K/V), %.3g (vs f32 K/V)",
+                kt_name, err_rd, err_orig);
+    cr_assert_lt(err_rd, 2e-6, "%s: %g vs float64 over the dequantized K/V", kt_name, err_rd);
+    /* a one-position context returns V itself: up to 2^-4 * max|V| = 0.0625 off */
+    cr_assert_lt(err_orig, 7e-2, "%s: %g vs float64 over the f32 K/V", kt_name, err_orig);
+    cr_assert_gt(err_orig, 1e-4, "the fp8 cache was meant to round");
+    for (int s = 0; s < NSEQ; s++) {
+        free(kseq[s]);
+        free(vseq[s]);
+        free(krd[s]);
+        free(vrd[s]);
+    }
+    free(kc);
+    free(vc);
+    free(q);
+    free(out);
+    free(out1);
+    free(pos);
+    free(rs);
+}
+
+Test(kv_fp8, attention_generic) { attention_case("generic"); }
+Test(kv_fp8, attention_avx2) { attention_case("avx2"); }
+Test(kv_fp8, attention_avx512) { attention_case("avx512"); }

@@ -1,0 +1,176 @@
+/*
+ * test_quant_accuracy.c - what quantization costs: each quantized
+ * checkpoint against its unquantized twin (the same qw-makemodel seed with
+ * --quant none, whose weights the quantized codes were rounded from), both
+ * through the engine in exact numerics so the only difference is the
+ * weights. Over POSITIONS next-token predictions (the prefixes of one
+ * seeded random sequence) it measures top-1 agreement and the mean
+ * KL(twin || quantized) of the softmax distributions, logs them
+ * (cr_log_info) and holds them to bounds set from measurement
+ * (docs/quantization.md "Accuracy" has the table): 8-bit formats must be
+ * much closer to the twin than 4-bit ones, and each must stay near what
+ * it measured, so a loader or kernel bug that costs accuracy without
+ * breaking the output fails here even though test_quant_reference.c's
+ * reference reads the same (possibly wrongly written) files.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/engine_util.h"
+#include "util/testutil.h"
+
+#define POSITIONS 256
+#define TWIN_ARGS "--shape tiny --dtype bf16 --seed 51"
+
+/* Bounds: about twice the measured mean KL, top-1 agreement some points
+ * under the measured (tiny shape, seed 51; the float64 reference gives the
+ * same figures to 3 digits):
+ *   format                 top-1   mean KL (nats)
+ *   gptq 8-bit sym g32     0.953   0.0013
+ *   fp8 e4m3 128x128       0.836   0.049
+ *   gptq 4-bit sym g32     0.656   0.316
+ *   awq 4-bit g32          0.602   0.317
+ * The 4-bit figures are what round-to-nearest 4-bit costs a random model
+ * whose weights are uniform (no outliers for small groups to isolate, no
+ * calibration): 15 levels give ~7% relative weight noise in every linear. */
+#define QACC_G8_KL 0.003
+#define QACC_G8_TOP1 0.90
+#define QACC_FP8_KL 0.10
+#define QACC_FP8_TOP1 0.75
+#define QACC_4BIT_KL 0.60
+#define QACC_4BIT_TOP1 0.50
+
+typedef struct accuracy {
+    double top1;    /* fraction of positions with the same argmax */
+    double kl;      /* mean KL(twin || quant), nats               */
+} accuracy;
+
+/* Logits [POSITIONS][vocab] (malloc'd) of the next-token predictions after
+ * seq[0..i] for i < POSITIONS, one request per prefix. */
+static float *prefix_logits(const char *model, const int32_t *seq, int32_t *vocab_out) {
+    qwt_engine_cfg cfg = {.numerics = QW_NUMERICS_EXACT};
+    qw_engine *e = qwt_engine_new(model, &cfg);
+    int32_t vocab = qw_engine_vocab_size(e);
+    qwt_job *jobs = calloc(POSITIONS, sizeof *jobs);
+    qwt_result *res = calloc(POSITIONS, sizeof *res);
+    cr_assert(jobs && res);
+    for (int i = 0; i < POSITIONS; i++)
+        jobs[i] = (qwt_job){.prompt = seq, .num_prompt = i + 1, .max_tokens = 1, .temperature = 0,
+                            .seed = -1, .ignore_eos = 1, .keep_logits = 1};
+    qwt_run_jobs(e, jobs, POSITIONS, res);
+    qw_engine_destroy(e);
+    float *out = malloc(sizeof(float) * (size_t)vocab * POSITIONS);
+    cr_assert_not_null(out);
+    for (int i = 0; i < POSITIONS; i++) {
+        cr_assert_eq(res[i].num_logits, 1);
+        memcpy(out + (size_t)i * (size_t)vocab, res[i].logits, sizeof(float) * (size_t)vocab);
+    }
+    qwt_results_free(res, POSITIONS);
+    free(res);
+    free(jobs);
+    *vocab_out = vocab;
+    return out;
+}
+
+/* log-softmax of x[0..n) in double into out. */
+static void log_softmax(const float *x, int n, double *out) {
+    double mx = x[0];
+    for (int i = 1; i < n; i++) mx = fmax(mx, x[i]);
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    double lse = mx + log(s);
+    for (int i = 0; i < n; i++) out[i] = (double)x[i] - lse;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static accuracy measure(const float *twin, const float *q, int32_t vocab) {
+    double *lp = malloc(sizeof(double) * (size_t)vocab), *lq = malloc(sizeof(double) * (size_t)vocab);
+    cr_assert(lp && lq);
+    accuracy a = {0, 0};
+    for (int i = 0; i < POSITIONS; i++) {
+        const float *t = twin + (size_t)i * (size_t)vocab, *x = q + (size_t)i * (size_t)vocab;
+        for (int v = 0; v < vocab; v++) cr_assert(isfinite(x[v]), "non-finite logit");
+        a.top1 += argmax(t, vocab) == argmax(x, vocab);
+        log_softmax(t, vocab, lp);
+        log_softmax(x, vocab, lq);
+        double kl = 0;
+        for (int v = 0; v < vocab; v++) kl += exp(lp[v]) * (lp[v] - lq[v]);
+        a.kl += kl;
+    }
+    free(lp);
+    free(lq);
+    a.top1 /= POSITIONS;
+    a.kl /= POSITIONS;
+    return a;
+}
+
+static const int32_t *sequence(int32_t vocab) {
+    static int32_t seq[POSITIONS];
+    qwt_make_prompt(seq, POSITIONS, vocab, 61);
+    return seq;
+}
+
+/* Quantize the twin with `quant` (qw-makemodel flags), measure, log. */
+static accuracy against_twin(const char *name, const char *quant) {
+    static float *twin;
+    static int32_t twin_vocab;
+    if (!twin) {
+        char *dir = qwt_model("qacc-twin", TWIN_ARGS);
+        cr_assert_not_null(dir);
+        twin = prefix_logits(dir, sequence(512), &twin_vocab);
+        free(dir);
+    }
+    char args[512];
+    snprintf(args, sizeof args, "%s %s", TWIN_ARGS, quant);
+    char *dir = qwt_model(name, args);
+    cr_assert_not_null(dir, "qw-makemodel %s failed", args);
+    int32_t vocab = 0;
+    float *q = prefix_logits(dir, sequence(twin_vocab), &vocab);
+    cr_assert_eq(vocab, twin_vocab);
+    accuracy a = measure(twin, q, vocab);
+    cr_log_info("%s: top-1 agreement %.3f, mean KL(twin || quant) %.3g nats over %d positions",
+                quant, a.top1, a.kl, POSITIONS);
+    free(q);
+    free(dir);
+    return a;
+}
+
+/* One test: the formats share the twin's logits, and the 8-bit vs 4-bit
+ * comparison needs them all. */
+Test(quant_accuracy, against_unquantized_twin, .timeout = 300) {
+    accuracy fp8 = against_twin("qacc-fp8", "--quant fp8");
+    accuracy g8 = against_twin("qacc-gptq8", "--quant gptq --bits 8 --group-size 32");
+    accuracy awq = against_twin("qacc-awq", "--quant awq --group-size 32");
+    accuracy g4 = against_twin("qacc-gptq4", "--quant gptq --group-size 32");
+
+    /* A twin against itself would give exactly 1 and 0: every format loses
+     * something, so 0 KL would mean the twin was loaded instead. */
+    accuracy all[] = {fp8, g8, awq, g4};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cr_assert_gt(all[i].kl, 0);
+
+    cr_assert_lt(g8.kl, QACC_G8_KL, "gptq 8-bit KL %.3g", g8.kl);
+    cr_assert_gt(g8.top1, QACC_G8_TOP1, "gptq 8-bit top-1 %.3f", g8.top1);
+    cr_assert_lt(fp8.kl, QACC_FP8_KL, "fp8 KL %.3g", fp8.kl);
+    cr_assert_gt(fp8.top1, QACC_FP8_TOP1, "fp8 top-1 %.3f", fp8.top1);
+    cr_assert_lt(awq.kl, QACC_4BIT_KL, "awq KL %.3g", awq.kl);
+    cr_assert_gt(awq.top1, QACC_4BIT_TOP1, "awq top-1 %.3f", awq.top1);
+    cr_assert_lt(g4.kl, QACC_4BIT_KL, "gptq 4-bit KL %.3g", g4.kl);
+    cr_assert_gt(g4.top1, QACC_4BIT_TOP1, "gptq 4-bit top-1 %.3f", g4.top1);
+    /* 8 bits (255 levels) must beat 4 bits (15) by far: int8 error is ~17x
+     * smaller, KL (quadratic in it) ~250x; e4m3 (3 mantissa bits) sits
+     * between. */
+    cr_assert_lt(g8.kl * 10, fmin(awq.kl, g4.kl), "8-bit KL %.3g not far below 4-bit %.3g / %.3g",
+                 g8.kl, awq.kl, g4.kl);
+    cr_assert_lt(g8.kl * 10, fp8.kl, "int8 KL %.3g not far below fp8 %.3g", g8.kl, fp8.kl);
+    cr_assert_lt(fp8.kl * 2, fmin(awq.kl, g4.kl), "fp8 KL %.3g not below 4-bit %.3g / %.3g",
+                 fp8.kl, awq.kl, g4.kl);
+}
