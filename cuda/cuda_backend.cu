@@ -13,6 +13,12 @@
  *
  * Decode-only steps run as a CUDA graph per batch bucket (1, 2, 4, ...,
  * max_num_seqs), padded to the bucket; mixed steps run eagerly.
+ *
+ * Quantized linears (AWQ / GPTQ / FP8, lib/quant.h) keep their codes on the
+ * device in quant.h's layout, fused like the bf16 ones; `linear` runs them
+ * as a fused-dequantization GEMV for steps of up to QWK_QGEMV_MAX_M rows,
+ * else as dequantize-to-bf16 + the same cuBLASLt GEMM. The KV cache is bf16
+ * only: other QW_OPT_KV_CACHE_DTYPE values are refused at create.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -23,9 +29,11 @@ extern "C" {
 #include "backend.h"
 #include "cuda_host.h"
 #include "progress.h"
+#include "quant_host.h"
 }
 #include "gemm.h"
 #include "kernels.h"
+#include "quant.h"
 #include "penalties_cuda.h"
 #include "logprobs_cuda.h"
 
@@ -35,7 +43,8 @@ extern "C" {
 #define KV_RESERVE (256ull << 20)
 
 typedef struct cu_layer {
-    qwk_bf16 *wqkv, *wo, *wgu, *wd;
+    qwk_bf16 *wqkv, *wo, *wgu, *wd;     /* NULL where that linear is quantized */
+    qwk_qlinear qqkv, qo, qgu, qd;      /* fmt QWK_Q_NONE where it is bf16     */
     float *in_norm, *post_norm, *q_norm, *k_norm, *qkv_bias;
 } cu_layer;
 
@@ -55,6 +64,9 @@ typedef struct cu_backend {
     qwk_gemm *gemm;
 
     void *wmem;                 /* every weight, one allocation           */
+    qwk_bf16 *qscratch;         /* bf16 copy of one quantized linear for the
+                                   GEMM of steps over QWK_QGEMV_MAX_M rows
+                                   (inside wmem; NULL without quantization) */
     cu_layer *layers;
     qwk_bf16 *embed, *lm_head;
     float *final_norm;
@@ -151,6 +163,9 @@ typedef struct uploader {
 
 static qw_status upload(uploader *u, void *dst, const qwi_tensor *t, size_t n, bool as_f32, const char *what) {
     if (!t->data) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cuda: %s has no data", what);
+    if (!qwi_dtype_is_float(t->dtype))   /* F8_E4M3 / I32 come only through quantized linears */
+        return qwi_fail(QW_ERR_FORMAT, "cuda: %s has dtype %s (F32, BF16 or F16 expected)", what,
+                        qwi_dtype_name(t->dtype));
     if ((size_t)t->nbytes / (t->dtype == QWI_DTYPE_F32 ? 4 : 2) < n)
         return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cuda: %s has %zu bytes, expected %zu elements", what,
                         t->nbytes, n);
@@ -171,17 +186,175 @@ static qw_status upload(uploader *u, void *dst, const qwi_tensor *t, size_t n, b
     return qwi_progress_add(u->progress, t->nbytes);
 }
 
+/* ---- quantized linears (quant.h) ------------------------------------------- */
+
+/* The linears a layer fuses into one device weight (rows concatenated in
+ * this order, all with k input columns): q|k|v, o, gate|up, down. */
+typedef struct lin_group {
+    int nl;
+    int lin[3];          /* QWI_LIN_* */
+    size_t rows[3];
+    size_t k;
+} lin_group;
+
+static const char *const LIN_NAMES[QWI_LIN_COUNT] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                     "gate_proj", "up_proj", "down_proj"};
+
+static const char *qfmt_name(qwi_qfmt f) {
+    return f == QWI_QFMT_U4 ? "int4" : f == QWI_QFMT_U8 ? "int8" : f == QWI_QFMT_E4M3 ? "fp8 e4m3" : "unknown";
+}
+
+static void layer_groups(const qwi_config *c, lin_group g[4]) {
+    const size_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    const size_t qd = (size_t)c->num_heads * hd, kvd = (size_t)c->num_kv_heads * hd;
+    g[0] = lin_group{3, {QWI_LIN_Q, QWI_LIN_K, QWI_LIN_V}, {qd, kvd, kvd}, H};
+    g[1] = lin_group{1, {QWI_LIN_O, 0, 0}, {H, 0, 0}, qd};
+    g[2] = lin_group{2, {QWI_LIN_GATE, QWI_LIN_UP, 0}, {I, I, 0}, H};
+    g[3] = lin_group{1, {QWI_LIN_DOWN, 0, 0}, {H, 0, 0}, I};
+}
+
+static size_t group_rows(const lin_group *g) {
+    size_t n = 0;
+    for (int i = 0; i < g->nl; i++) n += g->rows[i];
+    return n;
+}
+
+/* The device form of group g of layer l into *ql (pointers NULL): fmt
+ * QWK_Q_NONE when every linear of g is plain, else their common format and
+ * shape. QW_ERR_UNSUPPORTED naming the layer and linears when g mixes plain
+ * and quantized linears, formats or group sizes (they share one weight). */
+static qw_status group_format(const qwi_layer *ml, int l, const lin_group *g, qwk_qlinear *ql) {
+    memset(ql, 0, sizeof *ql);
+    const qwi_qweight *w0 = &ml->quant[g->lin[0]];
+    const bool q0 = w0->method != QWI_QUANT_NONE;
+    for (int i = 1; i < g->nl; i++) {
+        const qwi_qweight *w = &ml->quant[g->lin[i]];
+        const bool qi = w->method != QWI_QUANT_NONE;
+        if (qi != q0)
+            return qwi_fail(QW_ERR_UNSUPPORTED,
+                            "cuda: layer %d: %s is %squantized but %s is %squantized; the CUDA backend fuses them "
+                            "into one weight, so they must be quantized alike", l, LIN_NAMES[g->lin[0]],
+                            q0 ? "" : "not ", LIN_NAMES[g->lin[i]], qi ? "" : "not ");
+        if (qi && (w->fmt != w0->fmt || w->group_k != w0->group_k))
+            return qwi_fail(QW_ERR_UNSUPPORTED,
+                            "cuda: layer %d: %s (%s, group %lld) and %s (%s, group %lld) differ; the CUDA backend "
+                            "fuses them into one weight", l, LIN_NAMES[g->lin[0]], qfmt_name(w0->fmt),
+                            (long long)w0->group_k, LIN_NAMES[g->lin[i]], qfmt_name(w->fmt), (long long)w->group_k);
+    }
+    if (!q0) return QW_OK;
+    for (int i = 0; i < g->nl; i++) {
+        const qwi_qweight *w = &ml->quant[g->lin[i]];
+        if (w->n != (int64_t)g->rows[i] || w->k != (int64_t)g->k)
+            return qwi_fail(QW_ERR_INTERNAL, "cuda: layer %d: quantized %s is [%lld, %lld], expected [%zu, %zu]", l,
+                            LIN_NAMES[g->lin[i]], (long long)w->n, (long long)w->k, g->rows[i], g->k);
+    }
+    const size_t n = group_rows(g);
+    if (w0->fmt != QWI_QFMT_U4 && w0->fmt != QWI_QFMT_U8 && w0->fmt != QWI_QFMT_E4M3)
+        return qwi_fail(QW_ERR_UNSUPPORTED, "cuda: layer %d: %s: quantized format %d", l, LIN_NAMES[g->lin[0]],
+                        (int)w0->fmt);
+    if (n > INT32_MAX || g->k > INT32_MAX || w0->group_k < 2 || w0->group_k > INT32_MAX ||
+        (w0->fmt == QWI_QFMT_U4 && g->k % 2))
+        return qwi_fail(QW_ERR_UNSUPPORTED, "cuda: layer %d: %s: quantized shape [%zu, %zu] group %lld", l,
+                        LIN_NAMES[g->lin[0]], n, g->k, (long long)w0->group_k);
+    ql->fmt = (int32_t)w0->fmt;
+    ql->n = (int32_t)n;
+    ql->k = (int32_t)g->k;
+    ql->group_k = (int32_t)w0->group_k;
+    ql->ngroups = (int32_t)qwi_qweight_groups(w0);
+    return QW_OK;
+}
+
+/* Device bytes of group g in the form ql (bf16, or quant.h's layout). */
+static size_t group_bytes(const lin_group *g, const qwk_qlinear *ql) {
+    if (ql->fmt == QWK_Q_NONE) return al256(group_rows(g) * g->k * 2);
+    const size_t sg = (size_t)ql->n * (size_t)ql->ngroups * 4;
+    return al256(qwk_qcode_bytes(ql->fmt, ql->n, ql->k)) + al256(sg) + (ql->fmt != QWK_Q_E4M3 ? al256(sg) : 0);
+}
+
+/* Point the quantized group ql at *p (advanced past it). */
+static void group_take(char **p, qwk_qlinear *ql) {
+    const size_t sg = (size_t)ql->n * (size_t)ql->ngroups * 4;
+    ql->codes = (const uint8_t *)*p;
+    *p += al256(qwk_qcode_bytes(ql->fmt, ql->n, ql->k));
+    ql->scales = (const float *)*p;
+    *p += al256(sg);
+    if (ql->fmt != QWK_Q_E4M3) {
+        ql->zeros = (const float *)*p;
+        *p += al256(sg);
+    }
+}
+
+/* Host staging of at least bytes in u. */
+static qw_status stage(uploader *u, size_t bytes, const char *what) {
+    if (u->cap >= bytes) return QW_OK;
+    free(u->host);
+    u->host = malloc(bytes);
+    u->cap = u->host ? bytes : 0;
+    return u->host ? QW_OK : qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: staging %zu bytes for %s", bytes, what);
+}
+
+/* Upload the quantized linears of g (layer ml) into ql's device layout:
+ * qwi_qweight_unpack_rows in chunks of rows, U4 codes packed two per byte
+ * on the host, each linear at its row offset of the fused weight. Adds the
+ * source tensors' bytes to the progress. */
+static qw_status upload_qgroup(uploader *u, const qwi_layer *ml, const lin_group *g, const qwk_qlinear *ql) {
+    const size_t K = (size_t)ql->k, G = (size_t)ql->ngroups;
+    const size_t row_host = 8 * G + K;   /* scales, zeros, codes */
+    size_t chunk = (16u << 20) / row_host;
+    if (chunk < 1) chunk = 1;
+    size_t most = 0;
+    for (int i = 0; i < g->nl; i++) most = QWI_MAX(most, g->rows[i]);
+    chunk = QWI_MIN(chunk, most);
+    qw_status st = stage(u, chunk * row_host, LIN_NAMES[g->lin[0]]);
+    if (st != QW_OK) return st;
+    size_t off = 0;
+    for (int i = 0; i < g->nl; i++) {
+        const qwi_qweight *w = &ml->quant[g->lin[i]];
+        for (size_t r0 = 0; r0 < g->rows[i]; r0 += chunk) {
+            const size_t rows = QWI_MIN(chunk, g->rows[i] - r0);
+            float *sc = (float *)u->host, *zp = sc + rows * G;
+            uint8_t *codes = (uint8_t *)(zp + rows * G);
+            qwi_cuda_qpack_rows(w, (int64_t)r0, (int64_t)(r0 + rows), codes, sc, zp);
+            const size_t r = off + r0;
+            CK(cudaMemcpy((uint8_t *)ql->codes + qwk_qcode_bytes(ql->fmt, (int64_t)r, ql->k), codes,
+                          qwk_qcode_bytes(ql->fmt, (int64_t)rows, ql->k), cudaMemcpyHostToDevice), "weight upload");
+            CK(cudaMemcpy((float *)ql->scales + r * G, sc, rows * G * 4, cudaMemcpyHostToDevice), "weight upload");
+            if (ql->zeros)
+                CK(cudaMemcpy((float *)ql->zeros + r * G, zp, rows * G * 4, cudaMemcpyHostToDevice), "weight upload");
+        }
+        off += g->rows[i];
+        const qwi_tensor *src[4] = {&w->qweight, &w->qzeros, &w->scales, &w->g_idx};
+        for (int t = 0; t < 4; t++)
+            if (src[t]->data && (st = qwi_progress_add(u->progress, src[t]->nbytes)) != QW_OK) return st;
+    }
+    return QW_OK;
+}
+
 static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
     const qwi_config *c = &b->cfg;
-    const size_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim, V = c->vocab_size;
+    const size_t H = c->hidden_size, hd = c->head_dim, V = c->vocab_size;
     const size_t qd = (size_t)c->num_heads * hd, kvd = (size_t)c->num_kv_heads * hd, qkvd = qd + 2 * kvd;
     const bool tied = m->lm_head.data == m->embed.data;
-    size_t per_layer = al256(qkvd * H * 2) + al256(H * qd * 2) + al256(2 * I * H * 2) + al256(H * I * 2) +
-                       2 * al256(H * 4) + 2 * al256(hd * 4) + al256(qkvd * 4);
-    size_t total = al256(V * H * 2) * (tied ? 1 : 2) + al256(H * 4) + al256(hd / 2 * 8) + per_layer * c->num_layers;
-    CK(cudaMalloc(&b->wmem, total), "weights allocation");
+    lin_group grp[4];
+    layer_groups(c, grp);
     b->layers = (cu_layer *)calloc((size_t)c->num_layers, sizeof(cu_layer));
     if (!b->layers) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: layer table");
+    /* first pass: each layer's form of its four fused linears, and sizes */
+    size_t per_layer_rest = 2 * al256(H * 4) + 2 * al256(hd * 4) + al256(qkvd * 4), scratch = 0;
+    size_t total = al256(V * H * 2) * (tied ? 1 : 2) + al256(H * 4) + al256(hd / 2 * 8);
+    for (int l = 0; l < c->num_layers; l++) {
+        cu_layer *L = &b->layers[l];
+        qwk_qlinear *ql[4] = {&L->qqkv, &L->qo, &L->qgu, &L->qd};
+        for (int gi = 0; gi < 4; gi++) {
+            qw_status st = group_format(&m->layers[l], l, &grp[gi], ql[gi]);
+            if (st != QW_OK) return st;
+            total += group_bytes(&grp[gi], ql[gi]);
+            if (ql[gi]->fmt != QWK_Q_NONE) scratch = QWI_MAX(scratch, group_rows(&grp[gi]) * grp[gi].k * 2);
+        }
+        total += per_layer_rest;
+    }
+    total += al256(scratch);
+    CK(cudaMalloc(&b->wmem, total), "weights allocation");
     char *p = (char *)b->wmem;
 #define TAKE(ptr, type, bytes) do { ptr = (type *)p; p += al256(bytes); } while (0)
     TAKE(b->embed, qwk_bf16, V * H * 2);
@@ -189,6 +362,7 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
     else TAKE(b->lm_head, qwk_bf16, V * H * 2);
     TAKE(b->final_norm, float, H * 4);
     TAKE(b->inv_freq, double, hd / 2 * 8);
+    if (scratch) TAKE(b->qscratch, qwk_bf16, scratch);
     uploader u = {NULL, 0, b->bc.progress};
     qw_status st = QW_OK;
 #define UP(dst, t, n, f32, what) do { if ((st = upload(&u, dst, t, n, f32, what)) != QW_OK) goto out; } while (0)
@@ -206,22 +380,29 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
     for (int l = 0; l < c->num_layers; l++) {
         const qwi_layer *ml = &m->layers[l];
         cu_layer *L = &b->layers[l];
-        TAKE(L->wqkv, qwk_bf16, qkvd * H * 2);
-        TAKE(L->wo, qwk_bf16, H * qd * 2);
-        TAKE(L->wgu, qwk_bf16, 2 * I * H * 2);
-        TAKE(L->wd, qwk_bf16, H * I * 2);
+        qwk_qlinear *ql[4] = {&L->qqkv, &L->qo, &L->qgu, &L->qd};
+        qwk_bf16 **wp[4] = {&L->wqkv, &L->wo, &L->wgu, &L->wd};
+        const qwi_tensor *plain[QWI_LIN_COUNT] = {&ml->q_proj, &ml->k_proj, &ml->v_proj, &ml->o_proj,
+                                                  &ml->gate_proj, &ml->up_proj, &ml->down_proj};
+        for (int gi = 0; gi < 4; gi++) {
+            const lin_group *g = &grp[gi];
+            if (ql[gi]->fmt != QWK_Q_NONE) {
+                group_take(&p, ql[gi]);
+                if ((st = upload_qgroup(&u, ml, g, ql[gi])) != QW_OK) goto out;
+                continue;
+            }
+            TAKE(*wp[gi], qwk_bf16, group_rows(g) * g->k * 2);
+            size_t off = 0;
+            for (int i = 0; i < g->nl; i++) {
+                UP(*wp[gi] + off * g->k, plain[g->lin[i]], g->rows[i] * g->k, false, LIN_NAMES[g->lin[i]]);
+                off += g->rows[i];
+            }
+        }
         TAKE(L->in_norm, float, H * 4);
         TAKE(L->post_norm, float, H * 4);
         TAKE(L->q_norm, float, hd * 4);
         TAKE(L->k_norm, float, hd * 4);
         TAKE(L->qkv_bias, float, qkvd * 4);
-        UP(L->wqkv, &ml->q_proj, qd * H, false, "q_proj");
-        UP(L->wqkv + qd * H, &ml->k_proj, kvd * H, false, "k_proj");
-        UP(L->wqkv + (qd + kvd) * H, &ml->v_proj, kvd * H, false, "v_proj");
-        UP(L->wo, &ml->o_proj, H * qd, false, "o_proj");
-        UP(L->wgu, &ml->gate_proj, I * H, false, "gate_proj");
-        UP(L->wgu + I * H, &ml->up_proj, I * H, false, "up_proj");
-        UP(L->wd, &ml->down_proj, H * I, false, "down_proj");
         UP(L->in_norm, &ml->input_norm, H, true, "input_layernorm");
         UP(L->post_norm, &ml->post_norm, H, true, "post_attention_layernorm");
         if (c->qk_norm) {
@@ -239,6 +420,7 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
         }
     }
 #undef UP
+#undef TAKE
 out:
     free(u.host);
     return st;
@@ -327,6 +509,20 @@ static qw_status gemm(cu_backend *b, const void *x, const void *w, void *y, int 
     return QW_OK;
 }
 
+/* y f32 [M][N] = x bf16 [M][K] times linear (w, q)^T: w's bf16 GEMM when q
+ * is plain; else the fused GEMV for decode-sized M, or q dequantized into
+ * the scratch weight and the bf16 GEMM (capturable either way). */
+static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, const qwk_qlinear *q, float *y,
+                        int32_t M, int32_t N, int32_t K) {
+    if (q->fmt == QWK_Q_NONE) return gemm(b, x, w, y, 1, M, N, K);
+    if (M <= QWK_QGEMV_MAX_M) {
+        qwk_qgemv(x, M, q, y, N, b->stream);
+        return QW_OK;
+    }
+    qwk_qdequant(q, b->qscratch, b->stream);
+    return gemm(b, x, b->qscratch, y, 1, M, N, K);
+}
+
 /* Everything from the embedding to the logits; reads only device memory, so
  * it can be captured. */
 static qw_status run_model(cu_backend *b, const step *s) {
@@ -353,7 +549,7 @@ static qw_status run_model(cu_backend *b, const step *s) {
         const cu_layer *Ly = &b->layers[l];
         qwk_bf16 *kc = b->kv + (size_t)l * 2 * b->plane_elems, *vc = kc + b->plane_elems;
         qwk_add_rmsnorm(b->x, l ? b->delta : NULL, NULL, Ly->in_norm, T, H, eps, b->h, b->stream);
-        if ((st = gemm(b, b->h, Ly->wqkv, b->qkv, 1, T, qkvd, H)) != QW_OK) return st;
+        if ((st = linear(b, b->h, Ly->wqkv, &Ly->qqkv, b->qkv, T, qkvd, H)) != QW_OK) return st;
         qwk_qk_norm_rope_kv(b->qkv, Ly->qkv_bias, Ly->q_norm, Ly->k_norm, b->inv_freq, pg.positions,
                             DP(int32_t, L->slot_mapping), T, nh, nkv, hd, eps, b->q, kc, vc, b->stream);
         pg.k_cache = kc;
@@ -362,11 +558,11 @@ static qw_status run_model(cu_backend *b, const step *s) {
             qwk_decode_attention(&pg, b->q, s->spad, s->splits, b->part_o, b->part_lse, b->att, b->stream);
         else
             qwk_prefill_attention(&pg, b->q, DP(int32_t, L->tiles), s->ntiles, b->att, b->stream);
-        if ((st = gemm(b, b->att, Ly->wo, b->delta, 1, T, H, qd)) != QW_OK) return st;
+        if ((st = linear(b, b->att, Ly->wo, &Ly->qo, b->delta, T, H, qd)) != QW_OK) return st;
         qwk_add_rmsnorm(b->x, b->delta, NULL, Ly->post_norm, T, H, eps, b->h, b->stream);
-        if ((st = gemm(b, b->h, Ly->wgu, b->gu, 1, T, 2 * I, H)) != QW_OK) return st;
+        if ((st = linear(b, b->h, Ly->wgu, &Ly->qgu, b->gu, T, 2 * I, H)) != QW_OK) return st;
         qwk_silu_mul(b->gu, T, I, b->act, b->stream);
-        if ((st = gemm(b, b->act, Ly->wd, b->delta, 1, T, H, I)) != QW_OK) return st;
+        if ((st = linear(b, b->act, Ly->wd, &Ly->qd, b->delta, T, H, I)) != QW_OK) return st;
     }
     qwk_add_rmsnorm(b->x, b->delta, DP(int32_t, L->logit_rows), b->final_norm, s->lpad, H, eps, b->hf, b->stream);
     return gemm(b, b->hf, b->lm_head, b->logits, 1, s->lpad, V, H);
@@ -622,6 +818,26 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
     if (!out) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cuda: out is NULL");
     *out = NULL;
     if (!model || !bc) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cuda: NULL model or config");
+    /* What this backend never supports is refused before the device is
+     * touched, so the answer does not depend on the machine. AUTO (0) comes
+     * only from a config built by hand: bf16, as the engine resolves it. */
+    if (bc->kv_cache_dtype != QW_KV_CACHE_AUTO && bc->kv_cache_dtype != QW_KV_CACHE_BF16)
+        return qwi_fail(QW_ERR_UNSUPPORTED,
+                        "cuda: QW_OPT_KV_CACHE_DTYPE %s is not supported by the CUDA backend, which keeps its KV "
+                        "cache in bf16 (use auto or bf16)",
+                        bc->kv_cache_dtype == QW_KV_CACHE_F32       ? "f32"
+                        : bc->kv_cache_dtype == QW_KV_CACHE_FP8_E4M3 ? "fp8_e4m3"
+                                                                     : "(unknown value)");
+    {
+        lin_group grp[4];
+        layer_groups(&model->cfg, grp);
+        for (int l = 0; l < model->cfg.num_layers; l++)
+            for (int gi = 0; gi < 4; gi++) {
+                qwk_qlinear ql;
+                qw_status qst = group_format(&model->layers[l], l, &grp[gi], &ql);
+                if (qst != QW_OK) return qst;
+            }
+    }
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count <= 0) {

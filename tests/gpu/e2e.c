@@ -4,7 +4,7 @@
  * throughput. Run by tests/gpu/run.sh on a lent GPU.
  *
  *   e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV]
- *       [--parity NAME=DIR]... [--bench NAME=DIR]... [--dump DIR]
+ *       [--parity NAME=DIR]... [--bench NAME=DIR]... [--dump DIR] [--kv-refusal DIR]
  *
  * DEV is the engine under test (default "cuda:0"); "cpu" runs every path of
  * this program against the CPU engine itself, to check the program without
@@ -35,6 +35,12 @@
  *   with % of --peak-tflops: FLOPs = 2 * linear params * tokens + causal
  *   attention (2 * head_dim * L * (L + 1) per head and layer for QK^T + PV)
  *   + the lm_head row of each prompt.
+ *
+ * --kv-refusal DIR: the CUDA backend keeps its KV cache in bf16, so an
+ *   engine asked for QW_OPT_KV_CACHE_DTYPE fp8 or f32 must fail at create
+ *   with QW_ERR_UNSUPPORTED and a message naming the option ("KVDTYPE fp8|f32
+ *   PASS|FAIL" lines). Parity models may be quantized (qw-makemodel --quant):
+ *   the CPU and CUDA engines then read the same codes.
  *
  * Output: "PARITY NAME PASS|FAIL ..." lines, machine-readable
  * "e2e NAME VALUE UNIT PCT" lines (PCT "-" when there is no reference).
@@ -635,15 +641,41 @@ static int split_arg(char *a, model_arg *m) {
     return 1;
 }
 
+/* --kv-refusal: 1 both refusals as documented, 0 not, -1 no device. */
+static int kv_refusal(const char *dir) {
+    const int32_t dts[2] = {QW_KV_CACHE_FP8_E4M3, QW_KV_CACHE_F32};
+    const char *names[2] = {"fp8", "f32"};
+    int ok = 1;
+    for (int i = 0; i < 2; i++) {
+        qw_engine_options *o = NULL;
+        qw_engine *e = NULL;
+        qw_status st = qw_engine_options_create(&o);
+        if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, dir);
+        if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_DEVICE, dut);
+        if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_MAX_MODEL_LEN, 256);
+        if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_KV_CACHE_DTYPE, dts[i]);
+        if (st == QW_OK) st = qw_engine_create(o, &e);
+        qw_engine_options_destroy(o);
+        if (st == QW_ERR_NO_DEVICE) return -1;
+        const char *msg = st == QW_OK ? "created" : qw_last_error();
+        int pass = st == QW_ERR_UNSUPPORTED && strstr(msg, "QW_OPT_KV_CACHE_DTYPE") != NULL;
+        printf("KVDTYPE %s %s (%s: %s)\n", names[i], pass ? "PASS" : "FAIL", qw_status_string(st), msg);
+        qw_engine_destroy(e);
+        ok = ok && pass;
+    }
+    return ok;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV] [--parity NAME=DIR]... "
-                    "[--bench NAME=DIR]... [--dump DIR]\n");
+                    "[--bench NAME=DIR]... [--dump DIR] [--kv-refusal DIR]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     model_arg par[MAX_MODELS], ben[MAX_MODELS];
     int npar = 0, nben = 0;
+    const char *kv_dir = NULL;
     double copy_gbs = 0, peak = 0, seconds = 2.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -653,13 +685,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--seconds")) seconds = atof(argv[++i]);
         else if (!strcmp(a, "--device")) dut = argv[++i];
         else if (!strcmp(a, "--dump")) dump_dir = argv[++i];
+        else if (!strcmp(a, "--kv-refusal")) kv_dir = argv[++i];
         else if (!strcmp(a, "--parity") && npar < MAX_MODELS) {
             if (!split_arg(argv[++i], &par[npar++])) return usage();
         } else if (!strcmp(a, "--bench") && nben < MAX_MODELS) {
             if (!split_arg(argv[++i], &ben[nben++])) return usage();
         } else return usage();
     }
-    if (npar + nben == 0) return usage();
+    if (npar + nben == 0 && !kv_dir) return usage();
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("e2e: qwinfer %s, device %s, copy %.0f GB/s, peak %.1f TFLOP/s, %.1f s per decode point\n",
            qw_version_string(), dut, copy_gbs, peak, seconds);
@@ -667,6 +700,14 @@ int main(int argc, char **argv) {
     double t0 = now_s();
     for (int i = 0; i < npar; i++) {
         int r = parity(par[i].name, par[i].dir);
+        if (r < 0) {
+            printf("e2e: no device (%s: %s)\n", dut, qw_last_error());
+            return EXIT_NO_DEVICE;
+        }
+        fails += r == 0;
+    }
+    if (kv_dir) {
+        int r = kv_refusal(kv_dir);
         if (r < 0) {
             printf("e2e: no device (%s: %s)\n", dut, qw_last_error());
             return EXIT_NO_DEVICE;

@@ -68,6 +68,14 @@ N8=8b; [ "$L8" != 36 ] && N8=8b_L$L8
 (
     mk() { timeout 200 $B/bin/qw-makemodel --dtype bf16 "$@"; }
     mk --shape tiny --out "$M/tiny" && mk --shape 0.6b --out "$M/0.6b" || exit 1
+    # quantized models (issue 16) for CPU-vs-CUDA parity: every format on
+    # tiny (group 32 and a 48-wide FP8 block: several groups, partial
+    # blocks), and AWQ at 0.6b sizes (vectorized GEMV path, real k)
+    for q in "awq:--quant awq --group-size 32" "gptq4:--quant gptq --bits 4 --group-size 32" \
+             "gptq8:--quant gptq --bits 8 --group-size 32 --gptq-asym" "fp8:--quant fp8 --fp8-block 48"; do
+        mk --shape tiny ${q#*:} --out "$M/tiny_${q%%:*}" || rm -rf "$M/tiny_${q%%:*}"
+    done
+    mk --shape 0.6b --quant awq --out "$M/0.6b_awq" || rm -rf "$M/0.6b_awq"
     if [ "$L8" -gt 0 ]; then
         mk --shape 8b --layers "$L8" --out "$M/$N8" || rm -rf "$M/$N8"
     fi
@@ -79,6 +87,9 @@ DEP_LIBS=$(make -s BUILD=$B print-DEP_LIBS | sed 's/-Wl,-rpath,/-Xlinker -rpath 
 LIBS="$DEP_LIBS -L$CUDA_HOME/lib64 -lcublasLt -lcublas -lcudart -lpthread -lm"
 nvcc -O2 -std=c++17 $ARCH -Iinclude -Ilib tests/gpu/check_kernels.cu $B/libqwinfer.a $LIBS \
     -o $B/check_kernels >"$LOG/check_build.log" 2>&1 || { row check-build FAIL; tail -n 20 "$LOG/check_build.log"; }
+nvcc -O2 -std=c++17 $ARCH -Iinclude -Ilib tests/gpu/check_quant.cu $B/libqwinfer.a $LIBS \
+    -o $B/check_quant >"$LOG/check_quant_build.log" 2>&1 ||
+    { row check-quant-build FAIL; tail -n 20 "$LOG/check_quant_build.log"; }
 
 # 2. kernel checks and micro-benchmarks, one process per group so that a
 #    CUDA fault in one group does not hide the others; the first CUDA error
@@ -99,6 +110,21 @@ if [ -x $B/check_kernels ]; then
         grep '^CHECK.*FAIL' "$LOG/kernels_$g.log" | head -n 4
     done
     while read -r _ name val unit pct; do row "$name" "$val $unit $pct"; done < <(grep '^BENCH' "$LOG/kernels.log")
+fi
+# quantized linears (cuda/quant.cu): checks, then GEMV GB/s as a share of
+# the copy bandwidth just measured
+if [ -x $B/check_quant ]; then
+    COPY0=$(awk '$1=="BENCH" && $2=="copy_d2d" {print $3; exit}' "$LOG/kernels.log" 2>/dev/null)
+    timeout 120 $B/check_quant --copy-gbs "${COPY0:-0}" >"$LOG/quant.log" 2>&1
+    rc=$?
+    nrun=$(grep -c '^CHECK' "$LOG/quant.log"); nf=$(grep -c '^CHECK.*FAIL' "$LOG/quant.log")
+    err=$(grep -m1 -o 'CUDA error .*\|no device.*' "$LOG/quant.log")
+    if [ $rc -eq 0 ] || [ $rc -eq 1 ]; then row "kernels quant" "$nrun run, $nf failed"
+    else row "kernels quant" "rc $rc after $nrun checks${err:+: $err}"; fi
+    grep '^CHECK.*FAIL' "$LOG/quant.log" | head -n 4
+    while read -r _ name val unit pct; do row "$name" "$val $unit $pct"; done < <(grep '^BENCH' "$LOG/quant.log")
+fi
+if [ -x $B/check_kernels ]; then
     SAN=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer \
           "$CUDA_HOME"/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
     if [ -n "$SAN" ]; then
@@ -107,6 +133,13 @@ if [ -x $B/check_kernels ]; then
         rc=$?
         nerr=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$LOG/memcheck.log")
         row "memcheck (small shapes)" "rc $rc, ${nerr:-no summary}"
+        if [ -x $B/check_quant ]; then
+            timeout 120 "$SAN" --tool memcheck --error-exitcode 3 $B/check_quant --small check \
+                >"$LOG/memcheck_quant.log" 2>&1
+            rc=$?
+            nerr=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$LOG/memcheck_quant.log")
+            row "memcheck quant (small shapes)" "rc $rc, ${nerr:-no summary}"
+        fi
     else
         row "memcheck" "compute-sanitizer not found"
     fi
@@ -126,6 +159,10 @@ if [ -f tests/gpu/e2e.c ]; then
         ARGS=(--copy-gbs "${COPY:-0}" --peak-tflops "${PEAK:-0}" --seconds "${E2E_SECONDS:-2}" --dump "$B/dump")
         [ -f "$M/tiny/config.json" ] && ARGS+=(--parity "tiny=$M/tiny")
         [ -f "$M/0.6b/config.json" ] && ARGS+=(--parity "0.6b=$M/0.6b")
+        for n in tiny_awq tiny_gptq4 tiny_gptq8 tiny_fp8 0.6b_awq; do
+            if [ -f "$M/$n/config.json" ]; then ARGS+=(--parity "$n=$M/$n"); else row "e2e $n" "model missing (see models.log)"; fi
+        done
+        [ -f "$M/tiny/config.json" ] && ARGS+=(--kv-refusal "$M/tiny")
         # what is left of the 9 minutes, less ~100 s for the oracle and the
         # table, bounds e2e; it needs ~1.5 min with both benchmarks, ~30 s for
         # parity alone (estimates: never run on a device yet)
@@ -146,6 +183,7 @@ if [ -f tests/gpu/e2e.c ]; then
                 np=$(grep -c '^PARITY [^ ]* PASS [0-9]*/' "$LOG/e2e.log")
                 nf=$(grep -c '^PARITY [^ ]* FAIL [0-9]*/' "$LOG/e2e.log")
                 row "e2e parity (rc $rc)" "$np passed, $nf failed"
+                while read -r _ name verdict rest; do row "kv cache dtype $name refused" "$verdict"; done < <(grep '^KVDTYPE ' "$LOG/e2e.log")
                 grep '^PARITY.*\(FAIL\|diverges\)' "$LOG/e2e.log" | head -n 8
                 while read -r _ name verdict rest; do row "graph==eager $name" "$verdict ${rest:0:40}"; done < <(grep '^GRAPH ' "$LOG/e2e.log")
                 while read -r _ name val unit pct; do row "$name" "$val $unit $pct"; done < <(grep '^e2e ' "$LOG/e2e.log")

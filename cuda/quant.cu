@@ -1,0 +1,167 @@
+/*
+ * quant.cu - kernels over quantized linears (see quant.h): the fused
+ * weight-only GEMV of decode steps and the dequantization to bf16 that
+ * feeds the cuBLASLt GEMM of prefill steps.
+ */
+#include <math.h>
+
+#include "quant.h"
+
+size_t qwk_qcode_bytes(int32_t fmt, int64_t n, int64_t k) {
+    return fmt == QWK_Q_U4 ? (size_t)n * (size_t)(k / 2) : (size_t)n * (size_t)k;
+}
+
+static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* round to nearest even, NaN kept (as lib/dtype.h qwi_f32_to_bf16) */
+static __device__ __forceinline__ uint16_t f2bf(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* The e4m3 value of a bit pattern, exactly as lib/fp8.h qwi_e4m3_to_f32:
+ * normal 2^(e-7) * (1 + m/8) built as f32 bits, subnormal m * 2^-9, NaN
+ * for S.1111.111. */
+static __device__ __forceinline__ float e4m3_to_f32(uint32_t b) {
+    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    float v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0x1p-9f;
+    if (e == 15u && m == 7u) v = __int_as_float(0x7fc00000);
+    return (b & 0x80u) ? -v : v;
+}
+
+/* The code of (row, c) as the float the formula subtracts the zero from
+ * (U4/U8) or the e4m3 value (E4M3). */
+template <int FMT>
+static __device__ __forceinline__ float code_at(const uint8_t *row, int32_t c) {
+    if (FMT == QWK_Q_U4) return (float)((row[c >> 1] >> ((c & 1) * 4)) & 15u);
+    if (FMT == QWK_Q_U8) return (float)row[c];
+    return e4m3_to_f32(row[c]);
+}
+
+/* Eight codes from c (a multiple of 8, k % 8 == 0: aligned loads). */
+template <int FMT>
+static __device__ __forceinline__ void codes8(const uint8_t *row, int32_t c, float *v) {
+    if (FMT == QWK_Q_U4) {
+        uint32_t q = *(const uint32_t *)(row + (c >> 1));
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = (float)((q >> (4 * i)) & 15u);
+    } else {
+        uint2 q = *(const uint2 *)(row + c);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            uint32_t b = ((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 255u;
+            v[i] = FMT == QWK_Q_U8 ? (float)b : e4m3_to_f32(b);
+        }
+    }
+}
+
+/* One warp per output row j, all M activation rows at once, so the row's
+ * codes are read once per step whatever M is: lanes take 8 consecutive
+ * columns (16-byte activation loads) when k % 8 == 0, single columns
+ * otherwise; per-lane f32 sums, then a fixed shuffle tree (deterministic). */
+template <int FMT>
+__global__ void qgemv_kernel(const uint16_t *__restrict__ x, int32_t M, qwk_qlinear w, float *__restrict__ y,
+                             int32_t ldy) {
+    const int32_t j = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (j >= w.n) return;
+    const int32_t K = w.k, gk = w.group_k, G = w.ngroups;
+    const uint8_t *row = w.codes + (FMT == QWK_Q_U4 ? (size_t)j * (K / 2) : (size_t)j * K);
+    const float *sc = w.scales + (size_t)j * G;
+    const float *zp = FMT == QWK_Q_E4M3 ? nullptr : w.zeros + (size_t)j * G;
+    float acc[QWK_QGEMV_MAX_M];
+#pragma unroll
+    for (int m = 0; m < QWK_QGEMV_MAX_M; m++) acc[m] = 0.f;
+    if ((K & 7) == 0) {
+        for (int32_t c = lane * 8; c < K; c += 256) {
+            float v[8];
+            codes8<FMT>(row, c, v);
+            const int32_t g0 = c / gk, g1 = (c + 7) / gk;
+            if (g0 == g1) {
+                const float s = sc[g0], z = zp ? zp[g0] : 0.f;
+#pragma unroll
+                for (int i = 0; i < 8; i++) v[i] = (v[i] - z) * s;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const int32_t g = (c + i) / gk;
+                    v[i] = (v[i] - (zp ? zp[g] : 0.f)) * sc[g];
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < QWK_QGEMV_MAX_M; m++) {
+                if (m < M) {
+                    const uint4 xv = *(const uint4 *)(x + (size_t)m * K + c);
+                    const uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        acc[m] = fmaf(__uint_as_float(xs[i] << 16), v[2 * i], acc[m]);
+                        acc[m] = fmaf(__uint_as_float(xs[i] & 0xffff0000u), v[2 * i + 1], acc[m]);
+                    }
+                }
+            }
+        }
+    } else {
+        for (int32_t c = lane; c < K; c += 32) {
+            const int32_t g = c / gk;
+            const float v = (code_at<FMT>(row, c) - (zp ? zp[g] : 0.f)) * sc[g];
+#pragma unroll
+            for (int m = 0; m < QWK_QGEMV_MAX_M; m++)
+                if (m < M) acc[m] = fmaf(bf2f(x[(size_t)m * K + c]), v, acc[m]);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < QWK_QGEMV_MAX_M; m++) {
+        float a = acc[m];
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == 0 && m < M) y[(size_t)m * ldy + j] = a;
+    }
+}
+
+void qwk_qgemv(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, cudaStream_t stream) {
+    if (M <= 0 || w->n <= 0) return;
+    const int warps = 8;
+    const unsigned grid = (unsigned)((w->n + warps - 1) / warps);
+    if (w->fmt == QWK_Q_U4) qgemv_kernel<QWK_Q_U4><<<grid, 32 * warps, 0, stream>>>(x, M, *w, y, ldy);
+    else if (w->fmt == QWK_Q_U8) qgemv_kernel<QWK_Q_U8><<<grid, 32 * warps, 0, stream>>>(x, M, *w, y, ldy);
+    else qgemv_kernel<QWK_Q_E4M3><<<grid, 32 * warps, 0, stream>>>(x, M, *w, y, ldy);
+}
+
+/* One block per output row; threads stride over its columns, 8 at a time
+ * (one 16-byte store) when k % 8 == 0, else one. */
+template <int FMT>
+__global__ void qdequant_kernel(qwk_qlinear w, uint16_t *__restrict__ out) {
+    const int32_t j = blockIdx.x, K = w.k, gk = w.group_k, G = w.ngroups;
+    const uint8_t *row = w.codes + (FMT == QWK_Q_U4 ? (size_t)j * (K / 2) : (size_t)j * K);
+    const float *sc = w.scales + (size_t)j * G;
+    const float *zp = FMT == QWK_Q_E4M3 ? nullptr : w.zeros + (size_t)j * G;
+    uint16_t *o = out + (size_t)j * K;
+    if ((K & 7) == 0) {
+        for (int32_t c = threadIdx.x * 8; c < K; c += blockDim.x * 8) {
+            float v[8];
+            codes8<FMT>(row, c, v);
+            uint32_t h[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int32_t g0 = (c + 2 * i) / gk, g1 = (c + 2 * i + 1) / gk;
+                const uint32_t lo = f2bf((v[2 * i] - (zp ? zp[g0] : 0.f)) * sc[g0]);
+                const uint32_t hi = f2bf((v[2 * i + 1] - (zp ? zp[g1] : 0.f)) * sc[g1]);
+                h[i] = lo | (hi << 16);
+            }
+            *(uint4 *)(o + c) = make_uint4(h[0], h[1], h[2], h[3]);
+        }
+        return;
+    }
+    for (int32_t c = threadIdx.x; c < K; c += blockDim.x) {
+        const int32_t g = c / gk;
+        o[c] = f2bf((code_at<FMT>(row, c) - (zp ? zp[g] : 0.f)) * sc[g]);
+    }
+}
+
+void qwk_qdequant(const qwk_qlinear *w, uint16_t *out, cudaStream_t stream) {
+    if (w->n <= 0) return;
+    if (w->fmt == QWK_Q_U4) qdequant_kernel<QWK_Q_U4><<<w->n, 256, 0, stream>>>(*w, out);
+    else if (w->fmt == QWK_Q_U8) qdequant_kernel<QWK_Q_U8><<<w->n, 256, 0, stream>>>(*w, out);
+    else qdequant_kernel<QWK_Q_E4M3><<<w->n, 256, 0, stream>>>(*w, out);
+}
