@@ -48,7 +48,7 @@ static void assert_same(const qwt_result *a, const qwt_result *b, const char *wh
     }
 }
 
-Test(quant_cpu_backend, batched_equals_alone_in_both_modes, .timeout = 240) {
+Test(quant_cpu_backend, batched_equals_alone_in_both_modes) {
     static int32_t prompts[NJOBS][64];
     qwt_job jobs[NJOBS];
     make_jobs(jobs, prompts);
@@ -76,7 +76,7 @@ Test(quant_cpu_backend, batched_equals_alone_in_both_modes, .timeout = 240) {
 /* QWINFER_CPU_WEIGHTS=mmap asks exact mode to run from the file mapping;
  * a quantized model is packed anyway (its kernels read only the packed
  * form), all of it, so the logits are those of the default copy. */
-Test(quant_cpu_backend, quantized_models_always_run_from_the_copy, .timeout = 120) {
+Test(quant_cpu_backend, quantized_models_always_run_from_the_copy) {
     static int32_t prompts[NJOBS][64];
     qwt_job jobs[NJOBS];
     make_jobs(jobs, prompts);
