@@ -299,6 +299,13 @@ tokbench: $(BUILD)/bin/qw-tokbench
 serve-bench: $(BUILD)/bin/qw-serve $(BUILD)/bin/qw-bench $(BUILD)/bin/qw-makemodel
 	@sh tools/serve-bench.sh $(BUILD)
 
+# The quantized-checkpoint and KV-dtype benchmark (issue 16; docs/benchmarks.md):
+# bf16 vs AWQ/GPTQ/FP8 decode and prefill on the 0.6B shape, 4K decode per KV
+# dtype (tools/quant-bench.sh makes its models in /tmp/qbench). Not part of test.
+.PHONY: quant-bench
+quant-bench: $(BUILD)/bin/qw-bench $(BUILD)/bin/qw-makemodel
+	@sh tools/quant-bench.sh $(BUILD)
+
 # The whole suite: Criterion binaries, export/pkg-config checks, then the same
 # Criterion binaries under ASan+UBSan. Ends with "N passed, M failed".
 test: deps
