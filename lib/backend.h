@@ -122,7 +122,8 @@ qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_confi
                                  qwi_backend **out);
 
 /* Create the CUDA backend on device bc->device_index: weights uploaded as
- * BF16, KV pool sized from bc (num_blocks, else kv_cache_bytes, else
+ * BF16 (quantized linears in cuda/quant.h's code layout), a bf16 KV cache
+ * (bc->kv_cache_dtype F32 or FP8_E4M3 -> QW_ERR_UNSUPPORTED), KV pool sized from bc (num_blocks, else kv_cache_bytes, else
  * memory_fraction of device memory after weights and workspace) and
  * reported in (*out)->num_blocks. Without a usable device returns
  * QW_ERR_NO_DEVICE with a message and leaks nothing. Only built when the
