@@ -30,6 +30,10 @@ LIBDIR  ?= $(PREFIX)/lib
 INCDIR  ?= $(PREFIX)/include
 BINDIR  ?= $(PREFIX)/bin
 
+# Bare `make` builds `all`: the config stamp rule below comes first in the
+# file and would otherwise be the default goal (and build nothing else).
+.DEFAULT_GOAL := all
+
 BUILD   ?= build
 CC      ?= cc
 PKG_CONFIG ?= pkg-config

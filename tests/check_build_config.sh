@@ -39,6 +39,12 @@ echo "$out" | grep -q -- '-c lib/error.c' || fail "CUDA=1 -> CUDA=0 did not reco
 echo "$out" | grep -q -- '-DQW_HAVE_CUDA' && fail "CUDA=0 still compiled with -DQW_HAVE_CUDA: $out"
 uptodate OPT=-O0 "$obj" || fail "after the rebuild $obj is still out of date"
 
+# Bare `make` (no goal) builds the library, tools and examples: the stamp's
+# rule must not become the default goal. A dry run lists what it would do.
+out=$(mk -n OPT=-O0 2>&1)
+echo "$out" | grep -q -- "-o $s/libqwinfer.so.0.1.0 " || fail "bare make would not build the shared library: $out"
+echo "$out" | grep -q -- "-o $s/bin/qw-bench " || fail "bare make would not build the tools: $out"
+
 # Linked products depend on the stamp too: an example program (the shared
 # library and every object under it) at -O0, then a LDFLAGS-only change must
 # relink both (one stamp for all: it recompiles the objects as well).
