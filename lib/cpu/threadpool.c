@@ -1,5 +1,28 @@
 /*
  * threadpool.c - see threadpool.h.
+ *
+ * Hand-off: a run publishes its task (fn, ctx, n_tasks) and then bumps the
+ * atomic `generation`; a worker that sees the bump works, then decrements
+ * the atomic `busy`, and the caller's run returns once busy is 0.
+ *
+ * Why spin first: a decode step is a few hundred runs of tens to hundreds
+ * of microseconds each, separated by short serial stretches on the caller.
+ * Waking a sleeping worker through a condition variable costs a futex call
+ * on each side and a scheduler wake-up (tens of microseconds on a VM), per
+ * run, on the critical path. So a worker that has finished a run polls
+ * `generation` for up to spin_ns before it sleeps, and the caller polls
+ * `busy` as long before it sleeps; between steps (longer than spin_ns) the
+ * threads sleep as before, so an idle engine burns no CPU.
+ *
+ * Sleeping without lost wake-ups (Dekker's pattern, all seq_cst): a worker
+ * about to sleep increments `sleepers` and then reads `generation` under
+ * the mutex; a run stores `generation` and then reads `sleepers`, and only
+ * if it is non-zero takes the mutex to broadcast. At least one side sees
+ * the other's store, and the worker holds the mutex from its check until
+ * pthread_cond_wait releases it, so the broadcast cannot fall in between.
+ * The caller's sleep on `busy` pairs with `caller_waiting` the same way.
+ * Visibility of the tasks' writes: every worker's writes precede its
+ * (seq_cst) decrement of busy, which the caller reads before returning.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -7,8 +30,25 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu/threadpool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define POOL_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define POOL_RELAX() __asm__ __volatile__("yield")
+#else
+#define POOL_RELAX() ((void)0)
+#endif
+
+/* Default poll time before sleeping; QWINFER_CPU_SPIN_US overrides it
+ * (0: sleep at once, the pre-spin behaviour; for machines running more
+ * busy threads than CPUs, where a spinning thread takes a CPU from one
+ * that has work). */
+#define POOL_SPIN_US_DEFAULT 200
+#define POOL_SPIN_US_MAX 100000
 
 typedef struct qwi_cpu_worker {
     qwi_cpu_pool *pool;
@@ -20,19 +60,30 @@ struct qwi_cpu_pool {
     pthread_t *threads;         /* size-1 workers                        */
     qwi_cpu_worker *workers;
     int started;                /* workers actually created              */
+    int64_t spin_ns;            /* poll this long before sleeping        */
 
     pthread_mutex_t mu;
-    pthread_cond_t wake;        /* workers wait here for a new generation */
-    pthread_cond_t done;        /* the caller waits here for stragglers   */
-    uint64_t generation;        /* bumped once per run, under mu          */
-    int busy;                   /* workers still inside this generation   */
-    int stop;
+    pthread_cond_t wake;        /* workers sleep here for a new generation */
+    pthread_cond_t done;        /* the caller sleeps here for stragglers   */
+    atomic_uint_fast64_t generation; /* bumped once per run, after the task is set */
+    atomic_int busy;            /* workers still inside this generation    */
+    atomic_int sleepers;        /* workers asleep (or about to be) on wake */
+    atomic_int caller_waiting;  /* the caller asleep (or about to be) on done */
+    atomic_int stop;
 
+    /* The task of the current generation: written by the caller before it
+     * bumps generation, read by workers after they see the bump. */
     qwi_cpu_task_fn fn;
     void *ctx;
     int64_t n_tasks;
     atomic_int_fast64_t next;   /* next task index to hand out            */
 };
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static void pool_work(qwi_cpu_pool *p, qwi_cpu_task_fn fn, void *ctx, int64_t n, int thread) {
     for (;;) {
@@ -42,24 +93,56 @@ static void pool_work(qwi_cpu_pool *p, qwi_cpu_task_fn fn, void *ctx, int64_t n,
     }
 }
 
+/* Poll until *v != avoid (generation) or up to spin_ns; true if it changed. */
+static bool spin_while_u64(const atomic_uint_fast64_t *v, uint64_t avoid, int64_t spin_ns) {
+    if (spin_ns <= 0) return false;
+    const int64_t end = now_ns() + spin_ns;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(v, memory_order_acquire) != avoid) return true;
+            POOL_RELAX();
+        }
+        if (now_ns() >= end) return false;
+        sched_yield();
+    }
+}
+
+/* Poll until *v == 0 (busy) or up to spin_ns; true if it reached 0. */
+static bool spin_until_zero(const atomic_int *v, int64_t spin_ns) {
+    if (spin_ns <= 0) return atomic_load(v) == 0;
+    const int64_t end = now_ns() + spin_ns;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(v, memory_order_acquire) == 0) return true;
+            POOL_RELAX();
+        }
+        if (now_ns() >= end) return atomic_load(v) == 0;
+        sched_yield();
+    }
+}
+
 static void *pool_main(void *arg) {
     qwi_cpu_worker *w = arg;
     qwi_cpu_pool *p = w->pool;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->generation == seen && !p->stop) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop) break;
-        seen = p->generation;
-        qwi_cpu_task_fn fn = p->fn;
-        void *ctx = p->ctx;
-        int64_t n = p->n_tasks;
-        pthread_mutex_unlock(&p->mu);
-        pool_work(p, fn, ctx, n, w->index);
-        pthread_mutex_lock(&p->mu);
-        if (--p->busy == 0) pthread_cond_signal(&p->done);
+        if (!spin_while_u64(&p->generation, seen, p->spin_ns)) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->wake, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) break;
+        seen = atomic_load(&p->generation);
+        pool_work(p, p->fn, p->ctx, p->n_tasks, w->index);
+        if (atomic_fetch_sub(&p->busy, 1) == 1 && atomic_load(&p->caller_waiting)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -71,6 +154,20 @@ static int affinity_cpus(void) {
     return n > 0 ? n : 1;
 }
 
+/* QWINFER_CPU_SPIN_US as nanoseconds: a decimal in [0, POOL_SPIN_US_MAX],
+ * else the default (an unparsable value is ignored, like the other
+ * QWINFER_CPU_* variables that only tune speed). */
+static int64_t spin_ns_from_env(void) {
+    const char *s = getenv("QWINFER_CPU_SPIN_US");
+    if (s && *s) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno == 0 && end && *end == '\0' && v >= 0 && v <= POOL_SPIN_US_MAX) return (int64_t)v * 1000;
+    }
+    return (int64_t)POOL_SPIN_US_DEFAULT * 1000;
+}
+
 qw_status qwi_cpu_pool_create(int32_t num_threads, qwi_cpu_pool **out) {
     *out = NULL;
     int n = num_threads > 0 ? num_threads : affinity_cpus();
@@ -78,7 +175,15 @@ qw_status qwi_cpu_pool_create(int32_t num_threads, qwi_cpu_pool **out) {
     qwi_cpu_pool *p = calloc(1, sizeof *p);
     if (!p) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: thread pool allocation failed");
     p->size = n;
+    /* More threads than CPUs: a spinning thread would hold a CPU that a
+     * thread with work needs, so sleep at once. */
+    p->spin_ns = n <= affinity_cpus() ? spin_ns_from_env() : 0;
     atomic_init(&p->next, 0);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->busy, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_waiting, 0);
+    atomic_init(&p->stop, 0);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -115,28 +220,36 @@ void qwi_cpu_pool_run(qwi_cpu_pool *p, int64_t n_tasks, qwi_cpu_task_fn fn, void
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
+    /* Every worker is past the previous run (busy reached 0), so none
+     * reads the task fields while they change. */
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    p->busy = p->started;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->busy, p->started);
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
 
     pool_work(p, fn, ctx, n_tasks, 0);
 
-    /* The mutex hand-off also publishes every worker's writes to the caller. */
+    if (spin_until_zero(&p->busy, p->spin_ns)) return;
     pthread_mutex_lock(&p->mu);
-    while (p->busy > 0) pthread_cond_wait(&p->done, &p->mu);
+    atomic_store(&p->caller_waiting, 1);
+    while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
+    atomic_store(&p->caller_waiting, 0);
     pthread_mutex_unlock(&p->mu);
 }
 
 void qwi_cpu_pool_destroy(qwi_cpu_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
+    /* A spinning worker sees stop through the generation bump. */
+    atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);

@@ -1,6 +1,8 @@
 /*
  * threadpool.h - the CPU backend's persistent worker pool: one parallel_for
- * at a time, workers asleep on a condition variable between calls.
+ * at a time; between calls the workers poll for QWINFER_CPU_SPIN_US
+ * (default 200 us), then sleep on a condition variable (threadpool.c says
+ * why and how no wake-up is lost).
  *
  * Tasks are handed out dynamically (an atomic counter), so which thread runs
  * a task is unspecified: a task must compute its outputs from its index
