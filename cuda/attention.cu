@@ -14,12 +14,21 @@
  *
  * head_dim in {16, 32, 64, 128} (the backend refuses others at create);
  * decode needs nh/nkv <= 8.
+ *
+ * Both kernels are templates on the cache element KV: qwk_bf16, or uint8_t
+ * for the fp8 (e4m3) cache (pg.kv_fp8). An e4m3 element is widened exactly
+ * (kv_e4m3.h) - to bf16 for the prefill tiles, which stay bf16 wmma
+ * operands, and to f32 in decode - and the layer's scales are applied as on
+ * the CPU: k_scale folded into the score scale (one f32 product per
+ * kernel), v_scale into the final 1/sum (v_scale / sum). The bf16
+ * instantiations are the kernels as they were, operation for operation.
  */
 #include <cuda_bf16.h>
 #include <mma.h>
 #include <math.h>
 
 #include "kernels.h"
+#include "kv_e4m3.h"
 
 using namespace nvcuda;
 
@@ -37,6 +46,76 @@ static __device__ __forceinline__ size_t kv_index(const qwk_paged &pg, const int
     int blk = bt[j / pg.block_size];
     int slot = j % pg.block_size;
     return (((size_t)blk * pg.block_size + slot) * pg.nkv + kvh) * (size_t)pg.hd;
+}
+
+/* ---- cache element access: KV = qwk_bf16 or uint8_t (e4m3) ----------------- */
+
+template <typename KV> struct kv_is_fp8 { static constexpr bool value = false; };
+template <> struct kv_is_fp8<uint8_t> { static constexpr bool value = true; };
+
+/* Two e4m3 bytes (low byte first) as a pair of bf16 in one word: the
+ * exact f32 values' top halves (3 mantissa bits fit). */
+static __device__ __forceinline__ uint32_t e4m3x2_bf16(uint32_t w) {
+    const float2 f = qwk_e4m3x2_to_f32x2(w);
+    return (__float_as_uint(f.x) >> 16) | (__float_as_uint(f.y) & 0xffff0000u);
+}
+
+/* Elements idx .. idx+7 as 8 bf16 (16 bytes, element 0 lowest). */
+static __device__ __forceinline__ uint4 load8_bf16(const qwk_bf16 *c, size_t idx) {
+    return *(const uint4 *)(c + idx);
+}
+static __device__ __forceinline__ uint4 load8_bf16(const uint8_t *c, size_t idx) {
+    const uint2 w = *(const uint2 *)(c + idx);
+    return make_uint4(e4m3x2_bf16(w.x), e4m3x2_bf16(w.x >> 16), e4m3x2_bf16(w.y), e4m3x2_bf16(w.y >> 16));
+}
+
+/* Elements idx .. idx+15 as f32 (exact widening). */
+static __device__ __forceinline__ void load16_f32(const qwk_bf16 *c, size_t idx, float *kf) {
+    const qwk_bf16 *kp = c + idx;
+    uint4 u0 = *(const uint4 *)kp, u1 = *(const uint4 *)(kp + 8);
+    const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        kf[2 * i] = __uint_as_float(w[i] << 16);
+        kf[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+static __device__ __forceinline__ void load16_f32(const uint8_t *c, size_t idx, float *kf) {
+    const uint4 u = *(const uint4 *)(c + idx);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float2 f = qwk_e4m3x2_to_f32x2(w[i / 2] >> (16 * (i % 2)));
+        kf[2 * i] = f.x;
+        kf[2 * i + 1] = f.y;
+    }
+}
+
+/* Elements idx, idx+1 as f32. */
+static __device__ __forceinline__ void load2_f32(const qwk_bf16 *c, size_t idx, float &v0, float &v1) {
+    uint32_t w = *(const uint32_t *)(c + idx);
+    v0 = __uint_as_float(w << 16);
+    v1 = __uint_as_float(w & 0xffff0000u);
+}
+static __device__ __forceinline__ void load2_f32(const uint8_t *c, size_t idx, float &v0, float &v1) {
+    const float2 f = qwk_e4m3x2_to_f32x2(*(const uint16_t *)(c + idx));
+    v0 = f.x;
+    v1 = f.y;
+}
+
+/* The score scale: attention scale, times k_scale for fp8 (as the CPU's
+ * a->scale * a->k_scale). */
+template <typename KV>
+static __device__ __forceinline__ float score_scale(const qwk_paged &pg) {
+    return kv_is_fp8<KV>::value ? pg.scale * pg.k_scale : pg.scale;
+}
+
+/* o / l (bf16: as before), o * (v_scale / l) for fp8 (the CPU's
+ * inv = v_scale / sum); 0 where l is 0. */
+template <typename KV>
+static __device__ __forceinline__ float out_norm(const qwk_paged &pg, float o, float l) {
+    if (!(l > 0.f)) return 0.f;
+    return kv_is_fp8<KV>::value ? o * (pg.v_scale / l) : o / l;
 }
 
 /* ---- prefill ------------------------------------------------------------- */
@@ -62,11 +141,13 @@ struct pf_smem {
 
 /* Load rows [0, n) of a [rows][HD] bf16 tile into shared (ld LDQ); rows at
  * or past `valid` are zero. */
-template <int HD>
+template <int HD, typename KV>
 __global__ void __launch_bounds__(128)
 prefill_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, const int32_t *tiles,
                          qwk_bf16 *out) {
     typedef pf_smem<HD> L;
+    const KV *k_cache = (const KV *)pg.k_cache, *v_cache = (const KV *)pg.v_cache;
+    const float sscale = score_scale<KV>(pg);
     extern __shared__ __align__(128) unsigned char smem[];
     __nv_bfloat16 *sQ = (__nv_bfloat16 *)(smem + L::Q);
     __nv_bfloat16 *sK = (__nv_bfloat16 *)(smem + L::K);
@@ -106,8 +187,8 @@ prefill_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, const int
             uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
             if (k0 + j < nkeys) {
                 size_t idx = kv_index(pg, bt, k0 + j, kvh) + k * 8;
-                kv = *(const uint4 *)(pg.k_cache + idx);
-                vv = *(const uint4 *)(pg.v_cache + idx);
+                kv = load8_bf16(k_cache, idx);
+                vv = load8_bf16(v_cache, idx);
             }
             *(uint4 *)(sK + j * L::LDQ + k * 8) = kv;
             *(uint4 *)(sV + j * L::LDQ + k * 8) = vv;
@@ -134,7 +215,7 @@ prefill_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, const int
             int r = warp * 16 + i;
             int j = k0 + lane;
             float s = -INFINITY;
-            if (r < nrows && j < nkeys && j <= pg.positions[row0 + r]) s = sS[r * L::LDS + lane] * pg.scale;
+            if (r < nrows && j < nkeys && j <= pg.positions[row0 + r]) s = sS[r * L::LDS + lane] * sscale;
             float mx = s;
             for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
             float m_old = sM[r];
@@ -177,8 +258,7 @@ prefill_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, const int
 
     for (int c = tid; c < nrows * HD; c += 128) {
         int r = c / HD, d = c % HD;
-        float l = sL[r];
-        float v = l > 0.f ? sO[r * L::LDO + d] / l : 0.f;
+        float v = out_norm<KV>(pg, sO[r * L::LDO + d], sL[r]);
         out[(size_t)(row0 + r) * qd + (size_t)h * HD + d] = f2bf(v);
     }
 }
@@ -187,7 +267,20 @@ template <int HD>
 static void launch_prefill(const qwk_paged *pg, const qwk_bf16 *q, const int32_t *tiles, int32_t ntiles,
                            qwk_bf16 *out, cudaStream_t stream) {
     const size_t sm = pf_smem<HD>::TOTAL;   /* allowed by qwk_attention_init */
-    prefill_attention_kernel<HD><<<dim3(ntiles, pg->nh), 128, sm, stream>>>(*pg, q, tiles, out);
+    if (pg->kv_fp8)
+        prefill_attention_kernel<HD, uint8_t><<<dim3(ntiles, pg->nh), 128, sm, stream>>>(*pg, q, tiles, out);
+    else
+        prefill_attention_kernel<HD, qwk_bf16><<<dim3(ntiles, pg->nh), 128, sm, stream>>>(*pg, q, tiles, out);
+}
+
+/* Both cache element types of head_dim HD: the same shared memory. */
+template <int HD>
+static cudaError_t allow_prefill_smem() {
+    cudaError_t e = cudaFuncSetAttribute(prefill_attention_kernel<HD, qwk_bf16>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<HD>::TOTAL);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(prefill_attention_kernel<HD, uint8_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)pf_smem<HD>::TOTAL);
 }
 
 cudaError_t qwk_attention_init(int head_dim) {
@@ -195,10 +288,10 @@ cudaError_t qwk_attention_init(int head_dim) {
      * device before the first launch; done at backend create, where a
      * failure can still be reported, not lazily inside a step. */
     switch (head_dim) {
-    case 16: return cudaFuncSetAttribute(prefill_attention_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<16>::TOTAL);
-    case 32: return cudaFuncSetAttribute(prefill_attention_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<32>::TOTAL);
-    case 64: return cudaFuncSetAttribute(prefill_attention_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<64>::TOTAL);
-    case 128: return cudaFuncSetAttribute(prefill_attention_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<128>::TOTAL);
+    case 16: return allow_prefill_smem<16>();
+    case 32: return allow_prefill_smem<32>();
+    case 64: return allow_prefill_smem<64>();
+    case 128: return allow_prefill_smem<128>();
     default: return cudaErrorInvalidValue;
     }
 }
@@ -220,7 +313,7 @@ void qwk_prefill_attention(const qwk_paged *pg, const qwk_bf16 *q, const int32_t
 #define DC_CK 128      /* context positions per chunk */
 #define DC_MAXG 8
 
-template <int HD>
+template <int HD, typename KV>
 __global__ void __launch_bounds__(128)
 decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t splits, float *part_o,
                         float *part_lse, qwk_bf16 *out) {
@@ -239,6 +332,8 @@ decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t sp
     const int stride = pg.hdr[2];
     const int32_t *bt = pg.block_tables + (size_t)seq * stride;
     const int qd = pg.nh * HD;
+    const KV *k_cache = (const KV *)pg.k_cache, *v_cache = (const KV *)pg.v_cache;
+    const float sscale = score_scale<KV>(pg);
 
     int per = (ctx + splits - 1) / splits;
     per = (per + 15) & ~15;
@@ -269,14 +364,7 @@ decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t sp
             float kf[16];
             bool ok = j < end;
             if (ok) {
-                const qwk_bf16 *kp = pg.k_cache + kv_index(pg, bt, j, kvh) + d0;
-                uint4 u0 = *(const uint4 *)kp, u1 = *(const uint4 *)(kp + 8);
-                const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    kf[2 * i] = __uint_as_float(w[i] << 16);
-                    kf[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-                }
+                load16_f32(k_cache, kv_index(pg, bt, j, kvh) + d0, kf);
             } else {
 #pragma unroll
                 for (int i = 0; i < 16; i++) kf[i] = 0.f;
@@ -289,7 +377,7 @@ decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t sp
                 for (int i = 0; i < 16; i++) s += kf[i] * sq[g][d0 + i];
 #pragma unroll
                 for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (tid % LPK == 0) sS[g][jl] = ok ? s * pg.scale : -INFINITY;
+                if (tid % LPK == 0) sS[g][jl] = ok ? s * sscale : -INFINITY;
             }
         }
         __syncthreads();
@@ -323,8 +411,8 @@ decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t sp
             }
         }
         for (int jl = ks; jl < DC_CK && c0 + jl < end; jl += NKS) {
-            uint32_t w = *(const uint32_t *)(pg.v_cache + kv_index(pg, bt, c0 + jl, kvh) + 2 * dp);
-            float v0 = __uint_as_float(w << 16), v1 = __uint_as_float(w & 0xffff0000u);
+            float v0, v1;
+            load2_f32(v_cache, kv_index(pg, bt, c0 + jl, kvh) + 2 * dp, v0, v1);
 #pragma unroll
             for (int g = 0; g < DC_MAXG; g++) {
                 if (g < G) {
@@ -350,7 +438,7 @@ decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t sp
         float o = 0.f;
         for (int k = 0; k < NKS; k++) o += sRed[k][g][d];
         float l = sL[g];
-        o = l > 0.f ? o / l : 0.f;
+        o = out_norm<KV>(pg, o, l);
         int h = kvh * G + g;
         if (splits == 1) {
             out[(size_t)seq * qd + (size_t)h * HD + d] = f2bf(o);
@@ -383,16 +471,25 @@ __global__ void merge_splits_kernel(const float *part_o, const float *part_lse, 
     }
 }
 
+template <int HD>
+static void launch_decode(const qwk_paged *pg, const qwk_bf16 *q, dim3 grid, int32_t splits, float *part_o,
+                          float *part_lse, qwk_bf16 *out, cudaStream_t stream) {
+    if (pg->kv_fp8)
+        decode_attention_kernel<HD, uint8_t><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out);
+    else
+        decode_attention_kernel<HD, qwk_bf16><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out);
+}
+
 void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, int32_t splits,
                           float *part_o, float *part_lse, qwk_bf16 *out, cudaStream_t stream) {
     if (seqs <= 0) return;
     if (splits < 1) splits = 1;
     dim3 grid(seqs, pg->nkv, splits);
     switch (pg->hd) {
-    case 16: decode_attention_kernel<16><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out); break;
-    case 32: decode_attention_kernel<32><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out); break;
-    case 64: decode_attention_kernel<64><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out); break;
-    case 128: decode_attention_kernel<128><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out); break;
+    case 16: launch_decode<16>(pg, q, grid, splits, part_o, part_lse, out, stream); break;
+    case 32: launch_decode<32>(pg, q, grid, splits, part_o, part_lse, out, stream); break;
+    case 64: launch_decode<64>(pg, q, grid, splits, part_o, part_lse, out, stream); break;
+    case 128: launch_decode<128>(pg, q, grid, splits, part_o, part_lse, out, stream); break;
     default: return;
     }
     if (splits > 1)

@@ -18,7 +18,9 @@
  * device in quant.h's layout, fused like the bf16 ones; `linear` runs them
  * as a fused-dequantization GEMV for steps of up to QWK_QGEMV_MAX_M rows,
  * else as dequantize-to-bf16 + the same cuBLASLt GEMM. The KV cache is bf16
- * only: other QW_OPT_KV_CACHE_DTYPE values are refused at create.
+ * or fp8 (e4m3, one byte an element, with the checkpoint's per-layer
+ * k_scale / v_scale from lib/kv_scales.c); QW_KV_CACHE_F32 is refused at
+ * create.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -28,6 +30,7 @@
 extern "C" {
 #include "backend.h"
 #include "cuda_host.h"
+#include "kv_scales.h"
 #include "progress.h"
 #include "quant_host.h"
 }
@@ -79,8 +82,10 @@ typedef struct cu_backend {
     int32_t *d_sampled, *d_copy;
     void *ws;
 
-    qwk_bf16 *kv;               /* [layer][K|V][num_blocks*bs*nkv*hd]     */
+    void *kv;                   /* [layer][K|V][num_blocks*bs*nkv*hd]     */
     size_t plane_elems;
+    int kv_elem;                /* bytes an element: 2 bf16, 1 fp8 e4m3   */
+    float *kv_scale;            /* fp8: [2][num_layers] k_scale, v_scale  */
 
     void *d_plan, *h_plan;      /* device / pinned host, plan_cap bytes   */
     size_t plan_cap;
@@ -123,6 +128,7 @@ static void cu_destroy(qwi_backend *base) {
     free(b->lp_dst);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b->layers);
+    free(b->kv_scale);
     free(b);
 }
 
@@ -473,7 +479,8 @@ static qw_status setup_activations(cu_backend *b) {
 
 static qw_status setup_kv(cu_backend *b) {
     const qwi_config *c = &b->cfg;
-    size_t per_block = qwi_cuda_kv_bytes_per_block(c, b->bc.block_size);
+    size_t per_block = qwi_cuda_kv_block_bytes(c, b->bc.block_size, b->kv_elem);
+    if (per_block == 0) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cuda: KV block size overflows size_t");
     size_t free_b = 0, total_b = 0;
     CK(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
     qwi_cuda_mem mm;
@@ -545,13 +552,25 @@ static qw_status run_model(cu_backend *b, const step *s) {
     pg.nkv = nkv;
     pg.hd = hd;
     pg.scale = (float)(1.0 / sqrt((double)hd));
+    pg.kv_fp8 = b->kv_elem == 1;
+    pg.k_scale = pg.v_scale = 1.f;
     for (int l = 0; l < c->num_layers; l++) {
         const cu_layer *Ly = &b->layers[l];
-        qwk_bf16 *kc = b->kv + (size_t)l * 2 * b->plane_elems, *vc = kc + b->plane_elems;
+        const size_t plane = b->plane_elems * (size_t)b->kv_elem;
+        char *kc = (char *)b->kv + (size_t)l * 2 * plane, *vc = kc + plane;
         qwk_add_rmsnorm(b->x, l ? b->delta : NULL, NULL, Ly->in_norm, T, H, eps, b->h, b->stream);
         if ((st = linear(b, b->h, Ly->wqkv, &Ly->qqkv, b->qkv, T, qkvd, H)) != QW_OK) return st;
-        qwk_qk_norm_rope_kv(b->qkv, Ly->qkv_bias, Ly->q_norm, Ly->k_norm, b->inv_freq, pg.positions,
-                            DP(int32_t, L->slot_mapping), T, nh, nkv, hd, eps, b->q, kc, vc, b->stream);
+        if (pg.kv_fp8) {
+            pg.k_scale = b->kv_scale[l];
+            pg.v_scale = b->kv_scale[c->num_layers + l];
+            qwk_qk_norm_rope_kv_fp8(b->qkv, Ly->qkv_bias, Ly->q_norm, Ly->k_norm, b->inv_freq, pg.positions,
+                                    DP(int32_t, L->slot_mapping), T, nh, nkv, hd, eps, pg.k_scale, pg.v_scale,
+                                    b->q, (uint8_t *)kc, (uint8_t *)vc, b->stream);
+        } else {
+            qwk_qk_norm_rope_kv(b->qkv, Ly->qkv_bias, Ly->q_norm, Ly->k_norm, b->inv_freq, pg.positions,
+                                DP(int32_t, L->slot_mapping), T, nh, nkv, hd, eps, b->q, (qwk_bf16 *)kc,
+                                (qwk_bf16 *)vc, b->stream);
+        }
         pg.k_cache = kc;
         pg.v_cache = vc;
         if (s->decode)
@@ -798,17 +817,31 @@ static qw_status cu_copy_blocks(qwi_backend *base, const int32_t *src, const int
         if (src[i] < 0 || src[i] >= b->bc.num_blocks || dst[i] < 0 || dst[i] >= b->bc.num_blocks)
             return qwi_fail(QW_ERR_INTERNAL, "cuda: copy of block %d to %d outside the pool of %d", src[i], dst[i],
                             b->bc.num_blocks);
-    const size_t block_bytes = (size_t)b->bc.block_size * b->cfg.num_kv_heads * b->cfg.head_dim * 2;
+    /* bytes, not elements: an fp8 block is half a bf16 one */
+    const size_t block_bytes = (size_t)b->bc.block_size * b->cfg.num_kv_heads * b->cfg.head_dim * b->kv_elem;
     CK(cudaSetDevice(b->device), "cudaSetDevice");
     for (int32_t i0 = 0; i0 < n; i0 += 2048) {
         int32_t m = QWI_MIN(2048, n - i0);
         CK(cudaMemcpyAsync(b->d_copy, src + i0, (size_t)m * 4, cudaMemcpyHostToDevice, b->stream), "copy_blocks");
         CK(cudaMemcpyAsync(b->d_copy + 2048, dst + i0, (size_t)m * 4, cudaMemcpyHostToDevice, b->stream), "copy_blocks");
-        qwk_copy_blocks(b->kv, b->plane_elems * 2, 2 * b->cfg.num_layers, block_bytes, b->d_copy, b->d_copy + 2048, m,
-                        b->stream);
+        qwk_copy_blocks(b->kv, b->plane_elems * b->kv_elem, 2 * b->cfg.num_layers, block_bytes, b->d_copy,
+                        b->d_copy + 2048, m, b->stream);
         CK(cudaStreamSynchronize(b->stream), "copy_blocks");
     }
     return QW_OK;
+}
+
+/* The fp8 cache's per-layer scales (lib/kv_scales.c, as the CPU backend):
+ * [2][num_layers], k_scale then v_scale, into *out (caller frees), or only
+ * validated when out is NULL. QW_ERR_FORMAT naming a bad tensor. */
+static qw_status load_kv_scales(const qwi_model *model, float **out) {
+    const size_t n = (size_t)(model->cfg.num_layers > 0 ? model->cfg.num_layers : 1);
+    float *ks = (float *)malloc(2 * n * sizeof(float));
+    if (!ks) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: fp8 KV scales allocation failed");
+    qw_status st = qwi_kv_scales_load(model, ks, ks + n);
+    if (st != QW_OK || !out) free(ks);
+    else *out = ks;
+    return st;
 }
 
 static const qwi_backend_ops cu_ops = {"cuda", cu_forward, cu_copy_blocks, cu_destroy};
@@ -821,13 +854,12 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
     /* What this backend never supports is refused before the device is
      * touched, so the answer does not depend on the machine. AUTO (0) comes
      * only from a config built by hand: bf16, as the engine resolves it. */
-    if (bc->kv_cache_dtype != QW_KV_CACHE_AUTO && bc->kv_cache_dtype != QW_KV_CACHE_BF16)
+    const int kv_elem = qwi_cuda_kv_elem_bytes(bc->kv_cache_dtype);
+    if (kv_elem == 0)
         return qwi_fail(QW_ERR_UNSUPPORTED,
                         "cuda: QW_OPT_KV_CACHE_DTYPE %s is not supported by the CUDA backend, which keeps its KV "
-                        "cache in bf16 (use auto or bf16)",
-                        bc->kv_cache_dtype == QW_KV_CACHE_F32       ? "f32"
-                        : bc->kv_cache_dtype == QW_KV_CACHE_FP8_E4M3 ? "fp8_e4m3"
-                                                                     : "(unknown value)");
+                        "cache in bf16 or fp8 (use auto, bf16 or fp8)",
+                        bc->kv_cache_dtype == QW_KV_CACHE_F32 ? "f32" : "(unknown value)");
     {
         lin_group grp[4];
         layer_groups(&model->cfg, grp);
@@ -837,6 +869,12 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
                 qw_status qst = group_format(&model->layers[l], l, &grp[gi], &ql);
                 if (qst != QW_OK) return qst;
             }
+    }
+    if (kv_elem == 1) {
+        /* a bad k_scale / v_scale tensor fails here, on any machine (the
+         * scales are read again into the backend below: 2 numbers a layer) */
+        qw_status sst = load_kv_scales(model, NULL);
+        if (sst != QW_OK) return sst;
     }
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -861,8 +899,10 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
     b->cfg = *c;
     b->bc = *bc;
     b->device = bc->device_index;
+    b->kv_elem = kv_elem;
     qw_status st = QW_OK;
     cudaDeviceProp prop;
+    if (kv_elem == 1 && (st = load_kv_scales(model, &b->kv_scale)) != QW_OK) goto fail;
     if ((e = cudaSetDevice(b->device)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, b->device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         st = qwi_fail(QW_ERR_NO_DEVICE, "cuda:%d: %s", b->device, cudaGetErrorString(e));

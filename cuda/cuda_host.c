@@ -21,9 +21,23 @@ int32_t qwi_cuda_bucket_for(const int32_t *buckets, int nbuckets, int32_t n) {
 }
 
 size_t qwi_cuda_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size) {
-    if (!cfg || block_size <= 0 || cfg->num_layers <= 0 || cfg->num_kv_heads <= 0 || cfg->head_dim <= 0)
+    return qwi_cuda_kv_block_bytes(cfg, block_size, 2);
+}
+
+int qwi_cuda_kv_elem_bytes(int32_t kv_cache_dtype) {
+    switch (kv_cache_dtype) {
+    case QW_KV_CACHE_AUTO:
+    case QW_KV_CACHE_BF16: return 2;
+    case QW_KV_CACHE_FP8_E4M3: return 1;
+    default: return 0;
+    }
+}
+
+size_t qwi_cuda_kv_block_bytes(const qwi_config *cfg, int32_t block_size, int elem_bytes) {
+    if (!cfg || block_size <= 0 || cfg->num_layers <= 0 || cfg->num_kv_heads <= 0 || cfg->head_dim <= 0 ||
+        (elem_bytes != 1 && elem_bytes != 2))
         return 0;
-    size_t n = 2 * 2; /* K and V, bf16 */
+    size_t n = 2 * (size_t)elem_bytes; /* K and V */
     if (__builtin_mul_overflow(n, (size_t)cfg->num_layers, &n) ||
         __builtin_mul_overflow(n, (size_t)block_size, &n) ||
         __builtin_mul_overflow(n, (size_t)cfg->num_kv_heads, &n) ||

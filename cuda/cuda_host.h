@@ -29,12 +29,22 @@ int32_t qwi_cuda_bucket_for(const int32_t *buckets, int nbuckets, int32_t n);
 /* Bytes of one KV block on the GPU: all layers, K and V, bf16. 0 on overflow. */
 size_t qwi_cuda_kv_bytes_per_block(const qwi_config *cfg, int32_t block_size);
 
+/* Bytes of one element of the CUDA KV cache for a QW_OPT_KV_CACHE_DTYPE
+ * value: 2 for QW_KV_CACHE_AUTO (a hand-built config: bf16, as the engine
+ * resolves it) and QW_KV_CACHE_BF16, 1 for QW_KV_CACHE_FP8_E4M3; 0 for
+ * what the backend does not keep (QW_KV_CACHE_F32, unknown values). */
+int qwi_cuda_kv_elem_bytes(int32_t kv_cache_dtype);
+
+/* Bytes of one KV block: all layers, K and V, elem_bytes (1 or 2) per
+ * element. 0 on overflow or a bad argument. */
+size_t qwi_cuda_kv_block_bytes(const qwi_config *cfg, int32_t block_size, int elem_bytes);
+
 /* Inputs of the KV pool size decision, all bytes. */
 typedef struct qwi_cuda_mem {
     uint64_t total;            /* device total memory                          */
     uint64_t free_now;         /* free after weights, activations, workspace    */
     uint64_t reserve;          /* kept free for graphs, library scratch         */
-    uint64_t per_block;        /* qwi_cuda_kv_bytes_per_block                   */
+    uint64_t per_block;        /* qwi_cuda_kv_block_bytes                       */
     int64_t max_useful_blocks; /* max_num_seqs * blocks of one max-length seq    */
 } qwi_cuda_mem;
 

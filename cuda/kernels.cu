@@ -1,12 +1,14 @@
 /*
  * kernels.cu - the elementwise and row-wise kernels of the CUDA backend:
  * embedding gather, fused residual-add + RMSNorm, fused q/k RMSNorm + NeoX
- * RoPE + K/V page write, SiLU*mul, block copies. See kernels.h.
+ * RoPE + K/V page write (bf16 or fp8 e4m3 cache), SiLU*mul, block copies.
+ * See kernels.h.
  */
 #include <cuda_bf16.h>
 #include <math.h>
 
 #include "kernels.h"
+#include "kv_e4m3.h"
 
 static __device__ __forceinline__ float bf2f(qwk_bf16 h) {
     return __uint_as_float((uint32_t)h << 16);
@@ -75,12 +77,23 @@ void qwk_add_rmsnorm(float *x, const float *delta, const int32_t *rows_idx, cons
     add_rmsnorm_kernel<<<rows, 256, 0, stream>>>(x, delta, rows_idx, w, H, eps, out);
 }
 
-/* One block per row, one warp per head (q heads then k heads then v heads). */
+/* A K/V element as the cache stores it: bf16, or e4m3(x / scale) bytes. */
+static __device__ __forceinline__ void kv_put(qwk_bf16 *dst, float x, float scale) {
+    (void)scale;
+    *dst = f2bf(x);
+}
+static __device__ __forceinline__ void kv_put(uint8_t *dst, float x, float scale) {
+    *dst = qwk_f32_to_e4m3(x / scale);   /* one IEEE division, as qwi_cpu_kv_fp8_round */
+}
+
+/* One block per row, one warp per head (q heads then k heads then v heads).
+ * KV: qwk_bf16 or uint8_t (e4m3, with the layer's k_scale / v_scale). */
+template <typename KV>
 __global__ void qk_norm_rope_kv_kernel(const float *qkv, const float *bias, const float *qn,
                                        const float *kn, const double *inv_freq,
                                        const int32_t *positions, const int32_t *slot_mapping,
-                                       int32_t nh, int32_t nkv, int32_t hd, float eps,
-                                       qwk_bf16 *q_out, qwk_bf16 *k_cache, qwk_bf16 *v_cache) {
+                                       int32_t nh, int32_t nkv, int32_t hd, float eps, float k_scale,
+                                       float v_scale, qwk_bf16 *q_out, KV *k_cache, KV *v_cache) {
     extern __shared__ float buf[];          /* [warps][hd] */
     const int r = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -133,8 +146,9 @@ __global__ void qk_norm_rope_kv_kernel(const float *qkv, const float *bias, cons
             for (int i = lane; i < hd; i += 32) dst[i] = f2bf(hb[i]);
         } else if (slot >= 0) {
             int kvh = is_k ? h - nh : h - nh - nkv;
-            qwk_bf16 *dst = (is_k ? k_cache : v_cache) + ((size_t)slot * nkv + kvh) * hd;
-            for (int i = lane; i < hd; i += 32) dst[i] = f2bf(hb[i]);
+            KV *dst = (is_k ? k_cache : v_cache) + ((size_t)slot * nkv + kvh) * hd;
+            const float sc = is_k ? k_scale : v_scale;
+            for (int i = lane; i < hd; i += 32) kv_put(dst + i, hb[i], sc);
         }
         __syncwarp();
     }
@@ -147,8 +161,20 @@ void qwk_qk_norm_rope_kv(const float *qkv, const float *bias, const float *qn, c
     if (rows <= 0) return;
     /* hd <= 512: each lane holds at most 8 rotary pairs */
     const int warps = 8;
-    qk_norm_rope_kv_kernel<<<rows, warps * 32, (size_t)warps * hd * sizeof(float), stream>>>(
-        qkv, bias, qn, kn, inv_freq, positions, slot_mapping, nh, nkv, hd, eps, q_out, k_cache, v_cache);
+    qk_norm_rope_kv_kernel<qwk_bf16><<<rows, warps * 32, (size_t)warps * hd * sizeof(float), stream>>>(
+        qkv, bias, qn, kn, inv_freq, positions, slot_mapping, nh, nkv, hd, eps, 1.f, 1.f, q_out, k_cache, v_cache);
+}
+
+void qwk_qk_norm_rope_kv_fp8(const float *qkv, const float *bias, const float *qn, const float *kn,
+                             const double *inv_freq, const int32_t *positions, const int32_t *slot_mapping,
+                             int32_t rows, int32_t nh, int32_t nkv, int32_t hd, float eps, float k_scale,
+                             float v_scale, qwk_bf16 *q_out, uint8_t *k_cache, uint8_t *v_cache,
+                             cudaStream_t stream) {
+    if (rows <= 0) return;
+    const int warps = 8;
+    qk_norm_rope_kv_kernel<uint8_t><<<rows, warps * 32, (size_t)warps * hd * sizeof(float), stream>>>(
+        qkv, bias, qn, kn, inv_freq, positions, slot_mapping, nh, nkv, hd, eps, k_scale, v_scale, q_out, k_cache,
+        v_cache);
 }
 
 __global__ void silu_mul_kernel(const float *gu, int32_t rows, int32_t I, qwk_bf16 *out) {
@@ -184,6 +210,7 @@ __global__ void copy_blocks_kernel(char *pool, size_t plane_bytes, size_t block_
 void qwk_copy_blocks(void *pool, size_t plane_bytes, int32_t planes, size_t block_bytes,
                      const int32_t *src, const int32_t *dst, int32_t n, cudaStream_t stream) {
     if (n <= 0) return;
-    /* block_bytes = bs * nkv * hd * 2 is a multiple of 16 for even hd*nkv*bs/8 */
+    /* block_bytes = bs * nkv * hd * (2 bf16, 1 fp8): whole uint4s for hd >= 16;
+     * the byte loop covers any tail */
     copy_blocks_kernel<<<dim3(n, planes), 256, 0, stream>>>((char *)pool, plane_bytes, block_bytes, src, dst);
 }

@@ -43,19 +43,37 @@ void qwk_qk_norm_rope_kv(const float *qkv, const float *bias, const float *qn, c
                          int32_t rows, int32_t nh, int32_t nkv, int32_t hd, float eps,
                          qwk_bf16 *q_out, qwk_bf16 *k_cache, qwk_bf16 *v_cache, cudaStream_t stream);
 
+/* The same for an fp8 (e4m3) KV cache: q as above; k and v written as
+ * qwk_f32_to_e4m3(k / k_scale) and (v / v_scale) (kv_e4m3.h: lib/fp8.h's
+ * rounding), one byte per element, to the same [slot][nkv][hd] layout.
+ * k_scale, v_scale: the layer's scales, finite and > 0. */
+void qwk_qk_norm_rope_kv_fp8(const float *qkv, const float *bias, const float *qn, const float *kn,
+                             const double *inv_freq, const int32_t *positions, const int32_t *slot_mapping,
+                             int32_t rows, int32_t nh, int32_t nkv, int32_t hd, float eps, float k_scale,
+                             float v_scale, qwk_bf16 *q_out, uint8_t *k_cache, uint8_t *v_cache,
+                             cudaStream_t stream);
+
 /* out[r][i] = bf16(silu(gu[r][i]) * gu[r][I + i]), gu f32 [rows][2I]. */
 void qwk_silu_mul(const float *gu, int32_t rows, int32_t I, qwk_bf16 *out, cudaStream_t stream);
 
 /* The paged context of a step, as packed by qwi_cuda_plan_pack. */
 typedef struct qwk_paged {
-    const qwk_bf16 *k_cache, *v_cache;   /* this layer: [block][slot][nkv][hd]   */
+    const void *k_cache, *v_cache;       /* this layer: [block][slot][nkv][hd],
+                                            bf16, or e4m3 bytes when kv_fp8   */
     const int32_t *hdr;                  /* qwi_cuda_step_hdr: bt_stride at [2]   */
     const int32_t *query_start;          /* [spad+1]                             */
     const int32_t *context_lens;         /* [spad]                               */
     const int32_t *positions;            /* [tpad]                               */
     const int32_t *block_tables;         /* [spad][bt_stride]                    */
     int32_t block_size, nh, nkv, hd;
-    float scale;
+    float scale;                         /* 1/sqrt(hd)                           */
+    /* fp8 cache (0 when left out of an initializer: bf16). An element reads
+     * as e4m3(b) * k_scale (K) or * v_scale (V); as on the CPU
+     * (lib/cpu/kv_fp8.h) the scales are applied once per score (scale *
+     * k_scale, one f32 product) and once per output (v_scale / sum), not
+     * per element. */
+    int32_t kv_fp8;
+    float k_scale, v_scale;
 } qwk_paged;
 
 /* Allow the prefill attention kernel for head_dim its dynamic shared memory

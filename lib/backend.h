@@ -122,8 +122,10 @@ qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_confi
                                  qwi_backend **out);
 
 /* Create the CUDA backend on device bc->device_index: weights uploaded as
- * BF16 (quantized linears in cuda/quant.h's code layout), a bf16 KV cache
- * (bc->kv_cache_dtype F32 or FP8_E4M3 -> QW_ERR_UNSUPPORTED), KV pool sized from bc (num_blocks, else kv_cache_bytes, else
+ * BF16 (quantized linears in cuda/quant.h's code layout), a bf16 or fp8
+ * e4m3 KV cache (bc->kv_cache_dtype F32 -> QW_ERR_UNSUPPORTED; fp8 reads
+ * the model's k_scale/v_scale, a bad one -> QW_ERR_FORMAT before any device
+ * is looked for), KV pool sized from bc (num_blocks, else kv_cache_bytes, else
  * memory_fraction of device memory after weights and workspace) and
  * reported in (*out)->num_blocks. Without a usable device returns
  * QW_ERR_NO_DEVICE with a message and leaks nothing. Only built when the

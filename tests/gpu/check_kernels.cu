@@ -19,10 +19,12 @@
 extern "C" {
 #include "sample.h"
 #include "dtype.h"
+#include "fp8.h"
 }
 #include "../../cuda/cuda_host.h"
 #include "../../cuda/gemm.h"
 #include "../../cuda/kernels.h"
+#include "../../cuda/kv_e4m3.h"
 #include "../../cuda/logprobs_cuda.h"
 #include "../../cuda/penalties_cuda.h"
 extern "C" void qwi_logprobs_row(const float *logits, int32_t vocab, int32_t target, int32_t k, qw_logprob *out);
@@ -65,9 +67,14 @@ static void qwr_attention(const std::vector<uint16_t> &q, const std::vector<uint
 }
 
 /* One attention check: nseq sequences, each with ctx[s] positions of which
- * the last qlen[s] are this step's query rows. decode: all qlen 1. */
+ * the last qlen[s] are this step's query rows. decode: all qlen 1.
+ * fp8: the cache holds e4m3 codes (k_scale 2^-6, v_scale 2^-5: every K/V
+ * value then dequantizes exactly to bf16), and the reference runs on the
+ * dequantized cache - a kernel that dropped or doubled a scale, or read
+ * the bytes as another format, is off by far more than the tolerance. */
 static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx, const std::vector<int> &qlen,
-                            bool decode, int splits, const char *tag) {
+                            bool decode, int splits, const char *tag, bool fp8 = false) {
+    const float ks = 0x1p-6f, vs = 0x1p-5f;
     const int bs = 16, S = (int)ctx.size(), G = nh / nkv;
     int T = 0, maxb = 1;
     for (int s = 0; s < S; s++) { T += qlen[s]; maxb = std::max(maxb, (ctx[s] + bs - 1) / bs); }
@@ -76,8 +83,18 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     nblocks += 3;
     size_t kvn = (size_t)nblocks * bs * nkv * hd;
     std::vector<uint16_t> K(kvn), Vc(kvn), q((size_t)T * nh * hd);
-    for (auto &x : K) x = qwi_f32_to_bf16(frand());
-    for (auto &x : Vc) x = qwi_f32_to_bf16(frand());
+    std::vector<uint8_t> K8(fp8 ? kvn : 0), V8(fp8 ? kvn : 0);
+    if (fp8) {
+        for (size_t i = 0; i < kvn; i++) {
+            K8[i] = qwi_f32_to_e4m3(frand() / ks);
+            V8[i] = qwi_f32_to_e4m3(frand() / vs);
+            K[i] = qwi_f32_to_bf16(qwi_e4m3_to_f32(K8[i]) * ks);   /* exact */
+            Vc[i] = qwi_f32_to_bf16(qwi_e4m3_to_f32(V8[i]) * vs);
+        }
+    } else {
+        for (auto &x : K) x = qwi_f32_to_bf16(frand());
+        for (auto &x : Vc) x = qwi_f32_to_bf16(frand());
+    }
     for (auto &x : q) x = qwi_f32_to_bf16(frand());
     /* block tables: a permutation, so pages are scattered */
     std::vector<int32_t> perm(nblocks);
@@ -98,8 +115,13 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     int32_t *dh = dev<int32_t>(8), *dqs = dev<int32_t>(S + 1), *dcl = dev<int32_t>(S), *dpos = dev<int32_t>(T),
             *dbt = dev<int32_t>(bt.size()), *dt = dev<int32_t>(tiles.size());
     float *po = dev<float>((size_t)S * nh * splits * hd), *pl = dev<float>((size_t)S * nh * splits);
-    CK(cudaMemcpy(dK, K.data(), kvn * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dV, Vc.data(), kvn * 2, cudaMemcpyHostToDevice));
+    if (fp8) {   /* the codes, packed at one byte an element, in the same buffers */
+        CK(cudaMemcpy(dK, K8.data(), kvn, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dV, V8.data(), kvn, cudaMemcpyHostToDevice));
+    } else {
+        CK(cudaMemcpy(dK, K.data(), kvn * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dV, Vc.data(), kvn * 2, cudaMemcpyHostToDevice));
+    }
     CK(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dh, hdr.data(), 32, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dqs, qs.data(), 4 * (S + 1), cudaMemcpyHostToDevice));
@@ -109,6 +131,11 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     CK(cudaMemcpy(dt, tiles.data(), 4 * tiles.size(), cudaMemcpyHostToDevice));
     CK(cudaMemset(dout, 0xff, q.size() * 2));   /* poison: NaN bf16 */
     qwk_paged pg = {dK, dV, dh, dqs, dcl, dpos, dbt, bs, nh, nkv, hd, (float)(1.0 / sqrt((double)hd))};
+    if (fp8) {
+        pg.kv_fp8 = 1;
+        pg.k_scale = ks;
+        pg.v_scale = vs;
+    }
     if (decode) qwk_decode_attention(&pg, dq, S, splits, po, pl, dout, 0);
     else qwk_prefill_attention(&pg, dq, dt, (int)tiles.size() / 2, dout, 0);
     CK(cudaGetLastError());
@@ -135,7 +162,8 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
         }
     }
     char name[128];
-    snprintf(name, sizeof name, "%s %s h%d/%d hd%d S%d", decode ? "decode" : "prefill", tag, nh, nkv, hd, S);
+    snprintf(name, sizeof name, "%s%s %s h%d/%d hd%d S%d", decode ? "decode" : "prefill", fp8 ? " fp8kv" : "", tag,
+             nh, nkv, hd, S);
     report(name, sqrt(num / (den > 0 ? den : 1)), 2e-2);
     cudaFree(dK); cudaFree(dV); cudaFree(dq); cudaFree(dout); cudaFree(dh); cudaFree(dqs); cudaFree(dcl);
     cudaFree(dpos); cudaFree(dbt); cudaFree(dt); cudaFree(po); cudaFree(pl);
@@ -488,6 +516,154 @@ static void check_rope_kv(int nh, int nkv, int hd, int rows, bool bias, bool nor
     cudaFree(dq); cudaFree(dk); cudaFree(dv);
 }
 
+/* The fp8 (e4m3) KV write, qwk_qk_norm_rope_kv_fp8, with bias and no norm:
+ * V (no RoPE) is qkv + bias, an f32 sum the host repeats exactly, and K at
+ * position 0 (cos 1, sin 0) is the same, so those codes must equal
+ * qwi_f32_to_e4m3(x / scale) bit for bit (v_scale small enough that some
+ * saturate at +-448); K at other positions within one code step of the
+ * rounded f64 reference; q bit-identical to the bf16 launcher's; slots no
+ * row maps to untouched. */
+static void check_rope_kv_fp8(int nh, int nkv, int hd, int rows, const char *tag) {
+    const int heads = nh + 2 * nkv, width = heads * hd, half = hd / 2, nslots = rows * 2 + 5;
+    const float ks = 0.0123f, vs = 0.0051f;   /* |x| <= 3.5: V saturates beyond 2.28 */
+    std::vector<float> qkv((size_t)rows * width), b(width);
+    for (auto &v : qkv) v = 3 * frand();
+    for (auto &v : b) v = 0.5f * frand();
+    std::vector<double> inv(half);
+    for (int i = 0; i < half; i++) inv[i] = pow(1e6, -2.0 * i / hd);
+    std::vector<int32_t> pos(rows), slot(rows, -1);
+    std::vector<int> seen(nslots, 0);
+    for (int r = 0; r < rows; r++) {
+        pos[r] = r % 3 == 0 ? 0 : (int32_t)((r * 7919u + 13) % 40000);
+        int sl = (r * 37 + 11) % nslots;
+        if (r % 5 != 4 && !seen[sl]++) slot[r] = sl;
+    }
+    float *dqkv = dev<float>(qkv.size()), *db = dev<float>(width);
+    double *dinv = dev<double>(half);
+    int32_t *dpos = dev<int32_t>(rows), *dslot = dev<int32_t>(rows);
+    const size_t kvn = (size_t)nslots * nkv * hd;
+    uint16_t *dq = dev<uint16_t>((size_t)rows * nh * hd), *dq2 = dev<uint16_t>((size_t)rows * nh * hd),
+             *dk2 = dev<uint16_t>(kvn), *dv2 = dev<uint16_t>(kvn);
+    uint8_t *dk = dev<uint8_t>(kvn), *dv = dev<uint8_t>(kvn);
+    CK(cudaMemcpy(dqkv, qkv.data(), qkv.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, b.data(), width * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dinv, inv.data(), half * 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dpos, pos.data(), rows * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dslot, slot.data(), rows * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dk, 0x7f, kvn));   /* e4m3 NaN: what stays unwritten */
+    CK(cudaMemset(dv, 0x7f, kvn));
+    qwk_qk_norm_rope_kv_fp8(dqkv, db, NULL, NULL, dinv, dpos, dslot, rows, nh, nkv, hd, 1e-6f, ks, vs, dq, dk, dv, 0);
+    qwk_qk_norm_rope_kv(dqkv, db, NULL, NULL, dinv, dpos, dslot, rows, nh, nkv, hd, 1e-6f, dq2, dk2, dv2, 0);
+    CK(cudaGetLastError());
+    std::vector<uint16_t> q((size_t)rows * nh * hd), q2(q.size());
+    std::vector<uint8_t> k(kvn), v(kvn);
+    CK(cudaMemcpy(q.data(), dq, q.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(q2.data(), dq2, q2.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(k.data(), dk, kvn, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(v.data(), dv, kvn, cudaMemcpyDeviceToHost));
+    long exact_bad = 0, near_bad = 0, misplaced = 0, saturated = 0, n_exact = 0;
+    for (int r = 0; r < rows; r++) {
+        if (slot[r] < 0) continue;
+        for (int h = nh; h < heads; h++) {
+            const bool is_k = h < nh + nkv;
+            const float sc = is_k ? ks : vs;
+            const uint8_t *got = &(is_k ? k : v)[((size_t)slot[r] * nkv + (is_k ? h - nh : h - nh - nkv)) * hd];
+            for (int i = 0; i < hd; i++) {
+                const float x = qkv[(size_t)r * width + h * hd + i] + b[h * hd + i];
+                if (!is_k || pos[r] == 0) {
+                    const uint8_t want = qwi_f32_to_e4m3(x / sc);
+                    exact_bad += got[i] != want;
+                    saturated += (want & 0x7f) == 0x7e;
+                    n_exact++;
+                    continue;
+                }
+                /* K after RoPE: f64 reference, then the codes either side */
+                const int j = i < half ? i : i - half;
+                const double c = cos(pos[r] * inv[j]), sn = sin(pos[r] * inv[j]);
+                const double x1 = qkv[(size_t)r * width + h * hd + j] + b[h * hd + j],
+                             x2 = qkv[(size_t)r * width + h * hd + j + half] + b[h * hd + j + half];
+                const double y = i < half ? x1 * c - x2 * sn : x2 * c + x1 * sn;
+                /* window: the device's f32 RoPE (|x| <= 3.5: abs error ~1e-6,
+                 * 1e-4 in code units) far inside 1e-3 + 1e-5 relative */
+                const double t = y / sc, d = 1e-5 * fabs(t) + 1e-3, g = qwi_e4m3_to_f32(got[i]);
+                const double lo = qwi_e4m3_to_f32(qwi_f32_to_e4m3((float)(t - d))),
+                             hi = qwi_e4m3_to_f32(qwi_f32_to_e4m3((float)(t + d)));
+                near_bad += !(g >= lo && g <= hi);
+            }
+        }
+    }
+    for (int sl = 0; sl < nslots; sl++)
+        if (!seen[sl])
+            for (int i = 0; i < nkv * hd; i++)
+                misplaced += k[(size_t)sl * nkv * hd + i] != 0x7f || v[(size_t)sl * nkv * hd + i] != 0x7f;
+    char name[128];
+    snprintf(name, sizeof name, "rope_kv fp8 %s h%d/%d hd%d rows%d codes exact", tag, nh, nkv, hd, rows);
+    report(name, (double)(exact_bad + misplaced + (saturated == 0) + (n_exact == 0)), 0);
+    snprintf(name, sizeof name, "rope_kv fp8 %s h%d/%d hd%d K after RoPE (codes)", tag, nh, nkv, hd);
+    report(name, (double)near_bad, 0);
+    snprintf(name, sizeof name, "rope_kv fp8 %s q == bf16 launcher's (exact)", tag);
+    report(name, memcmp(q.data(), q2.data(), q.size() * 2) != 0, 0);
+    cudaFree(dqkv); cudaFree(db); cudaFree(dinv); cudaFree(dpos); cudaFree(dslot);
+    cudaFree(dq); cudaFree(dq2); cudaFree(dk2); cudaFree(dv2); cudaFree(dk); cudaFree(dv);
+}
+
+/* The fp8 element conversions as the device runs them (cuda/kv_e4m3.h):
+ * the pair read of the attention kernels (the hardware cvt on sm_89+) for
+ * all 256 codes against qwi_e4m3_to_f32 bit for bit (NaN: any NaN), and
+ * the write rounding for every 256th f32 pattern plus every pattern of the
+ * top 11 mantissa bits around e4m3's edges (as tests/test_cuda_kv_fp8_host.c
+ * does on the host) against qwi_f32_to_e4m3. */
+__global__ void e4m3_read_kernel(float *out) {
+    const uint32_t t = threadIdx.x;   /* codes 2t, 2t+1 */
+    const float2 f = qwk_e4m3x2_to_f32x2((2 * t) | ((2 * t + 1) << 8));
+    out[2 * t] = f.x;
+    out[2 * t + 1] = f.y;
+}
+__global__ void e4m3_write_kernel(const uint32_t *in, uint8_t *out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = qwk_f32_to_e4m3(__uint_as_float(in[i]));
+}
+static void check_e4m3_codec() {
+    float *dr = dev<float>(256);
+    e4m3_read_kernel<<<1, 128>>>(dr);
+    CK(cudaGetLastError());
+    std::vector<float> r(256);
+    CK(cudaMemcpy(r.data(), dr, 256 * 4, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int b = 0; b < 256; b++) {
+        const float want = qwi_e4m3_to_f32((uint8_t)b);
+        uint32_t gu, wu;
+        memcpy(&gu, &r[b], 4);
+        memcpy(&wu, &want, 4);
+        bad += want != want ? r[b] == r[b] : gu != wu;
+    }
+    report("e4m3 read (pair cvt) all 256 codes (exact)", bad, 0);
+    std::vector<uint32_t> in;
+    for (uint64_t u = 0; u <= 0xffffffffull; u += small ? 65521 : 256) in.push_back((uint32_t)u);
+    const uint32_t low[6] = {0, 1, 0x7ff, 0x800, 0x801, 0xfff};
+    for (uint32_t e : {116u, 117u, 118u, 119u, 120u, 121u, 122u, 134u, 135u, 136u})
+        for (uint32_t hi = 0; hi < 2048; hi += small ? 97 : 1)
+            for (uint32_t lo : low)
+                for (uint32_t sg = 0; sg < 2; sg++) in.push_back((sg << 31) | (e << 23) | (hi << 12) | lo);
+    uint32_t *din = dev<uint32_t>(in.size());
+    uint8_t *dout = dev<uint8_t>(in.size());
+    CK(cudaMemcpy(din, in.data(), in.size() * 4, cudaMemcpyHostToDevice));
+    e4m3_write_kernel<<<256, 256>>>(din, dout, in.size());
+    CK(cudaGetLastError());
+    std::vector<uint8_t> out(in.size());
+    CK(cudaMemcpy(out.data(), dout, out.size(), cudaMemcpyDeviceToHost));
+    long wbad = 0;
+    for (size_t i = 0; i < in.size(); i++) {
+        float f;
+        memcpy(&f, &in[i], 4);
+        wbad += out[i] != qwi_f32_to_e4m3(f);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "e4m3 write %zu f32 patterns (exact)", in.size());
+    report(name, (double)wbad, 0);
+    cudaFree(dr); cudaFree(din); cudaFree(dout);
+}
+
 /* ---- the GEMM wrapper: Y[M][N] = X[M][K] W[N][K]^T, not another orientation */
 static void check_gemm(qwk_gemm *g, int M, int N, int K, int f32) {
     std::vector<uint16_t> hx((size_t)M * K), hw((size_t)N * K);
@@ -541,27 +717,32 @@ static void check_embed_copy() {
     for (int r = 0; r < R; r++)
         for (int i = 0; i < H; i++) bad += x[(size_t)r * H + i] != qwi_bf16_to_f32(table[(size_t)tok[r] * H + i]);
     report("embed gather 77x264 (exact)", bad, 0);
-    /* copy_blocks: 4 planes of 9 blocks; copy 2->7, 0->3, 5->1 in every plane */
-    const int planes = 4, nb = 9;
-    const size_t block_bytes = 16 * 2 * 40 * 2;   /* bs 16, nkv 2, hd 40: not a multiple of 256 */
-    const size_t plane = nb * block_bytes;
-    std::vector<uint8_t> pool(planes * plane);
-    for (auto &v : pool) v = (uint8_t)(frand() * 127 + 128);
-    std::vector<int32_t> src = {2, 0, 5}, dst = {7, 3, 1};
-    uint8_t *dp = dev<uint8_t>(pool.size());
-    int32_t *ds = dev<int32_t>(3), *dd = dev<int32_t>(3);
-    CK(cudaMemcpy(dp, pool.data(), pool.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(ds, src.data(), 12, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dd, dst.data(), 12, cudaMemcpyHostToDevice));
-    qwk_copy_blocks(dp, plane, planes, block_bytes, ds, dd, 3, 0);
-    std::vector<uint8_t> after(pool.size());
-    CK(cudaMemcpy(after.data(), dp, after.size(), cudaMemcpyDeviceToHost));
-    std::vector<uint8_t> want = pool;
-    for (int p = 0; p < planes; p++)
-        for (int i = 0; i < 3; i++)
-            memcpy(&want[p * plane + dst[i] * block_bytes], &pool[p * plane + src[i] * block_bytes], block_bytes);
-    report("copy_blocks 4 planes x 3 blocks (exact)", memcmp(want.data(), after.data(), want.size()) != 0, 0);
-    cudaFree(dt); cudaFree(dtok); cudaFree(dx); cudaFree(dp); cudaFree(ds); cudaFree(dd);
+    /* copy_blocks: 4 planes of 9 blocks; copy 2->7, 0->3, 5->1 in every
+     * plane; bf16 blocks, then fp8 (e4m3) blocks: half the bytes */
+    for (int elem = 2; elem >= 1; elem--) {
+        const int planes = 4, nb = 9;
+        const size_t block_bytes = 16 * 2 * 40 * (size_t)elem;   /* bs 16, nkv 2, hd 40: not a multiple of 256 */
+        const size_t plane = nb * block_bytes;
+        std::vector<uint8_t> pool(planes * plane);
+        for (auto &v : pool) v = (uint8_t)(frand() * 127 + 128);
+        std::vector<int32_t> src = {2, 0, 5}, dst = {7, 3, 1};
+        uint8_t *dp = dev<uint8_t>(pool.size());
+        int32_t *ds = dev<int32_t>(3), *dd = dev<int32_t>(3);
+        CK(cudaMemcpy(dp, pool.data(), pool.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(ds, src.data(), 12, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dd, dst.data(), 12, cudaMemcpyHostToDevice));
+        qwk_copy_blocks(dp, plane, planes, block_bytes, ds, dd, 3, 0);
+        std::vector<uint8_t> after(pool.size());
+        CK(cudaMemcpy(after.data(), dp, after.size(), cudaMemcpyDeviceToHost));
+        std::vector<uint8_t> want = pool;
+        for (int p = 0; p < planes; p++)
+            for (int i = 0; i < 3; i++)
+                memcpy(&want[p * plane + dst[i] * block_bytes], &pool[p * plane + src[i] * block_bytes], block_bytes);
+        report(elem == 2 ? "copy_blocks 4 planes x 3 blocks (exact)" : "copy_blocks fp8 4 planes x 3 blocks (exact)",
+               memcmp(want.data(), after.data(), want.size()) != 0, 0);
+        cudaFree(dp); cudaFree(ds); cudaFree(dd);
+    }
+    cudaFree(dt); cudaFree(dtok); cudaFree(dx);
 }
 
 /* ---- attention benchmarks: Qwen3-8B heads (32 q, 8 kv, hd 128), bs 16 ------ */
@@ -607,22 +788,35 @@ static void paged_free(paged_bench &p) {
     cudaFree(p.pos); cudaFree(p.bt); cudaFree(p.tiles); cudaFree(p.po); cudaFree(p.pl);
 }
 
-/* Decode attention at 64 sequences x 2K context: GB/s of K/V read. */
+/* Decode attention at 64 sequences x 2K context: GB/s of K/V read, with
+ * the bf16 cache, then the fp8 (e4m3) one (the same buffers read as bytes:
+ * 0x3c is 1.5; half the bytes; also its time per call vs bf16). */
 static void bench_decode_attention(double copy_gbs, int num_sms) {
     const int S = 64, ctx = 2048;
     const int splits = qwi_cuda_decode_splits(S, 8, num_sms, 16);
     paged_bench p = paged_setup(S, ctx, 1, splits);
-    qwk_paged pg = {p.k, p.v, p.hdr, p.qs, p.cl, p.pos, p.bt, 16, 32, 8, 128, (float)(1.0 / sqrt(128.0))};
-    for (int i = 0; i < 3; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
-    CK(cudaGetLastError());
-    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-    cudaEventRecord(e0);
-    for (int i = 0; i < 20; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
-    cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
-    float ms; cudaEventElapsedTime(&ms, e0, e1);
-    double bytes = (double)S * ctx * 8 * 128 * 2 * 2;   /* K and V, bf16 */
-    double gbs = bytes * 20 / (ms * 1e-3) / 1e9;
-    printf("BENCH decode_attn_64x2K %.0f GB/s %.1f%%\n", gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
+    double ms_bf16 = 0;
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        qwk_paged pg = {p.k, p.v, p.hdr, p.qs, p.cl, p.pos, p.bt, 16, 32, 8, 128, (float)(1.0 / sqrt(128.0)),
+                        fp8, 1.f, 1.f};
+        for (int i = 0; i < 3; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
+        CK(cudaGetLastError());
+        cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+        cudaEventRecord(e0);
+        for (int i = 0; i < 20; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
+        cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
+        float ms; cudaEventElapsedTime(&ms, e0, e1);
+        double bytes = (double)S * ctx * 8 * 128 * 2 * (fp8 ? 1 : 2);   /* K and V, bf16 or e4m3 */
+        double gbs = bytes * 20 / (ms * 1e-3) / 1e9;
+        if (!fp8) {
+            ms_bf16 = ms;
+            printf("BENCH decode_attn_64x2K %.0f GB/s %.1f%%\n", gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
+        } else {
+            printf("BENCH decode_attn_fp8kv_64x2K %.0f GB/s %.1f%%\n", gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
+            printf("BENCH decode_attn_fp8kv_speedup %.2f x_vs_bf16 -\n", ms > 0 ? ms_bf16 / ms : 0.0);
+        }
+        cudaEventDestroy(e0); cudaEventDestroy(e1);
+    }
     paged_free(p);
 }
 
@@ -649,11 +843,18 @@ static void bench_prefill_attention(double peak_tflops) {
 static void group_attention() {
     check_attention(4, 2, 16, {1, 17, 40}, {1, 1, 1}, true, 2, "tiny");
     check_attention(4, 2, 16, {40, 9}, {40, 9}, false, 1, "tiny");
+    /* fp8 (e4m3) cache: both kernels, split and unsplit decode */
+    check_attention(4, 2, 16, {1, 17, 40}, {1, 1, 1}, true, 2, "tiny", true);
+    check_attention(4, 2, 16, {40, 9}, {40, 9}, false, 1, "tiny", true);
+    check_attention(16, 8, 128, {1, 17, 70}, {1, 1, 1}, true, small ? 3 : 1, "small", true);
+    check_attention(16, 8, 128, {70, 16}, {70, 3}, false, 1, "small", true);
     if (small) {
         check_attention(16, 8, 128, {1, 17, 70}, {1, 1, 1}, true, 3, "small");
         check_attention(16, 8, 128, {70, 16}, {70, 3}, false, 1, "small");
         return;
     }
+    check_attention(32, 8, 128, {33, 4097}, {1, 1}, true, 7, "split7", true);
+    check_attention(40, 8, 128, {70, 16, 200, 5}, {70, 3, 64, 1}, false, 1, "mixed/chunked", true);
     const int cfgs[4][2] = {{16, 8}, {32, 8}, {40, 8}, {64, 8}};
     for (auto &c : cfgs) {
         check_attention(c[0], c[1], 128, {1, 15, 16, 17, 300, 2048}, {1, 1, 1, 1, 1, 1}, true, 1, "ragged");
@@ -673,6 +874,9 @@ static void group_rope_kv() {
     check_rope_kv(16, 8, 128, small ? 9 : 300, false, true, "qwen3");
     check_rope_kv(4, 2, 64, small ? 7 : 100, true, false, "qwen2-bias");
     if (!small) check_rope_kv(64, 8, 128, 33, false, true, "32b");
+    check_e4m3_codec();
+    check_rope_kv_fp8(16, 8, 128, small ? 9 : 300, "qwen3");
+    check_rope_kv_fp8(4, 2, 16, small ? 7 : 50, "tiny");
 }
 
 static void group_gemm() {

@@ -162,6 +162,10 @@ if [ -f tests/gpu/e2e.c ]; then
         for n in tiny_awq tiny_gptq4 tiny_gptq8 tiny_fp8 0.6b_awq; do
             if [ -f "$M/$n/config.json" ]; then ARGS+=(--parity "$n=$M/$n"); else row "e2e $n" "model missing (see models.log)"; fi
         done
+        # fp8 (e4m3) KV cache: both engines on it, the bf16 models' weights
+        [ -f "$M/tiny/config.json" ] && ARGS+=(--parity-kv-fp8 "tiny_fp8kv=$M/tiny")
+        [ -f "$M/0.6b/config.json" ] && ARGS+=(--parity-kv-fp8 "0.6b_fp8kv=$M/0.6b")
+        # f32 KV refused naming the option, fp8 KV created
         [ -f "$M/tiny/config.json" ] && ARGS+=(--kv-refusal "$M/tiny")
         # what is left of the 9 minutes, less ~100 s for the oracle and the
         # table, bounds e2e; it needs ~1.5 min with both benchmarks, ~30 s for
@@ -183,7 +187,7 @@ if [ -f tests/gpu/e2e.c ]; then
                 np=$(grep -c '^PARITY [^ ]* PASS [0-9]*/' "$LOG/e2e.log")
                 nf=$(grep -c '^PARITY [^ ]* FAIL [0-9]*/' "$LOG/e2e.log")
                 row "e2e parity (rc $rc)" "$np passed, $nf failed"
-                while read -r _ name verdict rest; do row "kv cache dtype $name refused" "$verdict"; done < <(grep '^KVDTYPE ' "$LOG/e2e.log")
+                while read -r _ name verdict rest; do row "kv cache dtype $name (f32 refused, fp8 created)" "$verdict"; done < <(grep '^KVDTYPE ' "$LOG/e2e.log")
                 grep '^PARITY.*\(FAIL\|diverges\)' "$LOG/e2e.log" | head -n 8
                 while read -r _ name verdict rest; do row "graph==eager $name" "$verdict ${rest:0:40}"; done < <(grep '^GRAPH ' "$LOG/e2e.log")
                 while read -r _ name val unit pct; do row "$name" "$val $unit $pct"; done < <(grep '^e2e ' "$LOG/e2e.log")
