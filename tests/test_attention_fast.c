@@ -68,7 +68,7 @@ static void tscores_q_case(const char *name) {
             rp[j] = rows[j];
             for (int64_t d = 0; d < hd; d++) rows[j][d] = qwi_f32_to_bf16(frand());
         }
-        kb->transpose(rp, LD, hd, kt, LD);
+        kb->transpose(rp, LD, hd, 1, kt, LD);
         for (int i = 0; i < NQ; i++)
             for (int64_t d = 0; d < hd + 3; d++) qbuf[i][d] = frand();
         for (size_t m = 0; m < sizeof ns / sizeof ns[0]; m++) {
@@ -236,7 +236,7 @@ static void block_case(const char *kt_name, int nseq, const int32_t *ctx, const 
             kf[i] = 3 * frand();   /* peaked softmax: rescales between tiles */
             vf[i] = frand();
         }
-        qwi_cpu_kv_write_bf16(kc, vc, kf, vf, slots, ctx[s], kvd);
+        qwi_cpu_kv_write_bf16(kc, vc, kf, vf, slots, ctx[s], kvd, BS);
         for (int i = 0; i < ctx[s] * kvd; i++) {
             kseq[s][i] = qwi_bf16_to_f32(qwi_f32_to_bf16(kf[i]));
             vseq[s][i] = qwi_bf16_to_f32(qwi_f32_to_bf16(vf[i]));

@@ -155,7 +155,7 @@ static void tscores_one_chain(const char *name) {
         for (size_t m = 0; m < sizeof ns / sizeof ns[0]; m++) {
             const int32_t n = ns[m];
             for (size_t i = 0; i < sizeof kt / sizeof kt[0]; i++) kt[i] = -7.0f;
-            kb->transpose(rp, n, hd, kt, LD);
+            kb->transpose(rp, n, hd, 1, kt, LD);
             for (int64_t d = 0; d < hd; d++)
                 for (int32_t j = 0; j < LD; j++) {
                     float want = j < n ? qwi_bf16_to_f32(rows[j][d]) : -7.0f;
@@ -209,6 +209,9 @@ Test(kv_bf16, table_follows_the_f32_table) {
 /* ---- attention over a paged bf16 cache ---------------------------------- */
 
 enum { NSEQ = 5, NH = 4, NKV = 2, HD = 40, BS = 16, MAXB = 24 };
+/* K element i of slot `slot` in the K planes (cpu/attention.h): blocks of
+ * [kv_dim][BS], so one element's positions of a block are adjacent. */
+#define KPLANE(slot, i) ((int64_t)(slot) / BS * BS * kvd + (int64_t)(i) * BS + (slot) % BS)
 
 /* Float64 attention of one q row over positions 0..pos of one sequence,
  * K/V read through get (f32 values). */
@@ -271,12 +274,12 @@ static void attention_case(const char *kt_name) {
             kseq[s][i] = 2 * frand();
             vseq[s][i] = frand();
         }
-        qwi_cpu_kv_write_bf16(kc, vc, kseq[s], vseq[s], slots, ctx[s], kvd);
+        qwi_cpu_kv_write_bf16(kc, vc, kseq[s], vseq[s], slots, ctx[s], kvd, BS);
         for (int p = 0; p < ctx[s]; p++)
             for (int i = 0; i < kvd; i++) {
-                krd[s][p * kvd + i] = qwi_bf16_to_f32(kc[(int64_t)slots[p] * kvd + i]);
+                krd[s][p * kvd + i] = qwi_bf16_to_f32(kc[KPLANE(slots[p], i)]);
                 vrd[s][p * kvd + i] = qwi_bf16_to_f32(vc[(int64_t)slots[p] * kvd + i]);
-                cr_assert_eq(kc[(int64_t)slots[p] * kvd + i], qwi_f32_to_bf16(kseq[s][p * kvd + i]));
+                cr_assert_eq(kc[KPLANE(slots[p], i)], qwi_f32_to_bf16(kseq[s][p * kvd + i]));
             }
         free(slots);
         for (int i = 0; i < nrows[s]; i++, r++) {

@@ -103,7 +103,7 @@ static void transpose_exact(const char *name) {
     for (size_t h = 0; h < 4; h++)
         for (size_t c = 0; c < 4; c++) {
             for (size_t i = 0; i < sizeof kt / 4; i++) kt[i] = -12345.0f;
-            kf->transpose(k, ns[c], hds[h], kt, LD);
+            kf->transpose(k, ns[c], hds[h], 1, kt, LD);
             for (int64_t d = 0; d < hds[h]; d++)
                 for (int32_t j = 0; j < LD; j++) {
                     const float got = kt[d * LD + j];
@@ -230,6 +230,9 @@ Test(kv_fp8, table_follows_the_f32_table) {
 /* ---- attention over a paged fp8 cache ----------------------------------- */
 
 enum { NSEQ = 5, NH = 4, NKV = 2, HD = 40, BS = 16, MAXB = 24 };
+/* K element i of slot `slot` in the K planes (cpu/attention.h): blocks of
+ * [kv_dim][BS], so one element's positions of a block are adjacent. */
+#define KPLANE(slot, i) ((int64_t)(slot) / BS * BS * kvd + (int64_t)(i) * BS + (slot) % BS)
 
 static void ref_row(const float *q, const float *kseq, const float *vseq, int32_t pos, double *out) {
     const int kvd = NKV * HD, group = NH / NKV;
@@ -286,10 +289,10 @@ static void attention_case(const char *kt_name) {
             kseq[s][i] = 2 * frand();
             vseq[s][i] = frand();
         }
-        qwi_cpu_kv_write_fp8(kc, vc, kseq[s], vseq[s], slots, ctx[s], kvd, k_scale, v_scale);
+        qwi_cpu_kv_write_fp8(kc, vc, kseq[s], vseq[s], slots, ctx[s], kvd, BS, k_scale, v_scale);
         for (int p = 0; p < ctx[s]; p++)
             for (int i = 0; i < kvd; i++) {
-                const uint8_t kb = kc[(int64_t)slots[p] * kvd + i], vb = vc[(int64_t)slots[p] * kvd + i];
+                const uint8_t kb = kc[KPLANE(slots[p], i)], vb = vc[(int64_t)slots[p] * kvd + i];
                 cr_assert_eq(kb, qwi_f32_to_e4m3(kseq[s][p * kvd + i] / k_scale));
                 cr_assert_eq(vb, qwi_f32_to_e4m3(vseq[s][p * kvd + i] / v_scale));
                 krd[s][p * kvd + i] = (float)((double)qwi_e4m3_to_f32(kb) * k_scale);

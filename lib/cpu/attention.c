@@ -15,7 +15,7 @@
  * libm expf: row_tile). The bf16 cache is read through the bf16-KV table
  * (cpu/kv_bf16.h) in fast_block, and the fp8 cache the same way with its
  * K widen and P.V from the fp8-KV table (cpu/kv_fp8.h): per tile
- * the K rows are widened and transposed once, the scores of all the
+ * the K planes are widened once into [head_dim][TILE] f32, the scores of all the
  * block's (row, head) pairs come from one tscores_q pass (each K vector
  * loaded feeds several q vectors), the softmax uses the table's polynomial
  * exp (exp_sum), and pv adds P.V with the accumulators in registers and
@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "cpu/attention.h"
+#include "dtype.h"
+#include "fp8.h"
 
 /* Rows per query block: the block's accumulators (QWI_CPU_ATTN_ROWS x group
  * x head_dim floats) and one K/V tile (TILE x head_dim x 2 floats) stay in
@@ -166,8 +168,9 @@ static void pv_f32(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, 
 }
 
 /* The tile rows of the bf16 or fp8 cache: k[i] and v[i] (k8/v8 for
- * fp8) point at the K and V of kv head g at position t0 + i, i < t1 - t0,
- * each prefetched. One block-table hop per block instead of a division per
+ * fp8) point at the K (its element of dim 0 in head g's K plane of the
+ * block, dims block_size apart) and the V row of kv head g at position
+ * t0 + i, i < t1 - t0, each prefetched. One block-table hop per block instead of a division per
  * position (a decode step forms these pointers for every (sequence, kv
  * head) task). */
 static void tile_rows(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32_t t0,
@@ -175,19 +178,26 @@ static void tile_rows(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32
                       const uint8_t **v8) {
     const int32_t bs = a->block_size;
     const int64_t kv_stride = (int64_t)a->num_kv_heads * a->head_dim;
-    const size_t bytes = (size_t)a->head_dim * (a->k_fp8 ? 1 : sizeof(uint16_t));
+    const int64_t ke = (int64_t)g * a->head_dim;   /* head g's first element in a K row */
+    const size_t elem = a->k_fp8 ? 1 : sizeof(uint16_t), bytes = (size_t)a->head_dim * elem;
     int32_t b = t0 / bs, o = t0 % bs;
     for (int32_t i = 0; i < t1 - t0; i++) {
-        const int64_t off = ((int64_t)bt[b] * bs + o) * kv_stride + (int64_t)g * a->head_dim;
+        const int64_t slot = (int64_t)bt[b] * bs + o;
+        const int64_t voff = slot * kv_stride + ke;
+        const int64_t koff = qwi_cpu_kplane_index(slot, bs, kv_stride, ke);
+        /* head g's K plane of the block: head_dim rows of block_size
+         * elements, contiguous; prefetched once, at the tile's first
+         * position in the block */
+        const bool new_plane = i == 0 || o == 0;
         if (a->k_fp8) {
-            k8[i] = a->k_fp8 + off;
-            v8[i] = a->v_fp8 + off;
-            prefetch_slice(k8[i], bytes);
+            k8[i] = a->k_fp8 + koff;
+            v8[i] = a->v_fp8 + voff;
+            if (new_plane) prefetch_slice(k8[i] - o, bytes * (size_t)bs);
             prefetch_slice(v8[i], bytes);
         } else {
-            k[i] = a->k_bf16 + off;
-            v[i] = a->v_bf16 + off;
-            prefetch_slice(k[i], bytes);
+            k[i] = a->k_bf16 + koff;
+            v[i] = a->v_bf16 + voff;
+            if (new_plane) prefetch_slice(k[i] - o, bytes * (size_t)bs);
             prefetch_slice(v[i], bytes);
         }
         if (++o == bs) {
@@ -245,8 +255,8 @@ static inline void pv_pass(const qwi_cpu_attn *a, float *const *o, const float *
 #define QWI_CPU_ATTN_BATCH 32
 
 /* The bf16 or fp8 cache, rows s[0..n) of one run of one sequence, kv
- * head g: for each context tile, its K rows are widened and transposed
- * once (ktile) and its V rows prefetched; then the scores of every
+ * head g: for each context tile, its K (planes) is widened once into
+ * [head_dim][TILE] (ktile) and its V rows prefetched; then the scores of every
  * (row, head) pair still attending come from one tscores_q pass over
  * ktile, the online softmax runs per pair (the table's exp_sum), and the
  * P.V pass adds every pair's positions with the V vectors shared across
@@ -272,14 +282,14 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
     const uint8_t *kp8[QWI_CPU_ATTN_TILE], *vp8[QWI_CPU_ATTN_TILE];
     for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
         const int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
-        /* K widened and transposed once for the block (ktile: [hd][TILE]
-         * f32), from which every row's scores come with positions as SIMD
+        /* K widened once for the block from its planes (ktile: [hd][TILE]
+         * f32: a contiguous copy per (cache block, dim)), from which every row's scores come with positions as SIMD
          * lanes; the V rows stay bf16 / fp8 and are widened in pv */
         tile_rows(a, bt, g, t0, t1, kp, vp, kp8, vp8);
         if (fp8)
-            kf->transpose(kp8, t1 - t0, hd, ktile, QWI_CPU_ATTN_TILE);
+            kf->transpose(kp8, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
         else
-            kb->transpose(kp, t1 - t0, hd, ktile, QWI_CPU_ATTN_TILE);
+            kb->transpose(kp, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
         /* scores: lanes past a row's own context are computed (ktile holds
          * them, up to t1) but never read */
         int32_t nb = 0;
@@ -422,16 +432,17 @@ static void prefetch_head(const qwi_cpu_attn *a, int32_t r0, int32_t r1, int32_t
     for (int32_t r = r0; r < r1; r++) ctx = QWI_MAX(ctx, a->positions[r] + 1);
     const int32_t *bt = a->block_tables + (int64_t)a->row_seq[r0] * a->max_blocks_per_seq;
     const int32_t bs = a->block_size, n = QWI_MIN(ctx, QWI_CPU_ATTN_TILE);
-    const int64_t kv_stride = (int64_t)a->num_kv_heads * a->head_dim;
+    const int64_t kv_stride = (int64_t)a->num_kv_heads * a->head_dim, ke = (int64_t)g * a->head_dim;
     const size_t elem = a->k_fp8 ? 1 : sizeof(uint16_t), bytes = (size_t)a->head_dim * elem;
     const char *kc = a->k_fp8 ? (const char *)a->k_fp8 : (const char *)a->k_bf16;
     const char *vc = a->k_fp8 ? (const char *)a->v_fp8 : (const char *)a->v_bf16;
-    for (int32_t b = 0; b * bs < n; b++)
-        for (int32_t o = 0; o < bs && b * bs + o < n; o++) {
-            const int64_t off = ((int64_t)bt[b] * bs + o) * kv_stride + (int64_t)g * a->head_dim;
-            prefetch_slice(kc + off * (int64_t)elem, bytes);
-            prefetch_slice(vc + off * (int64_t)elem, bytes);
-        }
+    for (int32_t b = 0; b * bs < n; b++) {
+        const int64_t slot0 = (int64_t)bt[b] * bs;
+        prefetch_slice(kc + qwi_cpu_kplane_index(slot0, bs, kv_stride, ke) * (int64_t)elem,
+                       bytes * (size_t)bs);
+        for (int32_t o = 0; o < bs && b * bs + o < n; o++)
+            prefetch_slice(vc + ((slot0 + o) * kv_stride + ke) * (int64_t)elem, bytes);
+    }
 }
 
 /* Task t: kv heads [g0, g0 + heads) of the run that starts at row t /
@@ -480,21 +491,35 @@ void qwi_cpu_kv_write(float *k_cache, float *v_cache, const float *k, const floa
     }
 }
 
+void qwi_cpu_kv_put_k_bf16(uint16_t *k_cache, const float *k_row, int64_t slot, int32_t block_size,
+                           int64_t row_elems, int64_t e0, int64_t e1) {
+    uint16_t *dst = k_cache + qwi_cpu_kplane_index(slot, block_size, row_elems, 0);
+    for (int64_t e = e0; e < e1; e++) dst[e * block_size] = qwi_f32_to_bf16(k_row[e]);
+}
+
+void qwi_cpu_kv_put_k_fp8(uint8_t *k_cache, const float *k_row, int64_t slot, int32_t block_size,
+                          int64_t row_elems, float k_scale, int64_t e0, int64_t e1) {
+    uint8_t *dst = k_cache + qwi_cpu_kplane_index(slot, block_size, row_elems, 0);
+    for (int64_t e = e0; e < e1; e++) dst[e * block_size] = qwi_f32_to_e4m3(k_row[e] / k_scale);
+}
+
 void qwi_cpu_kv_write_fp8(uint8_t *k_cache, uint8_t *v_cache, const float *k, const float *v,
                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
-                          float k_scale, float v_scale) {
+                          int32_t block_size, float k_scale, float v_scale) {
     for (int32_t r = 0; r < num_tokens; r++) {
         int64_t s = slot_mapping[r];
-        qwi_cpu_kv_fp8_round(k + r * row_floats, k_cache + s * row_floats, row_floats, k_scale);
+        qwi_cpu_kv_put_k_fp8(k_cache, k + r * row_floats, s, block_size, row_floats, k_scale, 0,
+                             row_floats);
         qwi_cpu_kv_fp8_round(v + r * row_floats, v_cache + s * row_floats, row_floats, v_scale);
     }
 }
 
 void qwi_cpu_kv_write_bf16(uint16_t *k_cache, uint16_t *v_cache, const float *k, const float *v,
-                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats) {
+                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
+                           int32_t block_size) {
     for (int32_t r = 0; r < num_tokens; r++) {
         int64_t s = slot_mapping[r];
-        qwi_cpu_kv_bf16_round(k + r * row_floats, k_cache + s * row_floats, row_floats);
+        qwi_cpu_kv_put_k_bf16(k_cache, k + r * row_floats, s, block_size, row_floats, 0, row_floats);
         qwi_cpu_kv_bf16_round(v + r * row_floats, v_cache + s * row_floats, row_floats);
     }
 }

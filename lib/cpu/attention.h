@@ -2,10 +2,20 @@
  * attention.h - causal grouped-query attention over the paged KV cache, and
  * the write of a step's new K/V rows into their slots.
  *
- * Cache layout, per layer, K and V separately: [num_blocks][block_size]
- * [num_kv_heads][head_dim], f32, bf16 (cpu/kv_bf16.h) or fp8 e4m3
- * (cpu/kv_fp8.h), as QW_OPT_KV_CACHE_DTYPE says. A position p of sequence s lives in block
- * block_tables[s*max_blocks_per_seq + p/block_size], slot p%block_size.
+ * Cache layout, per layer, K and V separately, elements f32, bf16
+ * (cpu/kv_bf16.h) or fp8 e4m3 (cpu/kv_fp8.h), as QW_OPT_KV_CACHE_DTYPE
+ * says. A position p of sequence s lives in block b =
+ * block_tables[s*max_blocks_per_seq + p/block_size], offset o =
+ * p%block_size (slot b*block_size + o). Every block is one contiguous run
+ * of block_size * num_kv_heads * head_dim elements (what block copies
+ * move), laid out as:
+ *   V, and K of the f32 cache: [block_size][num_kv_heads][head_dim] (rows);
+ *   K of the bf16 and fp8 caches: [num_kv_heads][head_dim][block_size]
+ *   ("K planes", qwi_cpu_kplane_index): the scores take positions as SIMD
+ *   lanes (kv_bf16.h, tscores), so a K tile must become [head_dim][positions];
+ *   from planes that is a contiguous widening copy per (block, dim) rather
+ *   than 8x8 register transposes, which cost several times the scores
+ *   themselves when few rows share a tile (decode). The bits are the same.
  *
  * Determinism: a query row visits its context positions 0..pos in order, in
  * tiles of QWI_CPU_ATTN_TILE positions aligned at position 0 (online
@@ -83,16 +93,38 @@ int32_t qwi_cpu_attn_run_rows(const qwi_cpu_attn *a, int nthreads);
  * the row after the run's last; otherwise r (no task starts at r). */
 int32_t qwi_cpu_attn_run_end(const qwi_cpu_attn *a, int32_t run_rows, int32_t r);
 
-/* The same as qwi_cpu_kv_write into an fp8 cache: K elements stored as
- * qwi_f32_to_e4m3(x / k_scale), V ones as qwi_f32_to_e4m3(x / v_scale). */
+/* Index, in a layer's K plane pool of a bf16 or fp8 cache, of element e
+ * (kv head g, dim d: e = g*head_dim + d) of slot `slot`, with row_elems =
+ * num_kv_heads*head_dim; element e+1 of the same slot is block_size further
+ * on, the same element of the next offset in the block 1 further on. */
+static inline int64_t qwi_cpu_kplane_index(int64_t slot, int32_t block_size, int64_t row_elems,
+                                           int64_t e) {
+    return (slot / block_size) * block_size * row_elems + e * block_size + slot % block_size;
+}
+
+/* Elements [e0, e1) of one K row (row_elems = num_kv_heads*head_dim f32)
+ * into slot `slot` of the bf16 (fp8) K plane pool k_cache, each rounded as
+ * qwi_cpu_kv_bf16_round (qwi_cpu_kv_fp8_round with k_scale) does. The slot
+ * is checked by the caller. Consecutive slots of a block share cache lines
+ * here, so parallel writers should split by element (kv head), not by
+ * row. */
+void qwi_cpu_kv_put_k_bf16(uint16_t *k_cache, const float *k_row, int64_t slot, int32_t block_size,
+                           int64_t row_elems, int64_t e0, int64_t e1);
+void qwi_cpu_kv_put_k_fp8(uint8_t *k_cache, const float *k_row, int64_t slot, int32_t block_size,
+                          int64_t row_elems, float k_scale, int64_t e0, int64_t e1);
+
+/* The same as qwi_cpu_kv_write into an fp8 cache of block_size-slot
+ * blocks: K elements stored as qwi_f32_to_e4m3(x / k_scale) in K planes,
+ * V ones as qwi_f32_to_e4m3(x / v_scale) in rows. */
 void qwi_cpu_kv_write_fp8(uint8_t *k_cache, uint8_t *v_cache, const float *k, const float *v,
                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
-                          float k_scale, float v_scale);
+                          int32_t block_size, float k_scale, float v_scale);
 
-/* The same as qwi_cpu_kv_write into a bf16 cache, each element rounded to
- * nearest even. */
+/* The same as qwi_cpu_kv_write into a bf16 cache of block_size-slot
+ * blocks, each element rounded to nearest even, K in K planes. */
 void qwi_cpu_kv_write_bf16(uint16_t *k_cache, uint16_t *v_cache, const float *k, const float *v,
-                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats);
+                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
+                           int32_t block_size);
 
 /* Copy row r of k and v ([num_tokens][row_floats]) to slot slot_mapping[r]
  * of k_cache/v_cache, for every row (slots checked by the caller). */

@@ -783,6 +783,7 @@ typedef struct fwd_ctx {
     int32_t log0;                  /* index of its first row in logit_seq    */
     int32_t row0;                  /* prompt logprobs: first row of the pass */
     int64_t rows_per_task;
+    int32_t M;                     /* rows of the step                       */
 } fwd_ctx;
 
 static void embed_task(void *arg, int64_t t, int thread) {
@@ -812,14 +813,32 @@ static void qk_rope_task(void *arg, int64_t r, int thread) {
     qwr_rope_neox(k, cfg->num_kv_heads, hd, cs, sn);
     int64_t slot = c->p->slot_mapping[r];
     if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3) {
-        qwi_cpu_kv_fp8_round(k, (uint8_t *)c->k_cache + slot * kvd, kvd, c->k_scale);
+        /* K: kplane_task, after every row's RoPE */
         qwi_cpu_kv_fp8_round(c->v + r * kvd, (uint8_t *)c->v_cache + slot * kvd, kvd, c->v_scale);
     } else if (b->kv_dtype == QW_KV_CACHE_BF16) {
-        qwi_cpu_kv_bf16_round(k, (uint16_t *)c->k_cache + slot * kvd, kvd);
         qwi_cpu_kv_bf16_round(c->v + r * kvd, (uint16_t *)c->v_cache + slot * kvd, kvd);
     } else {
         memcpy((float *)c->k_cache + slot * kvd, k, (size_t)kvd * sizeof(float));
         memcpy((float *)c->v_cache + slot * kvd, c->v + r * kvd, (size_t)kvd * sizeof(float));
+    }
+}
+
+/* Kv head g's K of every row of the step into the K planes (bf16 / fp8
+ * caches): one task per head, because the rows of a block share the
+ * planes' cache lines (cpu/attention.h) and a split by row would have the
+ * threads writing the same lines. */
+static void kplane_task(void *arg, int64_t g, int thread) {
+    const fwd_ctx *c = arg;
+    const cpu_backend *b = c->b;
+    const int64_t hd = b->cfg.head_dim, kvd = b->cfg.num_kv_heads * hd;
+    const int32_t bs = b->bc.block_size;
+    for (int32_t r = 0; r < c->M; r++) {
+        const int64_t slot = c->p->slot_mapping[r];
+        const float *k = c->k + r * kvd;
+        if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3)
+            qwi_cpu_kv_put_k_fp8((uint8_t *)c->k_cache, k, slot, bs, kvd, c->k_scale, g * hd, (g + 1) * hd);
+        else
+            qwi_cpu_kv_put_k_bf16((uint16_t *)c->k_cache, k, slot, bs, kvd, g * hd, (g + 1) * hd);
     }
 }
 
@@ -908,7 +927,7 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
     }
     if (M == 0) return QW_OK;
 
-    fwd_ctx c = { .b = b, .p = p };
+    fwd_ctx c = { .b = b, .p = p, .M = M };
     c.rows_per_task = QWI_MAX((int64_t)1, QWI_DIV_UP((int64_t)M, 4 * (int64_t)b->nthreads));
     qwi_cpu_pool_run(b->pool, QWI_DIV_UP((int64_t)M, c.rows_per_task), embed_task, &c);
 
@@ -940,6 +959,13 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
             c.v_scale = at.v_scale = b->kv_scale[cfg->num_layers + l];
         }
         qwi_cpu_pool_run(b->pool, M, qk_rope_task, &c);
+        if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3 || b->kv_dtype == QW_KV_CACHE_BF16) {
+            /* a few rows (decode): on this thread, no hand-off */
+            if (M >= 8)
+                qwi_cpu_pool_run(b->pool, cfg->num_kv_heads, kplane_task, &c);
+            else
+                for (int32_t g = 0; g < cfg->num_kv_heads; g++) kplane_task(&c, g, 0);
+        }
 
         if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3) {
             at.k_fp8 = c.k_cache;

@@ -119,10 +119,10 @@ void qwi_cpu_kv_bf16_round(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = qwi_f32_to_bf16(src[i]);
 }
 
-void qwi_cpu_kv_bf16_transpose(const uint16_t *const *k, int32_t n, int64_t hd, float *kt,
-                               int64_t ld) {
+void qwi_cpu_kv_bf16_transpose(const uint16_t *const *k, int32_t n, int64_t hd, int64_t dstride,
+                               float *kt, int64_t ld) {
     for (int32_t j = 0; j < n; j++) {
         const uint16_t *kr = k[j];
-        for (int64_t d = 0; d < hd; d++) kt[d * ld + j] = qwi_bf16_to_f32(kr[d]);
+        for (int64_t d = 0; d < hd; d++) kt[d * ld + j] = qwi_bf16_to_f32(kr[d * dstride]);
     }
 }

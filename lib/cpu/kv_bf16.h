@@ -52,8 +52,11 @@ typedef struct qwi_cpu_kv_bf16_kernels {
     void (*tscores)(const float *q, int32_t nq, int64_t hd, const float *kt, int64_t ld,
                     int32_t n, float scale, float *out, int64_t out_ld);
     /* qwi_cpu_kv_bf16_transpose (the widen is exact, so every table
-     * writes the same bits; the x86 ones by 8x8 register transposes). */
-    void (*transpose)(const uint16_t *const *k, int32_t n, int64_t hd, float *kt, int64_t ld);
+     * writes the same bits; the x86 ones copy runs of consecutive K-plane
+     * positions with vector widens, or with dstride 1 use 8x8 register
+     * transposes). */
+    void (*transpose)(const uint16_t *const *k, int32_t n, int64_t hd, int64_t dstride, float *kt,
+                      int64_t ld);
     /* tscores for nq q vectors at their own addresses: out[i][j] for
      * i < nq, j < n gets exactly the bits tscores gives q[i] (the same
      * chain over d, then the multiply by scale). Attention passes the q
@@ -124,11 +127,13 @@ const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void);
  * this CPU runs. Never NULL. Thread-safe. */
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_for(const qwi_cpu_kernels *kt);
 
-/* kt[d * ld + j] = k[j][d] widened to f32 (exact), for j < n <= ld and
- * d < hd: the K rows of one tile as the [hd][ld] matrix tscores reads.
- * Lanes n .. ld-1 are left as they were. */
-void qwi_cpu_kv_bf16_transpose(const uint16_t *const *k, int32_t n, int64_t hd, float *kt,
-                               int64_t ld);
+/* kt[d * ld + j] = k[j][d * dstride] widened to f32 (exact), for j < n <=
+ * ld and d < hd: one tile's K as the [hd][ld] matrix tscores reads. k[j]
+ * points at position j's first element: in a K plane (cpu/attention.h;
+ * dstride = block size, positions of a block 1 apart) or a row (dstride
+ * 1). Lanes n .. ld-1 are left as they were. */
+void qwi_cpu_kv_bf16_transpose(const uint16_t *const *k, int32_t n, int64_t hd, int64_t dstride,
+                               float *kt, int64_t ld);
 
 /* dst[i] = src[i] rounded to bf16 (nearest, ties to even; NaN stays NaN). */
 void qwi_cpu_kv_bf16_round(const float *src, uint16_t *dst, int64_t n);

@@ -11,11 +11,11 @@ void qwi_cpu_kv_fp8_round(const float *src, uint8_t *dst, int64_t n, float scale
     for (int64_t i = 0; i < n; i++) dst[i] = qwi_f32_to_e4m3(src[i] / scale);
 }
 
-void qwi_cpu_kv_fp8_transpose(const uint8_t *const *k, int32_t n, int64_t hd, float *kt,
-                              int64_t ld) {
+void qwi_cpu_kv_fp8_transpose(const uint8_t *const *k, int32_t n, int64_t hd, int64_t dstride,
+                              float *kt, int64_t ld) {
     for (int32_t j = 0; j < n; j++) {
         const uint8_t *kr = k[j];
-        for (int64_t d = 0; d < hd; d++) kt[d * ld + j] = qwi_e4m3_to_f32(kr[d]);
+        for (int64_t d = 0; d < hd; d++) kt[d * ld + j] = qwi_e4m3_to_f32(kr[d * dstride]);
     }
 }
 

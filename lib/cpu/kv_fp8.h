@@ -7,7 +7,7 @@
  * even, saturating at +-448) with scale the layer's k_scale or v_scale,
  * and its value when read is e4m3(b) * scale. Attention reads the cache
  * the way the bf16 cache is read (cpu/kv_bf16.h: K tile widened and
- * transposed once, scores with positions as lanes, P.V with the
+ * transposed once (from the K planes: a widening copy), scores with positions as lanes, P.V with the
  * accumulators in registers); only the two kernels that load cache
  * elements differ, and the rest (tscores_q, exp_sum, vexp, scale) comes
  * from the bf16 table of the same width.
@@ -37,10 +37,12 @@
 
 typedef struct qwi_cpu_kv_fp8_kernels {
     const char *name;
-    /* kt[d * ld + j] = e4m3(k[j][d]) widened to f32 (exact), j < n <= ld,
-     * d < hd: one K tile as the [hd][ld] matrix tscores reads (lanes n ..
-     * ld-1 left as they were). */
-    void (*transpose)(const uint8_t *const *k, int32_t n, int64_t hd, float *kt, int64_t ld);
+    /* kt[d * ld + j] = e4m3(k[j][d * dstride]) widened to f32 (exact), j <
+     * n <= ld, d < hd: one K tile as the [hd][ld] matrix tscores reads
+     * (lanes n .. ld-1 left as they were); k[j] and dstride as
+     * qwi_cpu_kv_bf16_transpose's (K planes, or rows with dstride 1). */
+    void (*transpose)(const uint8_t *const *k, int32_t n, int64_t hd, int64_t dstride, float *kt,
+                      int64_t ld);
     /* For each i < nq and e < hd: o[i][e] = o[i][e] + p[i][j] *
      * e4m3(v[j][e]) for j = 0 .. n-1 in that order (FMA; generic: multiply
      * then add). */
@@ -62,8 +64,8 @@ const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512(void);
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_for(const qwi_cpu_kernels *kt);
 
 /* The generic transpose (see the table's). */
-void qwi_cpu_kv_fp8_transpose(const uint8_t *const *k, int32_t n, int64_t hd, float *kt,
-                              int64_t ld);
+void qwi_cpu_kv_fp8_transpose(const uint8_t *const *k, int32_t n, int64_t hd, int64_t dstride,
+                              float *kt, int64_t ld);
 
 /* dst[i] = qwi_f32_to_e4m3(src[i] / scale) for i < n: the write of one
  * K or V row. scale is finite and > 0. One rounded division and one

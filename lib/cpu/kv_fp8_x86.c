@@ -126,13 +126,35 @@ AVX2_INLINE void tr8x8(const uint8_t *const *k, int32_t j, int64_t d0, float *kt
     }
 }
 
-static AVX2 void avx2_transpose(const uint8_t *const *k, int32_t n, int64_t hd, float *kt,
-                                int64_t ld) {
+/* Positions [j, j + len) lie consecutively in one K plane (k[j + i] ==
+ * k[j] + i): per dim, one contiguous widening copy. */
+AVX2_INLINE void plane_run(const uint8_t *k0, int32_t len, int64_t hd, int64_t dstride, float *kt,
+                           int64_t ld) {
+    for (int64_t d = 0; d < hd; d++) {
+        const uint8_t *src = k0 + d * dstride;
+        float *dst = kt + d * ld;
+        int32_t i = 0;
+        for (; i + 8 <= len; i += 8) _mm256_storeu_ps(dst + i, e8(src + i));
+        for (; i < len; i++) dst[i] = qwi_e4m3_to_f32(src[i]);
+    }
+}
+
+static AVX2 void avx2_transpose(const uint8_t *const *k, int32_t n, int64_t hd, int64_t dstride,
+                                float *kt, int64_t ld) {
+    if (dstride != 1) {
+        for (int32_t j = 0; j < n;) {
+            int32_t len = 1;
+            while (j + len < n && k[j + len] == k[j] + len) len++;
+            plane_run(k[j], len, hd, dstride, kt + j, ld);
+            j += len;
+        }
+        return;
+    }
     const int64_t hd8 = hd & ~(int64_t)7;
     int32_t j = 0;
     for (; j + 8 <= n; j += 8)
         for (int64_t d = 0; d < hd8; d += 8) tr8x8(k, j, d, kt, ld);
-    if (j < n) qwi_cpu_kv_fp8_transpose(k + j, n - j, hd, kt + j, ld);
+    if (j < n) qwi_cpu_kv_fp8_transpose(k + j, n - j, hd, 1, kt + j, ld);
     for (int32_t jj = 0; jj < j && hd8 < hd; jj++)   /* the last hd % 8 columns */
         for (int64_t d = hd8; d < hd; d++) kt[d * ld + jj] = qwi_e4m3_to_f32(k[jj][d]);
 }
