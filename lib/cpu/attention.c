@@ -254,6 +254,16 @@ static inline void pv_pass(const qwi_cpu_attn *a, float *const *o, const float *
  * independent in tscores_q and pv). */
 #define QWI_CPU_ATTN_BATCH 32
 
+/* One tscores_q batch: from ktile, or (direct) from the K planes. */
+static inline void scores_pass(const qwi_cpu_kv_bf16_kernels *kb, bool direct, const float *const *qp,
+                               float *const *op, int32_t nb, int32_t hd, const float *ktile,
+                               const uint16_t *const *kp, int32_t bs, int32_t n, float scale) {
+    if (direct)
+        kb->pscores_q(qp, op, nb, hd, kp, bs, n, scale);
+    else
+        kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, n, scale);
+}
+
 /* The bf16 or fp8 cache, rows s[0..n) of one run of one sequence, kv
  * head g: for each context tile, its K (planes) is widened once into
  * [head_dim][TILE] (ktile) and its V rows prefetched; then the scores of every
@@ -280,6 +290,10 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
     float *op[QWI_CPU_ATTN_BATCH];
     const uint16_t *kp[QWI_CPU_ATTN_TILE], *vp[QWI_CPU_ATTN_TILE];
     const uint8_t *kp8[QWI_CPU_ATTN_TILE], *vp8[QWI_CPU_ATTN_TILE];
+    /* bf16 cache with whole plane runs of the table's width: scores read
+     * the K planes directly (pscores_q), no f32 tile - the same bits, a
+     * choice by block size alone (never by the rows of the step) */
+    const bool direct = !fp8 && kb->pscores_q && a->block_size % kb->plane_lanes == 0;
     for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
         const int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
         /* K widened once for the block from its planes (ktile: [hd][TILE]
@@ -288,7 +302,7 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
         tile_rows(a, bt, g, t0, t1, kp, vp, kp8, vp8);
         if (fp8)
             kf->transpose(kp8, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
-        else
+        else if (!direct)
             kb->transpose(kp, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
         /* scores: lanes past a row's own context are computed (ktile holds
          * them, up to t1) but never read */
@@ -299,12 +313,12 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
                 qp[nb] = s[i].q + (int64_t)h * hd;
                 op[nb] = s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE;
                 if (++nb == QWI_CPU_ATTN_BATCH) {
-                    kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, scale);
+                    scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, a->block_size, t1 - t0, scale);
                     nb = 0;
                 }
             }
         }
-        if (nb) kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, t1 - t0, scale);
+        if (nb) scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, a->block_size, t1 - t0, scale);
         /* online softmax per pair: rescale what earlier tiles accumulated */
         for (int32_t i = 0; i < n; i++) {
             if (s[i].ctx <= t0) continue;

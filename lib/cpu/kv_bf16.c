@@ -86,6 +86,21 @@ static void g_tscores_q(const float *const *q, float *const *out, int32_t nq, in
     for (int32_t i = 0; i < nq; i++) g_tscores(q[i], 1, hd, kt, ld, n, scale, out[i], 0);
 }
 
+/* g_tscores' chain (o[j] = 0, then o[j] + q[d] * k, then * scale), the
+ * K element read from its plane: any layout, plane_lanes 1. */
+static void g_pscores_q(const float *const *q, float *const *out, int32_t nq, int64_t hd,
+                        const uint16_t *const *k, int64_t dstride, int32_t n, float scale) {
+    for (int32_t i = 0; i < nq; i++) {
+        float *o = out[i];
+        for (int32_t j = 0; j < n; j++) o[j] = 0.0f;
+        for (int64_t d = 0; d < hd; d++) {
+            const float x = q[i][d];
+            for (int32_t j = 0; j < n; j++) o[j] = o[j] + x * qwi_bf16_to_f32(k[j][d * dstride]);
+        }
+        for (int32_t j = 0; j < n; j++) o[j] = o[j] * scale;
+    }
+}
+
 static void g_scale(float *y, const float *x, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * s;
 }
@@ -98,6 +113,8 @@ static const qwi_cpu_kv_bf16_kernels generic = {
     .tscores = g_tscores,
     .transpose = qwi_cpu_kv_bf16_transpose,
     .tscores_q = g_tscores_q,
+    .pscores_q = g_pscores_q,
+    .plane_lanes = 1,
     .pv = g_pv,
     .vexp = g_vexp,
     .exp_sum = g_exp_sum,

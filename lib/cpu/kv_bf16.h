@@ -64,6 +64,18 @@ typedef struct qwi_cpu_kv_bf16_kernels {
      * loaded feeds up to 6 (AVX-512; AVX2 2) of them. */
     void (*tscores_q)(const float *const *q, float *const *out, int32_t nq, int64_t hd,
                       const float *kt, int64_t ld, int32_t n, float scale);
+    /* tscores_q straight from the K planes, with no f32 tile: out[i][j]
+     * gets exactly the bits that transpose(k, n, hd, dstride) followed by
+     * tscores_q give (the same chain over d per score). k[j] and dstride
+     * as transpose's. Precondition (the caller's: block_size a multiple of
+     * plane_lanes and the tile starting at a multiple of it): for every j
+     * that is a multiple of plane_lanes, positions j .. j+plane_lanes-1
+     * are consecutive in one plane (k[j+i] == k[j] + i) and that plane
+     * row holds plane_lanes elements from k[j] - past n they are read
+     * (whatever the slots hold) but never stored. */
+    void (*pscores_q)(const float *const *q, float *const *out, int32_t nq, int64_t hd,
+                      const uint16_t *const *k, int64_t dstride, int32_t n, float scale);
+    int32_t plane_lanes;
     /* The P.V pass of nq accumulators over n positions: for each i < nq
      * and e < hd, o[i][e] = o[i][e] + p[i][j] * v[j][e] for j = 0 .. n-1
      * in that order (FMA; generic: multiply then add), i.e. bit for bit n

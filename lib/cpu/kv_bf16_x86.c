@@ -199,30 +199,38 @@ static AVX2 float avx2_exp_sum(float *s, int32_t n, float *m) {
 /* Lanes [j0, j0 + 8 * nc) of up to two heads: nc (<= 4, a constant once
  * inlined) ymm of positions per head, one FMA chain over d per lane; lanes
  * at or past n are masked off. */
-AVX2_INLINE void avx2_tscores_chunk(const float *q0, const float *q1, int64_t hd,
-                                    const float *kt, int64_t ld, int32_t j0, int32_t n,
-                                    float scale, float *o0, float *o1, const int nc) {
+/* Lanes j0 .. j0+8*nc-1 of q0's (and q1's) scores: K from the f32 tile kt
+ * (masked loads), or with kp set from the K planes (kp[j] + d * dstride:
+ * 8 consecutive bf16 per chunk, read whole, widened; only the stores are
+ * masked) - the same FMA chain either way. */
+AVX2_INLINE void avx2_scores_chunk(const float *q0, const float *q1, int64_t hd,
+                                   const float *kt, int64_t ld, const uint16_t *const *kpl,
+                                   int64_t dstride, int32_t j0, int32_t n, float scale, float *o0,
+                                   float *o1, const int nc, const int planes) {
     __m256i m[4];
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int c = 0; c < 4; c++)
         m[c] = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j0 - 8 * c), idx);
     __m256 a0[4], a1[4];
     for (int c = 0; c < 4; c++) a0[c] = a1[c] = _mm256_setzero_ps();
-    const float *kp = kt + j0;
+    /* planes: kt is unused (NULL), kp only counts */
+    const float *kp = planes ? NULL : kt + j0;
+    const int64_t kstep = planes ? 0 : ld;
     if (q1) {
-        for (int64_t d = 0; d < hd; d++, kp += ld) {
+        for (int64_t d = 0; d < hd; d++, kp += kstep) {
             __m256 x0 = _mm256_broadcast_ss(q0 + d), x1 = _mm256_broadcast_ss(q1 + d);
             for (int c = 0; c < nc; c++) {
-                __m256 kv = _mm256_maskload_ps(kp + 8 * c, m[c]);
+                __m256 kv = planes ? ld8(kpl[j0 + 8 * c] + d * dstride) : _mm256_maskload_ps(kp + 8 * c, m[c]);
                 a0[c] = _mm256_fmadd_ps(x0, kv, a0[c]);
                 a1[c] = _mm256_fmadd_ps(x1, kv, a1[c]);
             }
         }
     } else {
-        for (int64_t d = 0; d < hd; d++, kp += ld) {
+        for (int64_t d = 0; d < hd; d++, kp += kstep) {
             __m256 x0 = _mm256_broadcast_ss(q0 + d);
             for (int c = 0; c < nc; c++)
-                a0[c] = _mm256_fmadd_ps(x0, _mm256_maskload_ps(kp + 8 * c, m[c]), a0[c]);
+                a0[c] = _mm256_fmadd_ps(
+                    x0, planes ? ld8(kpl[j0 + 8 * c] + d * dstride) : _mm256_maskload_ps(kp + 8 * c, m[c]), a0[c]);
         }
     }
     const __m256 sv = _mm256_set1_ps(scale);
@@ -289,22 +297,35 @@ static AVX2 void avx2_transpose(const uint16_t *const *k, int32_t n, int64_t hd,
         }
 }
 
-static AVX2 void avx2_tscores_q(const float *const *q, float *const *out, int32_t nq,
-                                int64_t hd, const float *kt, int64_t ld, int32_t n,
-                                float scale) {
+/* avx2_tscores_q (planes 0: kt) or its K-plane twin (planes 1: kpl). */
+AVX2_INLINE void avx2_scores_q(const float *const *q, float *const *out, int32_t nq, int64_t hd,
+                               const float *kt, int64_t ld, const uint16_t *const *kpl,
+                               int64_t dstride, int32_t n, float scale, const int planes) {
     for (int32_t h = 0; h < nq; h += 2) {
         const float *q1 = h + 1 < nq ? q[h + 1] : NULL;
         float *o0 = out[h], *o1 = q1 ? out[h + 1] : NULL;
         for (int32_t j0 = 0; j0 < n; j0 += 32) {
             /* the last chunk runs only the vectors it needs */
             switch (QWI_MIN(4, (n - j0 + 7) / 8)) {
-            case 1: avx2_tscores_chunk(q[h], q1, hd, kt, ld, j0, n, scale, o0, o1, 1); break;
-            case 2: avx2_tscores_chunk(q[h], q1, hd, kt, ld, j0, n, scale, o0, o1, 2); break;
-            case 3: avx2_tscores_chunk(q[h], q1, hd, kt, ld, j0, n, scale, o0, o1, 3); break;
-            default: avx2_tscores_chunk(q[h], q1, hd, kt, ld, j0, n, scale, o0, o1, 4); break;
+            case 1: avx2_scores_chunk(q[h], q1, hd, kt, ld, kpl, dstride, j0, n, scale, o0, o1, 1, planes); break;
+            case 2: avx2_scores_chunk(q[h], q1, hd, kt, ld, kpl, dstride, j0, n, scale, o0, o1, 2, planes); break;
+            case 3: avx2_scores_chunk(q[h], q1, hd, kt, ld, kpl, dstride, j0, n, scale, o0, o1, 3, planes); break;
+            default: avx2_scores_chunk(q[h], q1, hd, kt, ld, kpl, dstride, j0, n, scale, o0, o1, 4, planes); break;
             }
         }
     }
+}
+
+static AVX2 void avx2_tscores_q(const float *const *q, float *const *out, int32_t nq,
+                                int64_t hd, const float *kt, int64_t ld, int32_t n,
+                                float scale) {
+    avx2_scores_q(q, out, nq, hd, kt, ld, NULL, 0, n, scale, 0);
+}
+
+static AVX2 void avx2_pscores_q(const float *const *q, float *const *out, int32_t nq,
+                                int64_t hd, const uint16_t *const *kpl, int64_t dstride,
+                                int32_t n, float scale) {
+    avx2_scores_q(q, out, nq, hd, NULL, 0, kpl, dstride, n, scale, 1);
 }
 
 static AVX2 void avx2_tscores(const float *q, int32_t nq, int64_t hd, const float *kt,
@@ -332,6 +353,8 @@ static const qwi_cpu_kv_bf16_kernels avx2_table = {
     .tscores = avx2_tscores,
     .transpose = avx2_transpose,
     .tscores_q = avx2_tscores_q,
+    .pscores_q = avx2_pscores_q,
+    .plane_lanes = 8,
     .pv = avx2_pv,
     .vexp = avx2_vexp,
     .exp_sum = avx2_exp_sum,
@@ -444,9 +467,14 @@ static AVX512 void avx512_axpy4x2(float *o0, float *o1, const float s0[4], const
  * each, one FMA chain over d per lane, every K vector loaded once for the
  * QB of them (QB <= 6: 24 accumulators); lanes at or past n are masked
  * off. QB and nc are constants once inlined. */
-AVX512_INLINE void avx512_tscores_chunk(const float *const *q, float *const *o, const int QB,
-                                        int64_t hd, const float *kt, int64_t ld, int32_t j0,
-                                        int32_t n, float scale, const int nc) {
+/* Lanes j0 .. j0+16*nc-1 of QB q vectors' scores: K from the f32 tile kt
+ * (masked loads), or (planes) from the K planes, kpl[j] + d * dstride: 16
+ * consecutive bf16 per chunk, read whole and widened, only the stores
+ * masked - the same FMA chain either way. */
+AVX512_INLINE void avx512_scores_chunk(const float *const *q, float *const *o, const int QB,
+                                       int64_t hd, const float *kt, int64_t ld,
+                                       const uint16_t *const *kpl, int64_t dstride, int32_t j0,
+                                       int32_t n, float scale, const int nc, const int planes) {
     __mmask16 m[4];
     UNROLL
     for (int c = 0; c < 4; c++) {
@@ -458,11 +486,19 @@ AVX512_INLINE void avx512_tscores_chunk(const float *const *q, float *const *o, 
     for (int i = 0; i < QB; i++)
         UNROLL
         for (int c = 0; c < nc; c++) acc[i][c] = _mm512_setzero_ps();
-    const float *kp = kt + j0;
-    for (int64_t d = 0; d < hd; d++, kp += ld) {
+    const float *kp = planes ? NULL : kt + j0;   /* planes: unused */
+    const int64_t kstep = planes ? 0 : ld;
+    for (int64_t d = 0; d < hd; d++, kp += kstep) {
         __m512 kv[4];
         UNROLL
-        for (int c = 0; c < nc; c++) kv[c] = _mm512_maskz_loadu_ps(m[c], kp + 16 * c);
+        for (int c = 0; c < nc; c++) {
+            if (planes) {
+                const __m256i h = _mm256_loadu_si256((const __m256i *)(kpl[j0 + 16 * c] + d * dstride));
+                kv[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            } else {
+                kv[c] = _mm512_maskz_loadu_ps(m[c], kp + 16 * c);
+            }
+        }
         UNROLL
         for (int i = 0; i < QB; i++) {
             const __m512 x = _mm512_set1_ps(q[i][d]);
@@ -478,17 +514,21 @@ AVX512_INLINE void avx512_tscores_chunk(const float *const *q, float *const *o, 
             _mm512_mask_storeu_ps(o[i] + j0 + 16 * c, m[c], _mm512_mul_ps(acc[i][c], sv));
 }
 
-#define TSQ_NC(QB)                                                                        \
-    switch (QWI_MIN(4, (n - j0 + 15) / 16)) {                                             \
-    case 1: avx512_tscores_chunk(q + h, out + h, QB, hd, kt, ld, j0, n, scale, 1); break; \
-    case 2: avx512_tscores_chunk(q + h, out + h, QB, hd, kt, ld, j0, n, scale, 2); break; \
-    case 3: avx512_tscores_chunk(q + h, out + h, QB, hd, kt, ld, j0, n, scale, 3); break; \
-    default: avx512_tscores_chunk(q + h, out + h, QB, hd, kt, ld, j0, n, scale, 4); break; \
+#define TSQ_CHUNK(QB, NC) \
+    avx512_scores_chunk(q + h, out + h, QB, hd, kt, ld, kpl, dstride, j0, n, scale, NC, planes)
+#define TSQ_NC(QB)                                          \
+    switch (QWI_MIN(4, (n - j0 + 15) / 16)) {               \
+    case 1: TSQ_CHUNK(QB, 1); break;                        \
+    case 2: TSQ_CHUNK(QB, 2); break;                        \
+    case 3: TSQ_CHUNK(QB, 3); break;                        \
+    default: TSQ_CHUNK(QB, 4); break;                       \
     }
 
-static AVX512 void avx512_tscores_q(const float *const *q, float *const *out, int32_t nq,
-                                    int64_t hd, const float *kt, int64_t ld, int32_t n,
-                                    float scale) {
+/* avx512_tscores_q (planes 0: kt) or its K-plane twin (planes 1: kpl). */
+AVX512_INLINE void avx512_scores_q(const float *const *q, float *const *out, int32_t nq,
+                                   int64_t hd, const float *kt, int64_t ld,
+                                   const uint16_t *const *kpl, int64_t dstride, int32_t n,
+                                   float scale, const int planes) {
     /* lane chunks outer, groups of 6 q vectors inner: a chunk's columns
      * of the K tile (hd x 256 bytes) are reused from L1 by every group */
     for (int32_t j0 = 0; j0 < n; j0 += 64)
@@ -506,6 +546,19 @@ static AVX512 void avx512_tscores_q(const float *const *q, float *const *out, in
 }
 
 #undef TSQ_NC
+#undef TSQ_CHUNK
+
+static AVX512 void avx512_tscores_q(const float *const *q, float *const *out, int32_t nq,
+                                    int64_t hd, const float *kt, int64_t ld, int32_t n,
+                                    float scale) {
+    avx512_scores_q(q, out, nq, hd, kt, ld, NULL, 0, n, scale, 0);
+}
+
+static AVX512 void avx512_pscores_q(const float *const *q, float *const *out, int32_t nq,
+                                    int64_t hd, const uint16_t *const *kpl, int64_t dstride,
+                                    int32_t n, float scale) {
+    avx512_scores_q(q, out, nq, hd, NULL, 0, kpl, dstride, n, scale, 1);
+}
 
 static AVX512 void avx512_tscores(const float *q, int32_t nq, int64_t hd, const float *kt,
                                   int64_t ld, int32_t n, float scale, float *out,
@@ -595,6 +648,8 @@ static const qwi_cpu_kv_bf16_kernels avx512_table = {
     .tscores = avx512_tscores,
     .transpose = avx2_transpose,
     .tscores_q = avx512_tscores_q,
+    .pscores_q = avx512_pscores_q,
+    .plane_lanes = 16,
     .pv = avx512_pv,
     .vexp = avx512_vexp,
     .exp_sum = avx512_exp_sum,
