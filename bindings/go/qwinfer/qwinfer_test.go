@@ -109,15 +109,20 @@ func TestContextCancelsTheRequest(t *testing.T) {
 	}
 	defer eng.Close()
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	ch, err := eng.Stream(ctx, Tokens([]int32{1, 2, 3}), SamplingParams{MaxTokens: 2000, IgnoreEOS: true, Temperature: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { time.Sleep(30 * time.Millisecond); cancel() }()
+	// Cancelled after the third event, not after a sleep: a timer raced
+	// the tiny model's steps (2000 of them can take under 30 ms).
 	n, last := 0, ""
 	for ev := range ch {
 		n++
 		last = ev.FinishReason
+		if n == 3 {
+			cancel()
+		}
 	}
 	if last != "cancelled" || n >= 2000 {
 		t.Fatalf("last finish reason %q after %d events", last, n)
