@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "util/engine_util.h"
+#include "util/reference_util.h"
 #include "util/testutil.h"
 
 #define GEN 4
@@ -34,64 +35,8 @@
  * prompt of prompt_len; greedy tokens checked against the reference argmax
  * (exact: within 1e-3 of max |ref|; fast: within FAST_TOL of it). */
 static double compare(const char *model, bool exact, int prompt_len, uint64_t seed) {
-    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)prompt_len);
-    qwt_engine_cfg cfg = {.numerics = exact ? QW_NUMERICS_EXACT : 0};
-    qw_engine *e = qwt_engine_new(model, &cfg);
-    int32_t vocab = qw_engine_vocab_size(e);
-    qwt_make_prompt(prompt, prompt_len, vocab, seed);
-    qwt_job job = {.prompt = prompt, .num_prompt = prompt_len, .max_tokens = GEN, .temperature = 0,
-                   .seed = -1, .ignore_eos = 1, .keep_logits = 1};
-    qwt_result res;
-    qwt_run_jobs(e, &job, 1, &res);
-    qw_engine_destroy(e);
-    cr_assert_eq(res.num_logits, GEN);
-
-    int total = prompt_len + GEN - 1;
-    size_t cap = (size_t)total * 12 + 16;
-    char *ids = malloc(cap);
-    size_t off = 0;
-    for (int i = 0; i < total; i++) {
-        int32_t t = i < prompt_len ? prompt[i] : res.tokens[i - prompt_len];
-        off += (size_t)snprintf(ids + off, cap - off, "%s%d", i ? "," : "", t);
-    }
-    char *tmp = qwt_tmpdir("qref");
-    char out[8300];
-    snprintf(out, sizeof out, "%s/logits.f64", tmp);
-    int rc = qwt_system("python3 tests/reference/qwen3_ref.py --model '%s' --tokens %s --out '%s'",
-                        model, ids, out);
-    cr_assert_eq(rc, 0, "reference failed on %s", model);
-    size_t len = 0;
-    double *ref = qwt_read_file(out, &len);
-    cr_assert_not_null(ref);
-    cr_assert_eq(len, sizeof(double) * (size_t)total * (size_t)vocab, "reference output size");
-
-    double max_diff = 0, max_ref = 0;
-    for (int g = 0; g < GEN; g++) {
-        const double *r = ref + (size_t)(prompt_len - 1 + g) * (size_t)vocab;
-        for (int v = 0; v < vocab; v++) max_ref = fmax(max_ref, fabs(r[v]));
-    }
-    cr_assert_gt(max_ref, 0.1, "reference logits are degenerate");
-    for (int g = 0; g < GEN; g++) {
-        const double *r = ref + (size_t)(prompt_len - 1 + g) * (size_t)vocab;
-        const float *l = res.logits + (size_t)g * (size_t)vocab;
-        for (int v = 0; v < vocab; v++) {
-            cr_assert(isfinite(l[v]), "non-finite logit");
-            max_diff = fmax(max_diff, fabs((double)l[v] - r[v]));
-        }
-        int best = 0;
-        for (int v = 1; v < vocab; v++)
-            if (r[v] > r[best]) best = v;
-        double gap = r[best] - r[res.tokens[g]];
-        double allowed = exact ? 1e-3 * max_ref + 1e-6 : FAST_TOL * max_ref;
-        cr_assert(gap <= allowed, "%s: greedy token %d is not the reference argmax %d (gap %g)",
-                  model, res.tokens[g], best, gap);
-    }
-    free(ref);
-    free(ids);
-    free(tmp);
-    free(prompt);
-    qwt_results_free(&res, 1);
-    return max_diff / max_ref;
+    return exact ? qwt_compare_with_reference(model, QW_NUMERICS_EXACT, prompt_len, seed, GEN, 1e-3, 1e-6)
+                 : qwt_compare_with_reference(model, 0, prompt_len, seed, GEN, FAST_TOL, 0);
 }
 
 static void check(const char *name, const char *args) {
