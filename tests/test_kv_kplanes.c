@@ -6,8 +6,8 @@
  *     divide the 128-position tile, do not (7, 24) and exceed it (160), and
  *     1 (planes are rows), equals the scalar widen of the written values
  *     and the row-layout transpose (dstride 1) of the same K, bit for bit;
- *   - every table's pscores_q (scores straight from the planes) gives the
- *     bits of transpose + tscores_q, for block sizes that are multiples of
+ *   - every table's pscores_q / pscores8_q (scores straight from bf16 /
+ *     fp8 planes) gives the bits of transpose + tscores_q, for block sizes that are multiples of
  *     the table's plane_lanes, any tile length and number of q vectors;
  *   - the engine's logits do not depend on the block size (the layout
  *     moves, the score chains do not), for bf16 and fp8 KV, over a prompt
@@ -126,12 +126,18 @@ Test(kv_kplanes, transpose_every_table_and_block_size) {
 /* pscores_q against transpose + tscores_q on K planes of block size bs:
  * bit for bit, every tile length n (a tail chunk reads slots past n) and
  * 1..9 q vectors at scattered addresses. */
-static void check_pscores(const qwi_cpu_kv_bf16_kernels *kb, int32_t bs, int64_t hd) {
+static void check_pscores(const qwi_cpu_kv_bf16_kernels *kb, const qwi_cpu_kv_fp8_kernels *kf,
+                          int32_t bs, int64_t hd) {
     enum { NQ = 9, TILE = QWI_CPU_ATTN_TILE };
     const int64_t kvd = 2 * hd;   /* two kv heads; head 1 is read */
     const int32_t nblk = (TILE + bs - 1) / bs + 2;
     uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)nblk * bs * kvd);
-    for (int64_t i = 0; i < (int64_t)nblk * bs * kvd; i++) kc[i] = qwi_f32_to_bf16(frand());
+    uint8_t *kc8 = malloc((size_t)nblk * bs * kvd);
+    for (int64_t i = 0; i < (int64_t)nblk * bs * kvd; i++) {
+        kc[i] = qwi_f32_to_bf16(frand());
+        kc8[i] = qwi_f32_to_e4m3(frand() * 40.0f);   /* normal and subnormal codes, no NaN */
+    }
+    float *kt8 = malloc(sizeof(float) * hd * TILE);
     float *q = malloc(sizeof(float) * NQ * (hd + 5)), *kt = malloc(sizeof(float) * hd * TILE);
     for (int i = 0; i < NQ * (hd + 5); i++) q[i] = frand();
     static float want[NQ][TILE], got[NQ][TILE];
@@ -139,12 +145,15 @@ static void check_pscores(const qwi_cpu_kv_bf16_kernels *kb, int32_t bs, int64_t
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
         const int32_t n = ns[ni];
         const uint16_t *kp[TILE];
+        const uint8_t *kp8[TILE];
         for (int32_t j = 0; j < n; j++) {
             /* blocks in reverse order; the tile starts at block 0, offset 0 */
             const int64_t slot = (int64_t)(nblk - 1 - j / bs) * bs + j % bs;
             kp[j] = kc + qwi_cpu_kplane_index(slot, bs, kvd, hd);
+            kp8[j] = kc8 + qwi_cpu_kplane_index(slot, bs, kvd, hd);
         }
         kb->transpose(kp, n, hd, bs, kt, TILE);
+        kf->transpose(kp8, n, hd, bs, kt8, TILE);
         for (int32_t nq = 1; nq <= NQ; nq++) {
             const float *qp[NQ];
             float *wo[NQ], *go[NQ];
@@ -164,9 +173,17 @@ static void check_pscores(const qwi_cpu_kv_bf16_kernels *kb, int32_t bs, int64_t
                 memcpy(&u, &got[i][n < TILE ? n : TILE - 1], 4);
                 if (n < TILE) cr_assert_eq(u, 0xffffffffu, "%s: score lane %d past n written", kb->name, n);
             }
+            /* the fp8 planes: the fp8 table's K tile, the same tscores_q */
+            memset(got, 0xff, sizeof got);
+            kb->tscores_q(qp, wo, nq, hd, kt8, TILE, n, 0.375f);
+            kb->pscores8_q(qp, go, nq, hd, kp8, bs, n, 0.375f);
+            for (int i = 0; i < nq; i++)
+                cr_assert(memcmp(want[i], got[i], sizeof(float) * (size_t)n) == 0,
+                          "%s fp8 bs %d hd %lld n %d nq %d: q %d scores differ", kb->name, bs, (long long)hd, n,
+                          nq, i);
         }
     }
-    free(kc), free(q), free(kt);
+    free(kc), free(kc8), free(q), free(kt), free(kt8);
 }
 
 Test(kv_kplanes, pscores_equal_transpose_then_tscores) {
@@ -176,14 +193,16 @@ Test(kv_kplanes, pscores_equal_transpose_then_tscores) {
         const qwi_cpu_kernels *kt_f32 = qwi_cpu_kernels_by_name(tables[ti]);
         if (!kt_f32) continue;
         const qwi_cpu_kv_bf16_kernels *kb = qwi_cpu_kv_bf16_for(kt_f32);
+        const qwi_cpu_kv_fp8_kernels *kf = qwi_cpu_kv_fp8_for(kt_f32);
         cr_assert_not_null(kb->pscores_q, "%s has no pscores_q", kb->name);
+        cr_assert_not_null(kb->pscores8_q, "%s has no pscores8_q", kb->name);
         cr_assert_str_eq(kb->name, tables[ti]);
         const int32_t L = kb->plane_lanes;
         const int32_t sizes[] = { L, 2 * L, 16, 48, 128, 160 };
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
             if (sizes[si] % L) continue;
-            check_pscores(kb, sizes[si], 128);
-            check_pscores(kb, sizes[si], 40);
+            check_pscores(kb, kf, sizes[si], 128);
+            check_pscores(kb, kf, sizes[si], 40);
         }
         ran++;
     }

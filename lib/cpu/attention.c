@@ -254,11 +254,15 @@ static inline void pv_pass(const qwi_cpu_attn *a, float *const *o, const float *
  * independent in tscores_q and pv). */
 #define QWI_CPU_ATTN_BATCH 32
 
-/* One tscores_q batch: from ktile, or (direct) from the K planes. */
+/* One tscores_q batch: from ktile, or (direct) from the K planes (kp8
+ * non-NULL: the fp8 cache's). */
 static inline void scores_pass(const qwi_cpu_kv_bf16_kernels *kb, bool direct, const float *const *qp,
                                float *const *op, int32_t nb, int32_t hd, const float *ktile,
-                               const uint16_t *const *kp, int32_t bs, int32_t n, float scale) {
-    if (direct)
+                               const uint16_t *const *kp, const uint8_t *const *kp8, int32_t bs,
+                               int32_t n, float scale) {
+    if (direct && kp8)
+        kb->pscores8_q(qp, op, nb, hd, kp8, bs, n, scale);
+    else if (direct)
         kb->pscores_q(qp, op, nb, hd, kp, bs, n, scale);
     else
         kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, n, scale);
@@ -290,17 +294,18 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
     float *op[QWI_CPU_ATTN_BATCH];
     const uint16_t *kp[QWI_CPU_ATTN_TILE], *vp[QWI_CPU_ATTN_TILE];
     const uint8_t *kp8[QWI_CPU_ATTN_TILE], *vp8[QWI_CPU_ATTN_TILE];
-    /* bf16 cache with whole plane runs of the table's width: scores read
-     * the K planes directly (pscores_q), no f32 tile - the same bits, a
-     * choice by block size alone (never by the rows of the step) */
-    const bool direct = !fp8 && kb->pscores_q && a->block_size % kb->plane_lanes == 0;
+    /* whole plane runs of the table's width: scores read the K planes
+     * directly (pscores_q, pscores8_q for fp8), no f32 tile - the same
+     * bits, a choice by block size alone (never by the rows of the step) */
+    const bool direct = (fp8 ? kb->pscores8_q != NULL : kb->pscores_q != NULL) &&
+                        a->block_size % kb->plane_lanes == 0;
     for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
         const int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
         /* K widened once for the block from its planes (ktile: [hd][TILE]
          * f32: a contiguous copy per (cache block, dim)), from which every row's scores come with positions as SIMD
          * lanes; the V rows stay bf16 / fp8 and are widened in pv */
         tile_rows(a, bt, g, t0, t1, kp, vp, kp8, vp8);
-        if (fp8)
+        if (!direct && fp8)
             kf->transpose(kp8, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
         else if (!direct)
             kb->transpose(kp, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
@@ -313,12 +318,15 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
                 qp[nb] = s[i].q + (int64_t)h * hd;
                 op[nb] = s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE;
                 if (++nb == QWI_CPU_ATTN_BATCH) {
-                    scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, a->block_size, t1 - t0, scale);
+                    scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL, a->block_size, t1 - t0,
+                                scale);
                     nb = 0;
                 }
             }
         }
-        if (nb) scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, a->block_size, t1 - t0, scale);
+        if (nb)
+            scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL, a->block_size, t1 - t0,
+                        scale);
         /* online softmax per pair: rescale what earlier tiles accumulated */
         for (int32_t i = 0; i < n; i++) {
             if (s[i].ctx <= t0) continue;

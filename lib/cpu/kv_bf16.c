@@ -6,6 +6,7 @@
 
 #include "cpu/kv_bf16.h"
 #include "dtype.h"
+#include "fp8.h"
 
 static void g_axpy(float *o, float s, const uint16_t *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) o[i] += s * qwi_bf16_to_f32(v[i]);
@@ -101,6 +102,19 @@ static void g_pscores_q(const float *const *q, float *const *out, int32_t nq, in
     }
 }
 
+static void g_pscores8_q(const float *const *q, float *const *out, int32_t nq, int64_t hd,
+                         const uint8_t *const *k, int64_t dstride, int32_t n, float scale) {
+    for (int32_t i = 0; i < nq; i++) {
+        float *o = out[i];
+        for (int32_t j = 0; j < n; j++) o[j] = 0.0f;
+        for (int64_t d = 0; d < hd; d++) {
+            const float x = q[i][d];
+            for (int32_t j = 0; j < n; j++) o[j] = o[j] + x * qwi_e4m3_to_f32(k[j][d * dstride]);
+        }
+        for (int32_t j = 0; j < n; j++) o[j] = o[j] * scale;
+    }
+}
+
 static void g_scale(float *y, const float *x, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * s;
 }
@@ -114,6 +128,7 @@ static const qwi_cpu_kv_bf16_kernels generic = {
     .transpose = qwi_cpu_kv_bf16_transpose,
     .tscores_q = g_tscores_q,
     .pscores_q = g_pscores_q,
+    .pscores8_q = g_pscores8_q,
     .plane_lanes = 1,
     .pv = g_pv,
     .vexp = g_vexp,

@@ -75,6 +75,11 @@ typedef struct qwi_cpu_kv_bf16_kernels {
      * (whatever the slots hold) but never stored. */
     void (*pscores_q)(const float *const *q, float *const *out, int32_t nq, int64_t hd,
                       const uint16_t *const *k, int64_t dstride, int32_t n, float scale);
+    /* pscores_q over fp8 (e4m3) K planes: the bits of the fp8 table's
+     * transpose followed by tscores_q (cpu/kv_fp8.h; the scales are the
+     * caller's, in `scale`). Same precondition. */
+    void (*pscores8_q)(const float *const *q, float *const *out, int32_t nq, int64_t hd,
+                       const uint8_t *const *k, int64_t dstride, int32_t n, float scale);
     int32_t plane_lanes;
     /* The P.V pass of nq accumulators over n positions: for each i < nq
      * and e < hd, o[i][e] = o[i][e] + p[i][j] * v[j][e] for j = 0 .. n-1

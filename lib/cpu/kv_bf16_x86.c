@@ -24,10 +24,14 @@
  * GCC's own limits stop short of the 16-24 accumulators used here. */
 #define UNROLL _Pragma("GCC unroll 8")
 
-#define AVX2 __attribute__((target("avx2,fma")))
-#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
-#define AVX512 __attribute__((target("avx512f,avx2,fma")))
-#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,fma")))
+/* f16c: the scores over fp8 K planes widen e4m3 through vcvtph2ps
+ * (cpu/e4m3_x86.h); every AVX2 CPU has it, and the tables check. */
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
+
+#include "cpu/e4m3_x86.h"
 
 /* ---- AVX2: 8 lanes ------------------------------------------------------ */
 
@@ -199,12 +203,18 @@ static AVX2 float avx2_exp_sum(float *s, int32_t n, float *m) {
 /* Lanes [j0, j0 + 8 * nc) of up to two heads: nc (<= 4, a constant once
  * inlined) ymm of positions per head, one FMA chain over d per lane; lanes
  * at or past n are masked off. */
+/* 8 consecutive K-plane elements from element `at` of plane run k:
+ * bf16 (planes 1) or e4m3 (planes 2), widened exactly. */
+AVX2_INLINE __m256 plane8(const void *k, int64_t at, const int planes) {
+    return planes == 2 ? e8((const uint8_t *)k + at) : ld8((const uint16_t *)k + at);
+}
+
 /* Lanes j0 .. j0+8*nc-1 of q0's (and q1's) scores: K from the f32 tile kt
  * (masked loads), or with kp set from the K planes (kp[j] + d * dstride:
  * 8 consecutive bf16 per chunk, read whole, widened; only the stores are
  * masked) - the same FMA chain either way. */
 AVX2_INLINE void avx2_scores_chunk(const float *q0, const float *q1, int64_t hd,
-                                   const float *kt, int64_t ld, const uint16_t *const *kpl,
+                                   const float *kt, int64_t ld, const void *const *kpl,
                                    int64_t dstride, int32_t j0, int32_t n, float scale, float *o0,
                                    float *o1, const int nc, const int planes) {
     __m256i m[4];
@@ -220,7 +230,8 @@ AVX2_INLINE void avx2_scores_chunk(const float *q0, const float *q1, int64_t hd,
         for (int64_t d = 0; d < hd; d++, kp += kstep) {
             __m256 x0 = _mm256_broadcast_ss(q0 + d), x1 = _mm256_broadcast_ss(q1 + d);
             for (int c = 0; c < nc; c++) {
-                __m256 kv = planes ? ld8(kpl[j0 + 8 * c] + d * dstride) : _mm256_maskload_ps(kp + 8 * c, m[c]);
+                __m256 kv = planes ? plane8(kpl[j0 + 8 * c], d * dstride, planes)
+                                   : _mm256_maskload_ps(kp + 8 * c, m[c]);
                 a0[c] = _mm256_fmadd_ps(x0, kv, a0[c]);
                 a1[c] = _mm256_fmadd_ps(x1, kv, a1[c]);
             }
@@ -230,7 +241,8 @@ AVX2_INLINE void avx2_scores_chunk(const float *q0, const float *q1, int64_t hd,
             __m256 x0 = _mm256_broadcast_ss(q0 + d);
             for (int c = 0; c < nc; c++)
                 a0[c] = _mm256_fmadd_ps(
-                    x0, planes ? ld8(kpl[j0 + 8 * c] + d * dstride) : _mm256_maskload_ps(kp + 8 * c, m[c]), a0[c]);
+                    x0, planes ? plane8(kpl[j0 + 8 * c], d * dstride, planes) : _mm256_maskload_ps(kp + 8 * c, m[c]),
+                    a0[c]);
         }
     }
     const __m256 sv = _mm256_set1_ps(scale);
@@ -299,7 +311,7 @@ static AVX2 void avx2_transpose(const uint16_t *const *k, int32_t n, int64_t hd,
 
 /* avx2_tscores_q (planes 0: kt) or its K-plane twin (planes 1: kpl). */
 AVX2_INLINE void avx2_scores_q(const float *const *q, float *const *out, int32_t nq, int64_t hd,
-                               const float *kt, int64_t ld, const uint16_t *const *kpl,
+                               const float *kt, int64_t ld, const void *const *kpl,
                                int64_t dstride, int32_t n, float scale, const int planes) {
     for (int32_t h = 0; h < nq; h += 2) {
         const float *q1 = h + 1 < nq ? q[h + 1] : NULL;
@@ -325,7 +337,13 @@ static AVX2 void avx2_tscores_q(const float *const *q, float *const *out, int32_
 static AVX2 void avx2_pscores_q(const float *const *q, float *const *out, int32_t nq,
                                 int64_t hd, const uint16_t *const *kpl, int64_t dstride,
                                 int32_t n, float scale) {
-    avx2_scores_q(q, out, nq, hd, NULL, 0, kpl, dstride, n, scale, 1);
+    avx2_scores_q(q, out, nq, hd, NULL, 0, (const void *const *)kpl, dstride, n, scale, 1);
+}
+
+static AVX2 void avx2_pscores8_q(const float *const *q, float *const *out, int32_t nq,
+                                 int64_t hd, const uint8_t *const *kpl, int64_t dstride,
+                                 int32_t n, float scale) {
+    avx2_scores_q(q, out, nq, hd, NULL, 0, (const void *const *)kpl, dstride, n, scale, 2);
 }
 
 static AVX2 void avx2_tscores(const float *q, int32_t nq, int64_t hd, const float *kt,
@@ -354,6 +372,7 @@ static const qwi_cpu_kv_bf16_kernels avx2_table = {
     .transpose = avx2_transpose,
     .tscores_q = avx2_tscores_q,
     .pscores_q = avx2_pscores_q,
+    .pscores8_q = avx2_pscores8_q,
     .plane_lanes = 8,
     .pv = avx2_pv,
     .vexp = avx2_vexp,
@@ -363,7 +382,9 @@ static const qwi_cpu_kv_bf16_kernels avx2_table = {
 
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx2(void) {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return NULL;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c"))
+        return NULL;
     return &avx2_table;
 }
 
@@ -473,7 +494,7 @@ static AVX512 void avx512_axpy4x2(float *o0, float *o1, const float s0[4], const
  * masked - the same FMA chain either way. */
 AVX512_INLINE void avx512_scores_chunk(const float *const *q, float *const *o, const int QB,
                                        int64_t hd, const float *kt, int64_t ld,
-                                       const uint16_t *const *kpl, int64_t dstride, int32_t j0,
+                                       const void *const *kpl, int64_t dstride, int32_t j0,
                                        int32_t n, float scale, const int nc, const int planes) {
     __mmask16 m[4];
     UNROLL
@@ -492,8 +513,11 @@ AVX512_INLINE void avx512_scores_chunk(const float *const *q, float *const *o, c
         __m512 kv[4];
         UNROLL
         for (int c = 0; c < nc; c++) {
-            if (planes) {
-                const __m256i h = _mm256_loadu_si256((const __m256i *)(kpl[j0 + 16 * c] + d * dstride));
+            if (planes == 2) {
+                kv[c] = e16((const uint8_t *)kpl[j0 + 16 * c] + d * dstride);
+            } else if (planes) {
+                const __m256i h =
+                    _mm256_loadu_si256((const __m256i *)((const uint16_t *)kpl[j0 + 16 * c] + d * dstride));
                 kv[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
             } else {
                 kv[c] = _mm512_maskz_loadu_ps(m[c], kp + 16 * c);
@@ -527,7 +551,7 @@ AVX512_INLINE void avx512_scores_chunk(const float *const *q, float *const *o, c
 /* avx512_tscores_q (planes 0: kt) or its K-plane twin (planes 1: kpl). */
 AVX512_INLINE void avx512_scores_q(const float *const *q, float *const *out, int32_t nq,
                                    int64_t hd, const float *kt, int64_t ld,
-                                   const uint16_t *const *kpl, int64_t dstride, int32_t n,
+                                   const void *const *kpl, int64_t dstride, int32_t n,
                                    float scale, const int planes) {
     /* lane chunks outer, groups of 6 q vectors inner: a chunk's columns
      * of the K tile (hd x 256 bytes) are reused from L1 by every group */
@@ -557,7 +581,13 @@ static AVX512 void avx512_tscores_q(const float *const *q, float *const *out, in
 static AVX512 void avx512_pscores_q(const float *const *q, float *const *out, int32_t nq,
                                     int64_t hd, const uint16_t *const *kpl, int64_t dstride,
                                     int32_t n, float scale) {
-    avx512_scores_q(q, out, nq, hd, NULL, 0, kpl, dstride, n, scale, 1);
+    avx512_scores_q(q, out, nq, hd, NULL, 0, (const void *const *)kpl, dstride, n, scale, 1);
+}
+
+static AVX512 void avx512_pscores8_q(const float *const *q, float *const *out, int32_t nq,
+                                     int64_t hd, const uint8_t *const *kpl, int64_t dstride,
+                                     int32_t n, float scale) {
+    avx512_scores_q(q, out, nq, hd, NULL, 0, (const void *const *)kpl, dstride, n, scale, 2);
 }
 
 static AVX512 void avx512_tscores(const float *q, int32_t nq, int64_t hd, const float *kt,
@@ -649,6 +679,7 @@ static const qwi_cpu_kv_bf16_kernels avx512_table = {
     .transpose = avx2_transpose,
     .tscores_q = avx512_tscores_q,
     .pscores_q = avx512_pscores_q,
+    .pscores8_q = avx512_pscores8_q,
     .plane_lanes = 16,
     .pv = avx512_pv,
     .vexp = avx512_vexp,
@@ -659,7 +690,7 @@ static const qwi_cpu_kv_bf16_kernels avx512_table = {
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void) {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
-        !__builtin_cpu_supports("fma"))
+        !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
         return NULL;
     return &avx512_table;
 }
