@@ -14,9 +14,11 @@
  * The f32 cache is read through the f32 kernel table (scores_f32, pv_f32,
  * libm expf: row_tile). The bf16 cache is read through the bf16-KV table
  * (cpu/kv_bf16.h) in fast_block, and the fp8 cache the same way with its
- * K widen and P.V from the fp8-KV table (cpu/kv_fp8.h): per tile
- * the K planes are widened once into [head_dim][TILE] f32, the scores of all the
- * block's (row, head) pairs come from one tscores_q pass (each K vector
+ * K widen and P.V from the fp8-KV table (cpu/kv_fp8.h): per tile the
+ * scores of all the block's (row, head) pairs come from one pass over the
+ * K planes (pscores_q / pscores8_q), or, for block sizes that are no
+ * multiple of the table's vector width, over the planes widened once into
+ * a [head_dim][TILE] f32 tile (tscores_q) - the same bits (each K vector
  * loaded feeds several q vectors), the softmax uses the table's polynomial
  * exp (exp_sum), and pv adds P.V with the accumulators in registers and
  * each V vector shared by several pairs.
@@ -170,8 +172,8 @@ static void pv_f32(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, 
 /* The tile rows of the bf16 or fp8 cache: k[i] and v[i] (k8/v8 for
  * fp8) point at the K (its element of dim 0 in head g's K plane of the
  * block, dims block_size apart) and the V row of kv head g at position
- * t0 + i, i < t1 - t0, each prefetched. One block-table hop per block instead of a division per
- * position (a decode step forms these pointers for every (sequence, kv
+ * t0 + i, i < t1 - t0, each prefetched. One block-table hop per block
+ * instead of a division per position (a decode step forms these pointers for every (sequence, kv
  * head) task). */
 static void tile_rows(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32_t t0,
                       int32_t t1, const uint16_t **k, const uint16_t **v, const uint8_t **k8,
@@ -269,10 +271,10 @@ static inline void scores_pass(const qwi_cpu_kv_bf16_kernels *kb, bool direct, c
 }
 
 /* The bf16 or fp8 cache, rows s[0..n) of one run of one sequence, kv
- * head g: for each context tile, its K (planes) is widened once into
- * [head_dim][TILE] (ktile) and its V rows prefetched; then the scores of every
- * (row, head) pair still attending come from one tscores_q pass over
- * ktile, the online softmax runs per pair (the table's exp_sum), and the
+ * head g: for each context tile, its V rows are prefetched and the scores
+ * of every (row, head) pair still attending come from one pass over the K
+ * planes (direct) or over ktile, the planes widened once into
+ * [head_dim][TILE]; the online softmax runs per pair (the table's exp_sum), and the
  * P.V pass adds every pair's positions with the V vectors shared across
  * the pairs (pv). A pair's bits depend only on its q, the cached K/V, its
  * context length and the table: tscores_q and pv fix every output's chain
@@ -301,9 +303,10 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
                         a->block_size % kb->plane_lanes == 0;
     for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
         const int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
-        /* K widened once for the block from its planes (ktile: [hd][TILE]
-         * f32: a contiguous copy per (cache block, dim)), from which every row's scores come with positions as SIMD
-         * lanes; the V rows stay bf16 / fp8 and are widened in pv */
+        /* without direct scores, K is widened once for the block from its
+         * planes (ktile: [hd][TILE] f32, a contiguous copy per (cache
+         * block, dim)); either way every row's scores come with positions
+         * as SIMD lanes. The V rows stay bf16 / fp8, widened in pv */
         tile_rows(a, bt, g, t0, t1, kp, vp, kp8, vp8);
         if (!direct && fp8)
             kf->transpose(kp8, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
