@@ -186,7 +186,9 @@ static void tile_rows(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32
     for (int32_t i = 0; i < t1 - t0; i++) {
         const int64_t slot = (int64_t)bt[b] * bs + o;
         const int64_t voff = slot * kv_stride + ke;
-        const int64_t koff = qwi_cpu_kplane_index(slot, bs, kv_stride, ke);
+        /* qwi_cpu_kplane_index(slot, bs, kv_stride, ke), from the block
+         * and offset already in hand (no division per position) */
+        const int64_t koff = (int64_t)bt[b] * bs * kv_stride + ke * bs + o;
         /* head g's K plane of the block: head_dim rows of block_size
          * elements, contiguous; prefetched once, at the tile's first
          * position in the block */
