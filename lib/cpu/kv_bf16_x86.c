@@ -61,69 +61,24 @@ static AVX2 void avx2_axpy(float *o, float s, const uint16_t *v, int64_t n) {
     }
 }
 
-/* Scalar FMA chains for elements [e0, hd) of every accumulator: the
- * hd % 8 (or % 16) tail of pv, positions in order per element as the
- * vector part. */
-static inline __attribute__((target("fma"))) void pv_tail(float *const *o,
-                                                          const float *const *p, int32_t nq,
-                                                          const uint16_t *const *v, int32_t n,
-                                                          int64_t e0, int64_t hd) {
-    for (int32_t i = 0; i < nq; i++)
-        for (int64_t e = e0; e < hd; e++) {
-            float acc = o[i][e];
-            for (int32_t j = 0; j < n; j++) {
-                uint32_t u = (uint32_t)v[j][e] << 16;
-                float f;
-                memcpy(&f, &u, 4);
-                acc = __builtin_fmaf(p[i][j], f, acc);
-            }
-            o[i][e] = acc;
-        }
+/* bf16 -> f32, 16 lanes (the P.V template needs both widths here). */
+AVX512_INLINE __m512 ld16(const uint16_t *p) {
+    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
 }
 
-/* Accumulators o[0..QB) elements [e0, e0 + 8*HC), held in registers over
- * positions 0..n-1 (QB, HC constants once inlined; QB*HC <= 8). */
-AVX2_INLINE void avx2_pv_blk(float *const *o, const float *const *p, const int QB,
-                             const uint16_t *const *v, int32_t n, int64_t e0, const int HC) {
-    __m256 acc[4][4];
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) acc[i][c] = _mm256_loadu_ps(o[i] + e0 + 8 * c);
-    for (int32_t j = 0; j < n; j++) {
-        __m256 vv[4];
-        UNROLL
-        for (int c = 0; c < HC; c++) vv[c] = ld8(v[j] + e0 + 8 * c);
-        UNROLL
-        for (int i = 0; i < QB; i++) {
-            const __m256 x = _mm256_broadcast_ss(p[i] + j);
-            UNROLL
-            for (int c = 0; c < HC; c++) acc[i][c] = _mm256_fmadd_ps(x, vv[c], acc[i][c]);
-        }
-    }
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) _mm256_storeu_ps(o[i] + e0 + 8 * c, acc[i][c]);
+static inline float bf16_scalar(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
-/* QB accumulators: 8*HC-wide column blocks, then 8-wide ones, then the
- * scalar tail (every element is still one chain over j in order). */
-AVX2_INLINE void avx2_pv_rows(float *const *o, const float *const *p, const int QB,
-                              const uint16_t *const *v, int32_t n, int64_t hd, const int HC) {
-    int64_t e = 0;
-    for (; e + 8 * HC <= hd; e += 8 * HC) avx2_pv_blk(o, p, QB, v, n, e, HC);
-    for (; e + 8 <= hd; e += 8) avx2_pv_blk(o, p, QB, v, n, e, 1);
-    if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
-}
-
-static AVX2 void avx2_pv(float *const *o, const float *const *p, int32_t nq,
-                         const uint16_t *const *v, int32_t n, int64_t hd) {
-    int32_t i = 0;
-    for (; i + 4 <= nq; i += 4) avx2_pv_rows(o + i, p + i, 4, v, n, hd, 2);
-    for (; i + 2 <= nq; i += 2) avx2_pv_rows(o + i, p + i, 2, v, n, hd, 4);
-    for (; i < nq; i++) avx2_pv_rows(o + i, p + i, 1, v, n, hd, 4);
-}
+#define KV_PV_ELEM uint16_t
+#define KV_PV_WIDEN8(p) ld8(p)
+#define KV_PV_WIDEN16(p) ld16(p)
+#define KV_PV_SCALAR(e) bf16_scalar(e)
+#include "cpu/kv_pv_x86.h"
 
 static AVX2 void avx2_axpy4(float *o, const float s[4], const uint16_t *const v[4], int64_t n) {
     avx2_pv(&o, &s, 1, v, 4, n);
@@ -397,11 +352,6 @@ AVX512_INLINE float hsum16(__m512 v) {
     return hsum8(_mm256_add_ps(lo, hi));
 }
 
-AVX512_INLINE __m512 ld16(const uint16_t *p) {
-    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
-}
-
 static AVX512 void avx512_axpy(float *o, float s, const uint16_t *v, int64_t n) {
     __m512 sv = _mm512_set1_ps(s);
     int64_t i = 0;
@@ -413,63 +363,6 @@ static AVX512 void avx512_axpy(float *o, float s, const uint16_t *v, int64_t n) 
         memcpy(&f, &u, 4);
         o[i] = __builtin_fmaf(s, f, o[i]);
     }
-}
-
-/* Accumulators o[0..QB) elements [e0, e0 + 16*HC), held in registers
- * over positions 0..n-1 (QB, HC constants once inlined; QB*HC <= 16). */
-AVX512_INLINE void avx512_pv_blk(float *const *o, const float *const *p, const int QB,
-                                 const uint16_t *const *v, int32_t n, int64_t e0, const int HC) {
-    __m512 acc[8][8];
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) acc[i][c] = _mm512_loadu_ps(o[i] + e0 + 16 * c);
-    for (int32_t j = 0; j < n; j++) {
-        __m512 vv[8];
-        UNROLL
-        for (int c = 0; c < HC; c++) vv[c] = ld16(v[j] + e0 + 16 * c);
-        UNROLL
-        for (int i = 0; i < QB; i++) {
-            const __m512 x = _mm512_set1_ps(p[i][j]);
-            UNROLL
-            for (int c = 0; c < HC; c++) acc[i][c] = _mm512_fmadd_ps(x, vv[c], acc[i][c]);
-        }
-    }
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) _mm512_storeu_ps(o[i] + e0 + 16 * c, acc[i][c]);
-}
-
-/* QB accumulators: 16*HC-wide column blocks, then 16-wide ones, then the
- * scalar tail (every element is still one chain over j in order). */
-AVX512_INLINE void avx512_pv_rows(float *const *o, const float *const *p, const int QB,
-                                  const uint16_t *const *v, int32_t n, int64_t hd,
-                                  const int HC) {
-    int64_t e = 0;
-    for (; e + 16 * HC <= hd; e += 16 * HC) avx512_pv_blk(o, p, QB, v, n, e, HC);
-    for (; e + 16 <= hd; e += 16) avx512_pv_blk(o, p, QB, v, n, e, 1);
-    if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
-}
-
-static AVX512 void avx512_pv(float *const *o, const float *const *p, int32_t nq,
-                             const uint16_t *const *v, int32_t n, int64_t hd) {
-    int32_t i = 0;
-    if (nq >= 8) {
-        /* column blocks outer, groups of 8 accumulators inner: the V
-         * columns of a block (n x 64 bytes) stay in L1 for every group */
-        const int32_t n8 = nq & ~7;
-        int64_t e = 0;
-        for (; e + 32 <= hd; e += 32)
-            for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 2);
-        for (; e + 16 <= hd; e += 16)
-            for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 1);
-        if (e < hd) pv_tail(o, p, n8, v, n, e, hd);
-        i = n8;
-    }
-    for (; i + 4 <= nq; i += 4) avx512_pv_rows(o + i, p + i, 4, v, n, hd, 4);
-    for (; i + 2 <= nq; i += 2) avx512_pv_rows(o + i, p + i, 2, v, n, hd, 8);
-    for (; i < nq; i++) avx512_pv_rows(o + i, p + i, 1, v, n, hd, 8);
 }
 
 static AVX512 void avx512_axpy4(float *o, const float s[4], const uint16_t *const v[4],

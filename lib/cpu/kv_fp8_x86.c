@@ -24,8 +24,6 @@
 
 #include "cpu/e4m3_x86.h"
 
-#include "cpu/e4m3_x86.h"
-
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
@@ -33,62 +31,11 @@
 
 /* ---- AVX2: 8 lanes ------------------------------------------------------ */
 
-/* Scalar FMA chains for elements [e0, hd) of every accumulator: pv's hd %
- * 8 (or % 16) tail, positions in order per element as the vector part. */
-static inline __attribute__((target("fma"))) void pv_tail(float *const *o,
-                                                          const float *const *p, int32_t nq,
-                                                          const uint8_t *const *v, int32_t n,
-                                                          int64_t e0, int64_t hd) {
-    for (int32_t i = 0; i < nq; i++)
-        for (int64_t e = e0; e < hd; e++) {
-            float acc = o[i][e];
-            for (int32_t j = 0; j < n; j++)
-                acc = __builtin_fmaf(p[i][j], qwi_e4m3_to_f32(v[j][e]), acc);
-            o[i][e] = acc;
-        }
-}
-
-/* Accumulators o[0..QB) elements [e0, e0 + 8*HC), in registers over
- * positions 0..n-1 (QB, HC constants once inlined; QB*HC <= 8). */
-AVX2_INLINE void avx2_pv_blk(float *const *o, const float *const *p, const int QB,
-                             const uint8_t *const *v, int32_t n, int64_t e0, const int HC) {
-    __m256 acc[4][4];
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) acc[i][c] = _mm256_loadu_ps(o[i] + e0 + 8 * c);
-    for (int32_t j = 0; j < n; j++) {
-        __m256 vv[4];
-        UNROLL
-        for (int c = 0; c < HC; c++) vv[c] = e8(v[j] + e0 + 8 * c);
-        UNROLL
-        for (int i = 0; i < QB; i++) {
-            const __m256 x = _mm256_broadcast_ss(p[i] + j);
-            UNROLL
-            for (int c = 0; c < HC; c++) acc[i][c] = _mm256_fmadd_ps(x, vv[c], acc[i][c]);
-        }
-    }
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) _mm256_storeu_ps(o[i] + e0 + 8 * c, acc[i][c]);
-}
-
-AVX2_INLINE void avx2_pv_rows(float *const *o, const float *const *p, const int QB,
-                              const uint8_t *const *v, int32_t n, int64_t hd, const int HC) {
-    int64_t e = 0;
-    for (; e + 8 * HC <= hd; e += 8 * HC) avx2_pv_blk(o, p, QB, v, n, e, HC);
-    for (; e + 8 <= hd; e += 8) avx2_pv_blk(o, p, QB, v, n, e, 1);
-    if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
-}
-
-static AVX2 void avx2_pv(float *const *o, const float *const *p, int32_t nq,
-                         const uint8_t *const *v, int32_t n, int64_t hd) {
-    int32_t i = 0;
-    for (; i + 4 <= nq; i += 4) avx2_pv_rows(o + i, p + i, 4, v, n, hd, 2);
-    for (; i + 2 <= nq; i += 2) avx2_pv_rows(o + i, p + i, 2, v, n, hd, 4);
-    for (; i < nq; i++) avx2_pv_rows(o + i, p + i, 1, v, n, hd, 4);
-}
+#define KV_PV_ELEM uint8_t
+#define KV_PV_WIDEN8(p) e8(p)
+#define KV_PV_WIDEN16(p) e16(p)
+#define KV_PV_SCALAR(e) qwi_e4m3_to_f32(e)
+#include "cpu/kv_pv_x86.h"
 
 /* Rows j .. j+7 (k[j+i] + d0, 8 bytes each) to kt[(d0+i)*ld + j ..], 8x8. */
 AVX2_INLINE void tr8x8(const uint8_t *const *k, int32_t j, int64_t d0, float *kt, int64_t ld) {
@@ -159,59 +106,6 @@ const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx2(void) {
 }
 
 /* ---- AVX-512F: 16 lanes ------------------------------------------------- */
-
-AVX512_INLINE void avx512_pv_blk(float *const *o, const float *const *p, const int QB,
-                                 const uint8_t *const *v, int32_t n, int64_t e0, const int HC) {
-    __m512 acc[8][8];
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) acc[i][c] = _mm512_loadu_ps(o[i] + e0 + 16 * c);
-    for (int32_t j = 0; j < n; j++) {
-        __m512 vv[8];
-        UNROLL
-        for (int c = 0; c < HC; c++) vv[c] = e16(v[j] + e0 + 16 * c);
-        UNROLL
-        for (int i = 0; i < QB; i++) {
-            const __m512 x = _mm512_set1_ps(p[i][j]);
-            UNROLL
-            for (int c = 0; c < HC; c++) acc[i][c] = _mm512_fmadd_ps(x, vv[c], acc[i][c]);
-        }
-    }
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) _mm512_storeu_ps(o[i] + e0 + 16 * c, acc[i][c]);
-}
-
-AVX512_INLINE void avx512_pv_rows(float *const *o, const float *const *p, const int QB,
-                                  const uint8_t *const *v, int32_t n, int64_t hd,
-                                  const int HC) {
-    int64_t e = 0;
-    for (; e + 16 * HC <= hd; e += 16 * HC) avx512_pv_blk(o, p, QB, v, n, e, HC);
-    for (; e + 16 <= hd; e += 16) avx512_pv_blk(o, p, QB, v, n, e, 1);
-    if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
-}
-
-static AVX512 void avx512_pv(float *const *o, const float *const *p, int32_t nq,
-                             const uint8_t *const *v, int32_t n, int64_t hd) {
-    int32_t i = 0;
-    if (nq >= 8) {
-        /* column blocks outer, groups of 8 accumulators inner: a block's V
-         * columns (n x 32 bytes) stay in L1 for every group */
-        const int32_t n8 = nq & ~7;
-        int64_t e = 0;
-        for (; e + 32 <= hd; e += 32)
-            for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 2);
-        for (; e + 16 <= hd; e += 16)
-            for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 1);
-        if (e < hd) pv_tail(o, p, n8, v, n, e, hd);
-        i = n8;
-    }
-    for (; i + 4 <= nq; i += 4) avx512_pv_rows(o + i, p + i, 4, v, n, hd, 4);
-    for (; i + 2 <= nq; i += 2) avx512_pv_rows(o + i, p + i, 2, v, n, hd, 8);
-    for (; i < nq; i++) avx512_pv_rows(o + i, p + i, 1, v, n, hd, 8);
-}
 
 static const qwi_cpu_kv_fp8_kernels avx512_table = {
     .name = "avx512",

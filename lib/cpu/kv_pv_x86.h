@@ -1,0 +1,138 @@
+/*
+ * kv_pv_x86.h - attention's P.V over a quantized KV cache in AVX2+FMA and
+ * AVX-512F, written once for every element type: o[i][e] += sum over
+ * positions j of p[i][j] * V[j][e], for nq outputs o[i] of hd floats (the
+ * pv entry of cpu/kv_bf16.h and cpu/kv_fp8.h, whose contract this keeps:
+ * one FMA chain per output element over j in order, from o's value).
+ *
+ * A template, not a header: kv_bf16_x86.c and kv_fp8_x86.c include it (in
+ * their x86-64 GCC/Clang part, once each) after defining
+ *   KV_PV_ELEM          the cache element (uint16_t bf16, uint8_t e4m3)
+ *   KV_PV_WIDEN8(p)     8 elements at p as a __m256 (exact)
+ *   KV_PV_WIDEN16(p)    16 elements at p as a __m512 (exact)
+ *   KV_PV_SCALAR(e)     one element as a float (the same value)
+ * and UNROLL, AVX2, AVX2_INLINE, AVX512, AVX512_INLINE; it defines the
+ * static pv_tail, avx2_pv_blk, avx2_pv_rows, avx2_pv, avx512_pv_blk,
+ * avx512_pv_rows and avx512_pv. The widen is the only difference between
+ * the caches, so the register blocking (up to 4 x 2 ymm / 8 x 2 zmm
+ * accumulators, each V vector widened once for all of them) lives here.
+ */
+/* ---- AVX2: 8 lanes ------------------------------------------------------ */
+
+/* Scalar FMA chains for elements [e0, hd) of every accumulator: the
+ * hd % 8 (or % 16) tail of pv, positions in order per element as the
+ * vector part. */
+static inline __attribute__((target("fma"))) void pv_tail(float *const *o,
+                                                          const float *const *p, int32_t nq,
+                                                          const KV_PV_ELEM *const *v, int32_t n,
+                                                          int64_t e0, int64_t hd) {
+    for (int32_t i = 0; i < nq; i++)
+        for (int64_t e = e0; e < hd; e++) {
+            float acc = o[i][e];
+            for (int32_t j = 0; j < n; j++) acc = __builtin_fmaf(p[i][j], KV_PV_SCALAR(v[j][e]), acc);
+            o[i][e] = acc;
+        }
+}
+
+/* Accumulators o[0..QB) elements [e0, e0 + 8*HC), held in registers over
+ * positions 0..n-1 (QB, HC constants once inlined; QB*HC <= 8). */
+AVX2_INLINE void avx2_pv_blk(float *const *o, const float *const *p, const int QB,
+                             const KV_PV_ELEM *const *v, int32_t n, int64_t e0, const int HC) {
+    __m256 acc[4][4];
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HC; c++) acc[i][c] = _mm256_loadu_ps(o[i] + e0 + 8 * c);
+    for (int32_t j = 0; j < n; j++) {
+        __m256 vv[4];
+        UNROLL
+        for (int c = 0; c < HC; c++) vv[c] = KV_PV_WIDEN8(v[j] + e0 + 8 * c);
+        UNROLL
+        for (int i = 0; i < QB; i++) {
+            const __m256 x = _mm256_broadcast_ss(p[i] + j);
+            UNROLL
+            for (int c = 0; c < HC; c++) acc[i][c] = _mm256_fmadd_ps(x, vv[c], acc[i][c]);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HC; c++) _mm256_storeu_ps(o[i] + e0 + 8 * c, acc[i][c]);
+}
+
+/* QB accumulators: 8*HC-wide column blocks, then 8-wide ones, then the
+ * scalar tail (every element is still one chain over j in order). */
+AVX2_INLINE void avx2_pv_rows(float *const *o, const float *const *p, const int QB,
+                              const KV_PV_ELEM *const *v, int32_t n, int64_t hd, const int HC) {
+    int64_t e = 0;
+    for (; e + 8 * HC <= hd; e += 8 * HC) avx2_pv_blk(o, p, QB, v, n, e, HC);
+    for (; e + 8 <= hd; e += 8) avx2_pv_blk(o, p, QB, v, n, e, 1);
+    if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
+}
+
+static AVX2 void avx2_pv(float *const *o, const float *const *p, int32_t nq,
+                         const KV_PV_ELEM *const *v, int32_t n, int64_t hd) {
+    int32_t i = 0;
+    for (; i + 4 <= nq; i += 4) avx2_pv_rows(o + i, p + i, 4, v, n, hd, 2);
+    for (; i + 2 <= nq; i += 2) avx2_pv_rows(o + i, p + i, 2, v, n, hd, 4);
+    for (; i < nq; i++) avx2_pv_rows(o + i, p + i, 1, v, n, hd, 4);
+}
+
+/* ---- AVX-512F: 16 lanes ------------------------------------------------- */
+
+/* Accumulators o[0..QB) elements [e0, e0 + 16*HC), held in registers
+ * over positions 0..n-1 (QB, HC constants once inlined; QB*HC <= 16). */
+AVX512_INLINE void avx512_pv_blk(float *const *o, const float *const *p, const int QB,
+                                 const KV_PV_ELEM *const *v, int32_t n, int64_t e0, const int HC) {
+    __m512 acc[8][8];
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HC; c++) acc[i][c] = _mm512_loadu_ps(o[i] + e0 + 16 * c);
+    for (int32_t j = 0; j < n; j++) {
+        __m512 vv[8];
+        UNROLL
+        for (int c = 0; c < HC; c++) vv[c] = KV_PV_WIDEN16(v[j] + e0 + 16 * c);
+        UNROLL
+        for (int i = 0; i < QB; i++) {
+            const __m512 x = _mm512_set1_ps(p[i][j]);
+            UNROLL
+            for (int c = 0; c < HC; c++) acc[i][c] = _mm512_fmadd_ps(x, vv[c], acc[i][c]);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HC; c++) _mm512_storeu_ps(o[i] + e0 + 16 * c, acc[i][c]);
+}
+
+/* QB accumulators: 16*HC-wide column blocks, then 16-wide ones, then the
+ * scalar tail (every element is still one chain over j in order). */
+AVX512_INLINE void avx512_pv_rows(float *const *o, const float *const *p, const int QB,
+                                  const KV_PV_ELEM *const *v, int32_t n, int64_t hd,
+                                  const int HC) {
+    int64_t e = 0;
+    for (; e + 16 * HC <= hd; e += 16 * HC) avx512_pv_blk(o, p, QB, v, n, e, HC);
+    for (; e + 16 <= hd; e += 16) avx512_pv_blk(o, p, QB, v, n, e, 1);
+    if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
+}
+
+static AVX512 void avx512_pv(float *const *o, const float *const *p, int32_t nq,
+                             const KV_PV_ELEM *const *v, int32_t n, int64_t hd) {
+    int32_t i = 0;
+    if (nq >= 8) {
+        /* column blocks outer, groups of 8 accumulators inner: the V
+         * columns of a block (n x 32 elements) stay in L1 for every group */
+        const int32_t n8 = nq & ~7;
+        int64_t e = 0;
+        for (; e + 32 <= hd; e += 32)
+            for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 2);
+        for (; e + 16 <= hd; e += 16)
+            for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 1);
+        if (e < hd) pv_tail(o, p, n8, v, n, e, hd);
+        i = n8;
+    }
+    for (; i + 4 <= nq; i += 4) avx512_pv_rows(o + i, p + i, 4, v, n, hd, 4);
+    for (; i + 2 <= nq; i += 2) avx512_pv_rows(o + i, p + i, 2, v, n, hd, 8);
+    for (; i < nq; i++) avx512_pv_rows(o + i, p + i, 1, v, n, hd, 8);
+}
