@@ -127,15 +127,27 @@ Test(quant_kernels, zero_point_outside_the_contract_is_refused) {
 }
 
 /* Run one table's kernel for rows [0, M) and columns [c0, c0 + N) of the
- * weight (c0 a multiple of 16), x f32 rows (SEQ) or their bf16 pairs. */
+ * weight (c0 a multiple of 16), x f32 rows (SEQ) or their bf16 pairs. For
+ * odd M the fast kernels get the U4 row sums precomputed (as the driver
+ * passes them), for even M they sum themselves: the row-alone checks below
+ * compare the two (M = 2, 50 against M = 1). */
 static void run(const qwi_cpu_kernels *kt, const qwi_qpanel *qp, const float *x, const uint32_t *xp,
                 int64_t M, int64_t c0, int64_t N, const float *bias, float *out, int64_t ldo,
                 int accumulate) {
     const float *b = bias ? bias + c0 : NULL;
-    if (qp->layout == QWI_QPANEL_SEQ)
+    if (qp->layout == QWI_QPANEL_SEQ) {
         kt->matmul_qf32(x, M, qp->k, qp, c0, N, b, out + c0, ldo, accumulate);
-    else
-        kt->matmul_qpair(xp, M, qwi_pair_kp(qp->k), qp, c0, N, b, out + c0, ldo, accumulate);
+        return;
+    }
+    const int64_t KP = qwi_pair_kp(qp->k);
+    float *xs = NULL;
+    if (qp->fmt == QWI_QFMT_U4 && M % 2) {
+        xs = malloc(sizeof(float) * (size_t)(M * qp->ngroups));
+        cr_assert(xs);
+        qwi_qpanel_pair_xsums(xp, 0, M, KP, qp->group_k, xs);
+    }
+    kt->matmul_qpair(xp, M, KP, qp, xs, c0, N, b, out + c0, ldo, accumulate);
+    free(xs);
 }
 
 typedef struct shape {
@@ -278,8 +290,11 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
         for (int threads = 1; threads <= 2; threads++) {
             qwi_cpu_pool *pool = NULL;
             cr_assert_eq(qwi_cpu_pool_create(threads, &pool), QW_OK);
+            /* 2 threads: the driver also sums the U4 rows once (xsum) */
+            float xsbuf[16];
             qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                               .xpair = xpair };
+                               .xpair = xpair, .xsum = threads == 2 ? xsbuf : NULL,
+                               .xsum_cap = threads == 2 ? 16 : 0 };
             qwi_cpu_linear q = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = qp };
             qwi_cpu_linear plain = { .dtype = QWI_DTYPE_F32, .w = wf, .n = 48, .k = K };
             qwi_cpu_mm_job jobs[2] = { { &plain, out2, 0 }, { &q, out, 0 } };

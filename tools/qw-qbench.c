@@ -126,6 +126,8 @@ int main(int argc, char **argv) {
     uint8_t *codes = xalloc((size_t)(N * K));
     float *scales = xalloc(sizeof(float) * (size_t)(N * G)), *zeros = xalloc(sizeof(float) * (size_t)(N * G));
     for (int64_t i = 0; i < N * G; i++) { scales[i] = 0.01f; zeros[i] = 8.0f; }
+    /* the U4 kernels' per-(row, group) sums, as the engine's driver keeps them */
+    float *xsum = xalloc(sizeof(float) * (size_t)(mmax * G));
 
     printf("qw-qbench: K %lld, N %lld, group %lld, %d thread(s), table %s, %lld layers, %s time\n",
            (long long)K, (long long)N, (long long)group, qwi_cpu_pool_size(pool), kt->name,
@@ -178,7 +180,7 @@ int main(int argc, char **argv) {
                 }
             }
             bench b = { .cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                                .xpair = xpair },
+                                .xpair = xpair, .xsum = xsum, .xsum_cap = mmax * G },
                         .x = x, .K = K, .lins = lins, .nl = (int)layers, .out = out };
             printf("%-6s %-5s %12zu", mode ? "fast" : "exact", fnames[f], bytes);
             fflush(stdout);
@@ -194,6 +196,6 @@ int main(int argc, char **argv) {
             free(lins);
         }
     qwi_cpu_pool_destroy(pool);
-    free(x); free(xpair); free(out); free(wf); free(codes); free(scales); free(zeros);
+    free(x); free(xpair); free(xsum); free(out); free(wf); free(codes); free(scales); free(zeros);
     return 0;
 }

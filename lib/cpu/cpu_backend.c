@@ -81,6 +81,8 @@ typedef struct cpu_backend {
     int32_t *logit_seq;            /* [max_num_seqs]: seqs that need logits       */
     float **f16_buf;               /* [nthreads], NULL entries without f16 weights */
     uint32_t *xpair;               /* fast mode: [max(T, logit_rows)][max_k/2] bf16 pairs */
+    float *xsum;                   /* fast mode, U4 weights: [max(T, logit_rows)][groups] */
+    int64_t xsum_cap;              /* floats in xsum                                      */
     float **attn_buf;              /* [nthreads]                                  */
     float **rope_buf;              /* [nthreads] of head_dim floats               */
     qwi_sample_scratch **ss;       /* [nthreads]                                  */
@@ -186,6 +188,7 @@ static void cpu_destroy(qwi_backend *base) {
     }
     free(b->f16_buf);
     free(b->xpair);
+    free(b->xsum);
     free(b->attn_buf);
     free(b->rope_buf);
     free(b->ss);
@@ -549,6 +552,20 @@ static bool model_has_f16(const cpu_backend *b) {
     return false;
 }
 
+/* The most scale groups of any int4 (U4) linear: the U4 kernels' row sums
+ * per (row, group), which qwi_cpu_matmul computes once per call. 0: none. */
+static int64_t max_u4_groups(const cpu_backend *b) {
+    int64_t g = 0;
+    for (int i = 0; i < b->cfg.num_layers; i++) {
+        const cpu_layer *d = &b->layers[i];
+        const qwi_cpu_linear *ls[] = { &d->q, &d->k, &d->v, &d->o, &d->gate, &d->up, &d->down };
+        for (size_t j = 0; j < sizeof ls / sizeof ls[0]; j++)
+            if (ls[j]->quant && ls[j]->qsrc && ls[j]->qsrc->fmt == QWI_QFMT_U4)
+                g = QWI_MAX(g, qwi_qweight_groups(ls[j]->qsrc));
+    }
+    return g;
+}
+
 static qw_status setup_scratch(cpu_backend *b) {
     const qwi_config *c = &b->cfg;
     const size_t T = (size_t)b->bc.max_num_batched_tokens, S = (size_t)b->bc.max_num_seqs;
@@ -583,6 +600,14 @@ static qw_status setup_scratch(cpu_backend *b) {
         if (!b->xpair)
             return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: bf16 activation scratch allocation failed "
                             "(max_num_batched_tokens %zu)", T);
+        const int64_t u4g = max_u4_groups(b);
+        if (u4g > 0) {
+            b->xsum_cap = (int64_t)QWI_MAX(T, (size_t)b->logit_rows) * u4g;
+            b->xsum = alloc_floats((size_t)b->xsum_cap, 1);
+            if (!b->xsum)
+                return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4 row-sum scratch allocation "
+                                "failed (max_num_batched_tokens %zu)", T);
+        }
     }
     for (int t = 0; t < nt; t++) {
         b->attn_buf[t] = alloc_floats(qwi_cpu_attn_scratch_floats(c->num_heads, c->num_kv_heads,
@@ -603,6 +628,8 @@ static qw_status setup_scratch(cpu_backend *b) {
     b->cx.f16_buf = b->f16_buf;
     b->cx.max_k = (int64_t)max_k;
     b->cx.xpair = b->xpair;
+    b->cx.xsum = b->xsum;
+    b->cx.xsum_cap = b->xsum_cap;
     b->cx.act_exp = fast_mode(b) ? qwi_cpu_kv_bf16_for(b->cx.kt) : NULL;
     return QW_OK;
 }

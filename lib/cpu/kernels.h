@@ -76,14 +76,19 @@ typedef void (*qwr_matmul_pair_fn)(const uint32_t *x, int64_t M, int64_t KP, con
  * qwr_matmul_pair_fn (matmul_qpair, fast mode, w in the PAIR layout); w is
  * the whole packed weight and n0 (a multiple of 16) the weight row of the
  * call's output column 0; out and bias point at column 0 of the call, N
- * columns (may end inside a panel). */
+ * columns (may end inside a panel). matmul_qpair's xsum: for a U4 weight,
+ * NULL or qwi_qpanel_pair_xsum of every (row m, group g) of x at
+ * xsum[m * w->ngroups + g] (qwi_qpanel_pair_xsums): the caller computes
+ * them once for all the calls of a matmul instead of every call per
+ * 64 columns (NULL: the kernel sums itself, same bits); unused otherwise. */
 struct qwi_qpanel;
 typedef void (*qwr_matmul_qf32_fn)(const float *x, int64_t M, int64_t K,
                                    const struct qwi_qpanel *w, int64_t n0, int64_t N,
                                    const float *bias, float *out, int64_t ldo, int accumulate);
 typedef void (*qwr_matmul_qpair_fn)(const uint32_t *x, int64_t M, int64_t KP,
-                                    const struct qwi_qpanel *w, int64_t n0, int64_t N,
-                                    const float *bias, float *out, int64_t ldo, int accumulate);
+                                    const struct qwi_qpanel *w, const float *xsum, int64_t n0,
+                                    int64_t N, const float *bias, float *out, int64_t ldo,
+                                    int accumulate);
 
 /* The hot kernels, chosen once per process; ISA-specific variants slot in
  * here without touching the callers. */
@@ -220,29 +225,32 @@ void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpan
                      int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                      int accumulate);
 void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const struct qwi_qpanel *w,
-                      int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                      int accumulate);
+                      const float *xsum, int64_t n0, int64_t N, const float *bias, float *out,
+                      int64_t ldo, int accumulate);
 void qwi_avx2_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpanel *w,
                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                           int accumulate);
 void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const struct qwi_qpanel *w,
-                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                           int accumulate);
+                           const float *xsum, int64_t n0, int64_t N, const float *bias,
+                           float *out, int64_t ldo, int accumulate);
 void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpanel *w,
                             int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                             int accumulate);
 void qwi_avx512_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
-                             const struct qwi_qpanel *w, int64_t n0, int64_t N,
-                             const float *bias, float *out, int64_t ldo, int accumulate);
+                             const struct qwi_qpanel *w, const float *xsum, int64_t n0,
+                             int64_t N, const float *bias, float *out, int64_t ldo,
+                             int accumulate);
 void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
-                                 const struct qwi_qpanel *w, int64_t n0, int64_t N,
-                                 const float *bias, float *out, int64_t ldo, int accumulate);
+                                 const struct qwi_qpanel *w, const float *xsum, int64_t n0,
+                                 int64_t N, const float *bias, float *out, int64_t ldo,
+                                 int accumulate);
 /* qwi_avx512bf16_matmul_qpair with E4M3 decode (M <= 2) through AVX512_VBMI
  * byte tables (same bits; call only where that one may be called and the
  * CPU has avx512vbmi). */
 void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
-                                 const struct qwi_qpanel *w, int64_t n0, int64_t N,
-                                 const float *bias, float *out, int64_t ldo, int accumulate);
+                                 const struct qwi_qpanel *w, const float *xsum, int64_t n0,
+                                 int64_t N, const float *bias, float *out, int64_t ldo,
+                                 int accumulate);
 
 /* Convert n elements of dtype dt at src to f32 in dst (exact for all three). */
 void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst);

@@ -87,8 +87,9 @@ void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, 
     }
 }
 
-void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w, int64_t n0,
-                      int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
+void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                      const float *xsum, int64_t n0, int64_t N, const float *bias, float *out,
+                      int64_t ldo, int accumulate) {
     const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
     const int64_t zs = qwi_qpanel_zero_stride(w->fmt, w->layout);
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
@@ -102,11 +103,14 @@ void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel
                  * may hold the zero pad column of an odd K) */
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
                 const float *zg = w->zeros ? w->zeros + (p * G + g) * zs : NULL;
+                /* U4: bare codes, the zero point once per group (qpanel.h) */
+                const bool u4 = w->fmt == QWI_QFMT_U4;
+                static const float no_zeros[16] = { 0 };
                 float acc[QMR][16] = { { 0 } };
                 for (int64_t j = js; j < je; j++) {
                     float ce[16], co[16];
-                    decode16(w, pc, zg, 2 * j, ce);
-                    decode16(w, pc, zg, 2 * j + 1, co);
+                    decode16(w, pc, u4 ? no_zeros : zg, 2 * j, ce);
+                    decode16(w, pc, u4 ? no_zeros : zg, 2 * j + 1, co);
                     for (int r = 0; r < mr; r++) {
                         const uint32_t xp = x[(m + r) * KP + j];
                         const float xo = hi_f32(xp), xe = lo_f32(xp);
@@ -114,6 +118,12 @@ void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel
                         for (int s = 0; s < 16; s++) acc[r][s] = acc[r][s] + xe * ce[s];
                     }
                 }
+                if (u4)
+                    for (int r = 0; r < mr; r++) {
+                        const float xs = xsum ? xsum[(m + r) * G + g]
+                                              : qwi_qpanel_pair_xsum(x + (m + r) * KP, js, je);
+                        for (int s = 0; s < 16; s++) acc[r][s] = fmaf(-zg[s], xs, acc[r][s]);
+                    }
                 const float *sc = w->scales + (p * G + g) * 16;
                 for (int r = 0; r < mr; r++)
                     for (int s = 0; s < 16; s++) tot[r][s] = fmaf(acc[r][s], sc[s], tot[r][s]);

@@ -6,7 +6,8 @@
  *
  * A 16-output panel is two ymm halves (slots 0-7, 8-15). Decoding as in
  * kernels_quant_avx512.c without vpternlogd: a shift, a mask and an OR of
- * 2^23's bits, then subtracting 2^23 + zero (U4/U8); e4m3 through f16 bits
+ * 2^23's bits, then subtracting 2^23 + zero (U4/U8; PAIR U4 subtracts 2^23
+ * and takes its zero once per group, qpanel.h); e4m3 through f16 bits
  * and vcvtph2ps. The fast mode's pairs are emulated with two FMAs per pair
  * (odd k first; the products are exact), and the interleaved PAIR layouts
  * (U8, E4M3) are split into even and odd k with a shuffle and a permute.
@@ -94,13 +95,33 @@ A_INLINE void pair_c(const uint8_t *blk, int jj, const __m256 z[4], __m256 ce[2]
     deinterleave(q[2], q[3], &ce[1], &co[1]);
 }
 
+/* qwi_qpanel_pair_xsum of pairs [j0, j1): lanes 0-7 in a, 8-15 in b. */
+A_INLINE float pair_xsum(const uint32_t *x, int64_t j0, int64_t j1) {
+    const __m256i hm = _mm256_set1_epi32((int)0xffff0000u);
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    int64_t j = j0;
+    for (; j + 16 <= j1; j += 16) {
+        const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + j));
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(x + j + 8));
+        a = _mm256_add_ps(a, _mm256_castsi256_ps(_mm256_and_si256(u, hm)));
+        a = _mm256_add_ps(a, _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)));
+        b = _mm256_add_ps(b, _mm256_castsi256_ps(_mm256_and_si256(v, hm)));
+        b = _mm256_add_ps(b, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    float s[QWI_QPANEL_XSUM_LANES];
+    _mm256_storeu_ps(s, a);
+    _mm256_storeu_ps(s + 8, b);
+    return qwi_qpanel_xsum_finish(s, x, j, j1);
+}
+
 A_INLINE __m256 bc_hi(uint32_t p) { return _mm256_castsi256_ps(_mm256_set1_epi32((int)(p & 0xffff0000u))); }
 A_INLINE __m256 bc_lo(uint32_t p) { return _mm256_castsi256_ps(_mm256_set1_epi32((int)(p << 16))); }
 
 /* MR rows of x (SEQ: f32 rows of K; PAIR: bf16 pair rows of KP) x panel p,
  * every group, into res[r*16 ..] (the totals). */
 A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, const qwi_qpanel *w,
-                   int64_t p, float *res, const int mr, const int fmt, const int pair) {
+                   const float *xsum, int64_t p, float *res, const int mr, const int fmt,
+                   const int pair) {
     const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
     const int KB = fmt == QWI_QFMT_U4 ? 8 : fmt == QWI_QFMT_U8 ? 4 : 2;
     const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
@@ -109,7 +130,9 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
     memset(res, 0, sizeof(float) * 16 * (size_t)mr);
     for (int64_t g = 0; g < G; g++) {
         __m256 z[4] = { magic, magic, magic, magic }, acc[4][2];
-        if (fmt != QWI_QFMT_E4M3) {
+        /* PAIR U4 decodes bare codes; its zeros come in at the group's end */
+        const int late_zero = pair && fmt == QWI_QFMT_U4;
+        if (fmt != QWI_QFMT_E4M3 && !late_zero) {
             const int nz = (int)qwi_qpanel_zero_stride(w->fmt, w->layout) / 8;
             const float *zp = w->zeros + (p * G + g) * nz * 8;
             for (int i = 0; i < nz; i++) z[i] = _mm256_add_ps(_mm256_loadu_ps(zp + 8 * i), magic);
@@ -155,6 +178,15 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
                     _Pragma("GCC unroll 4") for (int i = 0; i < PB; i++) PAIR_STEP(j + i, i);
             for (; j < je; j++) PAIR_STEP(j, (int)(j % PB));
 #undef PAIR_STEP
+            if (late_zero) {
+                const float *zp = w->zeros + (p * G + g) * 16;
+                _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {
+                    const __m256 xs = _mm256_set1_ps(xsum ? xsum[r * G + g]
+                                                          : pair_xsum(xp + r * KP, js, je));
+                    for (int h = 0; h < 2; h++)
+                        acc[r][h] = _mm256_fnmadd_ps(_mm256_loadu_ps(zp + 8 * h), xs, acc[r][h]);
+                }
+            }
         }
         const float *sc = w->scales + (p * G + g) * 16;
         _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
@@ -169,8 +201,9 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
 /* Panels outside, row tiles of 4 inside (the panel's codes stay in L1/L2
  * while the rows sweep them). */
 A_INLINE void run_fmt(const float *x, const uint32_t *xp, int64_t M, int64_t K, int64_t KP,
-                      const qwi_qpanel *w, int64_t n0, int64_t N, const float *bias, float *out,
-                      int64_t ldo, int accumulate, const int fmt, const int pair) {
+                      const qwi_qpanel *w, const float *xsum, int64_t n0, int64_t N,
+                      const float *bias, float *out, int64_t ldo, int accumulate, const int fmt,
+                      const int pair) {
     float res[4 * 16] __attribute__((aligned(32)));
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int64_t p = (n0 + j0) / 16;
@@ -178,11 +211,12 @@ A_INLINE void run_fmt(const float *x, const uint32_t *xp, int64_t M, int64_t K, 
             const float *xr = pair ? NULL : x + m * K;
             const uint32_t *xpr = pair ? xp + m * KP : NULL;
             const int64_t mr = QWI_MIN((int64_t)4, M - m);
+            const float *xs = xsum ? xsum + m * w->ngroups : NULL;
             switch (mr) {
-            case 4: tile(xr, xpr, K, KP, w, p, res, 4, fmt, pair); break;
-            case 3: tile(xr, xpr, K, KP, w, p, res, 3, fmt, pair); break;
-            case 2: tile(xr, xpr, K, KP, w, p, res, 2, fmt, pair); break;
-            default: tile(xr, xpr, K, KP, w, p, res, 1, fmt, pair); break;
+            case 4: tile(xr, xpr, K, KP, w, xs, p, res, 4, fmt, pair); break;
+            case 3: tile(xr, xpr, K, KP, w, xs, p, res, 3, fmt, pair); break;
+            case 2: tile(xr, xpr, K, KP, w, xs, p, res, 2, fmt, pair); break;
+            default: tile(xr, xpr, K, KP, w, xs, p, res, 1, fmt, pair); break;
             }
             for (int64_t r = 0; r < mr; r++)
                 put16(res + r * 16, j0, N, bias, out + (m + r) * ldo, accumulate);
@@ -195,21 +229,21 @@ void qwi_avx2_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel
                           int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
     if (M <= 0 || N <= 0) return;
     switch (w->fmt) {
-    case QWI_QFMT_U4: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 0); break;
-    case QWI_QFMT_U8: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 0); break;
-    default: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 0); break;
+    case QWI_QFMT_U4: run_fmt(x, NULL, M, K, 0, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 0); break;
+    case QWI_QFMT_U8: run_fmt(x, NULL, M, K, 0, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 0); break;
+    default: run_fmt(x, NULL, M, K, 0, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 0); break;
     }
 }
 
 __attribute__((target(A_TARGET)))
 void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                           int accumulate) {
+                           const float *xsum, int64_t n0, int64_t N, const float *bias,
+                           float *out, int64_t ldo, int accumulate) {
     if (M <= 0 || N <= 0) return;
     switch (w->fmt) {
-    case QWI_QFMT_U4: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 1); break;
-    case QWI_QFMT_U8: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 1); break;
-    default: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 1); break;
+    case QWI_QFMT_U4: run_fmt(NULL, x, M, 0, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 1); break;
+    case QWI_QFMT_U8: run_fmt(NULL, x, M, 0, KP, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 1); break;
+    default: run_fmt(NULL, x, M, 0, KP, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 1); break;
     }
 }
 

@@ -8,8 +8,11 @@
  * One zmm = one 16-output panel. Decoding 16 codes costs a shift, a
  * vpternlogd ((v >> s) & mask | bits(2^23)) and a subtraction of
  * 2^23 + zero (U4/U8), or for e4m3 a 16-bit shift and mask to f16 bits and
- * a vcvtph2ps (qpanel.h). Two paths, same chains (an f32 store and reload
- * of a partial sum changes no bit):
+ * a vcvtph2ps (qpanel.h); the vdpbf16ps U4 decode is a shift and a vpermw
+ * per pair. PAIR U4 decodes bare codes and takes its zero point per group
+ * against the row's activation sum (u4_xsum; qpanel.h's contract). Two
+ * paths, same chains (an f32 store and reload of a partial sum changes no
+ * bit):
  *   M <= 2 (decode): codes decoded in registers next to the FMAs, 4 panels
  *     at a time so 4 (x M) FMA chains hide the latency; the weights stream
  *     once, which is what decode is bound by.
@@ -107,23 +110,15 @@ Q_INLINE __m512 pair_hi(uint32_t p) {
 }
 Q_INLINE __m512 pair_lo(uint32_t p) { return _mm512_castsi512_ps(_mm512_set1_epi32((int)(p << 16))); }
 
-/* The zeros of (panel p, group g) for the PAIR decoders: U4: zb = 2^23 +
- * zeros in slot order, zw = 16 - zero in both halves of each lane (the
- * vpermw index offset); U8: zb/za = 2^23 + the interleaved zeros; E4M3:
- * unused. */
+/* The zeros of (panel p, group g) for the PAIR decoders: U8: zb/za =
+ * 2^23 + the interleaved zeros; U4 (bare codes: its zeros are applied per
+ * group, in apply_scales / PAIR_DIRECT) and E4M3: zb = za = 2^23, zw = 0. */
 Q_INLINE void pair_zeros(const qwi_qpanel *w, int64_t p, int64_t g, __m512 *zb, __m512 *za,
                          __m512i *zw, const int fmt) {
     const __m512 magic = _mm512_set1_ps(0x1p23f);
     *zb = *za = magic;
     *zw = _mm512_setzero_si512();
-    if (fmt == QWI_QFMT_U4) {
-        const __m512 z = _mm512_loadu_ps(w->zeros + (p * w->ngroups + g) * 16);
-        *zb = _mm512_add_ps(z, magic);
-        const __m512i t = _mm512_sub_epi32(_mm512_set1_epi32(16), _mm512_cvttps_epi32(z));
-        /* in every byte: vpermw reads bits 0-4 of a word, and a byte's
-         * code + 16 - zero <= 31 never carries into the next byte */
-        *zw = _mm512_mullo_epi32(t, _mm512_set1_epi32(0x01010101));
-    } else if (fmt == QWI_QFMT_U8) {
+    if (fmt == QWI_QFMT_U8) {
         const float *z = w->zeros + (p * w->ngroups + g) * 32;
         *zb = _mm512_add_ps(_mm512_loadu_ps(z), magic);
         *za = _mm512_add_ps(_mm512_loadu_ps(z + 16), magic);
@@ -145,27 +140,47 @@ Q_INLINE void pair_ce_co(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m51
 }
 
 /* vdpbf16ps tables: pair jj of the block at blk as bf16 pair lanes (the
- * pair panel of cpu/pairpanel.h). U4 looks bf16(code - zero) up with
- * vpermw in tab (words: bf16(i - 16), i < 32). */
+ * pair panel of cpu/pairpanel.h). U4 looks bf16(code) up with vpermw in
+ * tab, indexed by the word shifted down 4*jj: vpermw reads bits 0-4, and
+ * tab repeats its 16 entries, so the next code's low bit in bit 4 picks
+ * the same value (no mask). */
 QB_INLINE __m512i pair_bf16(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512i zw,
                             __m512i tab, const int fmt) {
     if (fmt == QWI_QFMT_U4) {
+        (void)zw;
         const __m512i v = _mm512_loadu_si512(blk);
-        __m512i idx = _mm512_srl_epi16(v, _mm_cvtsi32_si128(4 * jj));
-        if (jj < 3) idx = _mm512_and_si512(idx, _mm512_set1_epi16(0xf));
-        return _mm512_permutexvar_epi16(_mm512_add_epi16(idx, zw), tab);
+        return _mm512_permutexvar_epi16(_mm512_srl_epi16(v, _mm_cvtsi32_si128(4 * jj)), tab);
     }
     __m512 b, a;
     pair_ba(blk, jj, zb, za, &b, &a, fmt);
     return (__m512i)_mm512_cvtne2ps_pbh(a, b);
 }
 
-/* The vpermw table of pair_bf16: words bf16(i - 16) for i in [0, 32). */
+/* The vpermw table of pair_bf16: words bf16(i mod 16) for i in [0, 32). */
 QB_INLINE __m512i u4_table(void) {
-    const __m512 lo = _mm512_set_ps(-1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, -13, -14,
-                                    -15, -16);
-    const __m512 hi = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    const __m512 c = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    return (__m512i)_mm512_cvtne2ps_pbh(c, c);
+}
+
+/* qwi_qpanel_pair_xsum of pairs [j0, j1) of one row, 16 pairs a zmm. */
+Q_INLINE float pair_xsum(const uint32_t *x, int64_t j0, int64_t j1) {
+    const __m512i hm = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 a = _mm512_setzero_ps();
+    int64_t j = j0;
+    for (; j + 16 <= j1; j += 16) {
+        const __m512i u = _mm512_loadu_si512(x + j);
+        a = _mm512_add_ps(a, _mm512_castsi512_ps(_mm512_and_si512(u, hm)));
+        a = _mm512_add_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
+    }
+    float s[QWI_QPANEL_XSUM_LANES];
+    _mm512_storeu_ps(s, a);
+    return qwi_qpanel_xsum_finish(s, x, j, j1);
+}
+
+/* Row r's xsum of group g (pairs [js, je)): given (row stride ngroups), or summed here. */
+Q_INLINE float u4_xsum(const float *xsum, const uint32_t *x, int64_t KP, int64_t r, int64_t g,
+                       int64_t G, int64_t js, int64_t je) {
+    return xsum ? xsum[r * G + g] : pair_xsum(x + r * KP, js, je);
 }
 
 /* ---- M <= 2: decode in registers ----------------------------------------- */
@@ -230,8 +245,8 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
 /* The same for PAIR weights and bf16 pair rows; bf16: vdpbf16ps, else the
  * FMA emulation (odd product first, both exact). */
 #define PAIR_DIRECT(NAME, ATTR, STEP, BLOCK, TABLE)                                                             \
-    ATTR void NAME(const uint32_t *x, int64_t KP, const qwi_qpanel *w, int64_t p0, float *res,   \
-                   const int mr, const int np, const int fmt) {                                  \
+    ATTR void NAME(const uint32_t *x, int64_t KP, const qwi_qpanel *w, const float *xsum,        \
+                   int64_t p0, float *res, const int mr, const int np, const int fmt) {          \
         const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k); \
         const int PB = fmt == QWI_QFMT_U4 ? 4 : fmt == QWI_QFMT_U8 ? 2 : 1; /* pairs / block */  \
         const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;                                           \
@@ -259,6 +274,13 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
                 const uint8_t *blk = w->codes + p0 * pb + (j / PB) * BB;                         \
                 STEP(blk, (int)(j % PB), j);                                             \
             }                                                                                    \
+            if (fmt == QWI_QFMT_U4)                                                              \
+                _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                           \
+                    const __m512 xs = _mm512_set1_ps(u4_xsum(xsum, x, KP, r, g, G, js, je));     \
+                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] =             \
+                        _mm512_fnmadd_ps(_mm512_loadu_ps(w->zeros + ((p0 + q) * G + g) * 16),   \
+                                         xs, acc[r][q]);                                         \
+                }                                                                                \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
                 const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);         \
                 _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                             \
@@ -300,10 +322,10 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
     } while (0)
 
 /* A whole code block (PB pairs at column pair J): pair by pair, or for U4
- * with vdpbf16ps all 4 pairs' vpermw indices from 2 masks, 2 adds and 2
- * byte shifts: words hold the block's 4 codes of (slot, parity) as nibbles
- * n0..n3, so (v & 0x0f0f) + zw has n0 + 16 - zero in its low byte and
- * n2 + 16 - zero in its high one (qpanel.h; no carries). */
+ * with vdpbf16ps all 4 pairs' vpermw indices from 3 shifts: words hold the
+ * block's 4 codes of (slot, parity) as nibbles n0..n3, and the word
+ * shifted down 4*jj has code jj in bits 0-3 (what bit 4 holds does not
+ * matter: u4_table repeats). */
 #define PAIR_BLOCK_STEPS(STEP, blk, J)                                                            \
     do {                                                                                          \
         _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++) STEP(blk, jj, (J) + jj);          \
@@ -315,18 +337,13 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
             PAIR_BLOCK_STEPS(PAIR_STEP_BF16, blk, J);                                             \
             break;                                                                                \
         }                                                                                         \
-        __m512i s0[4], s1[4];                                                                     \
-        const __m512i m0f = _mm512_set1_epi16(0x0f0f);                                            \
-        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                                    \
-            const __m512i v = _mm512_loadu_si512((blk) + q * pb);                                 \
-            s0[q] = _mm512_add_epi16(_mm512_and_si512(v, m0f), zw[q]);                            \
-            s1[q] = _mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(v, 4), m0f), zw[q]);      \
-        }                                                                                         \
+        __m512i v[4];                                                                             \
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
+            v[q] = _mm512_loadu_si512((blk) + q * pb);                                            \
         _Pragma("GCC unroll 8") for (int jj = 0; jj < 4; jj++) {                                  \
             __m512bh wv[4];                                                                       \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                                \
-                const __m512i idx = jj == 0 ? s0[q] : jj == 1 ? s1[q]                             \
-                                  : _mm512_srli_epi16(jj == 2 ? s0[q] : s1[q], 8);                \
+                const __m512i idx = jj == 0 ? v[q] : _mm512_srli_epi16(v[q], 4 * jj);             \
                 wv[q] = (__m512bh)_mm512_permutexvar_epi16(idx, tab);                             \
             }                                                                                     \
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                \
@@ -502,13 +519,23 @@ QB_INLINE void pair_tile_bf16(const uint32_t *x, int64_t KP, const uint32_t *buf
         }                                                                                 \
     } while (0)
 
-/* totals += partial sums of group g times its scales, rows [0, mb). */
+/* totals += partial sums of group g times its scales, rows [0, mb). PAIR
+ * U4 (u4 != 0): each partial sum first takes its zero point, fma(-zero,
+ * xsum of the row, sum) (qpanel.h), rows at x / xsum as for u4_xsum and
+ * pairs [js, je) of the group. */
 Q_INLINE void apply_scales(const qwi_qpanel *w, int64_t p0, int64_t g, int np, int64_t mb,
-                           const float *part, float *tot) {
+                           const float *part, float *tot, int u4, const uint32_t *x,
+                           const float *xsum, int64_t KP, int64_t js, int64_t je) {
+    float xs[QMB];
+    if (u4)
+        for (int64_t r = 0; r < mb; r++) xs[r] = u4_xsum(xsum, x, KP, r, g, w->ngroups, js, je);
     for (int q = 0; q < np; q++) {
         const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * w->ngroups + g) * 16);
+        const __m512 z = u4 ? _mm512_loadu_ps(w->zeros + ((p0 + q) * w->ngroups + g) * 16)
+                            : _mm512_setzero_ps();
         for (int64_t r = 0; r < mb; r++) {
-            const __m512 a = _mm512_loadu_ps(part + r * 64 + q * 16);
+            __m512 a = _mm512_loadu_ps(part + r * 64 + q * 16);
+            if (u4) a = _mm512_fnmadd_ps(z, _mm512_set1_ps(xs[r]), a);
             const __m512 t = _mm512_loadu_ps(tot + r * 64 + q * 16);
             _mm512_storeu_ps(tot + r * 64 + q * 16, _mm512_fmadd_ps(a, sc, t));
         }
@@ -582,7 +609,7 @@ Q_INLINE void qf32_fmt(const float *x, int64_t M, int64_t K, const qwi_qpanel *w
                     ROW_TILES(6, mb, SEQ_T);
 #undef SEQ_T
                 }
-                apply_scales(w, P0 + pq, g, np, mb, part, tot);
+                apply_scales(w, P0 + pq, g, np, mb, part, tot, 0, NULL, NULL, 0, 0, 0);
             }
             for (int64_t r = 0; r < mb; r++)
                 for (int q = 0; q < np; q++)
@@ -621,7 +648,8 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
                         DECODE(g, j0, j1);                                                \
                         ROW_TILES(TMR, mb, TILE);                                         \
                     }                                                                     \
-                    apply_scales(w, P0 + pq, g, np, mb, part, tot);                       \
+                    apply_scales(w, P0 + pq, g, np, mb, part, tot, fmt == QWI_QFMT_U4,    \
+                                 xb, xsum ? xsum + m0 * G : NULL, KP, js, je);            \
                 }                                                                         \
                 for (int64_t r = 0; r < mb; r++)                                          \
                     for (int q = 0; q < np; q++)                                          \
@@ -642,12 +670,12 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
     } while (0)
 
 Q_INLINE void qpair_emul_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                             int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                             int accumulate, const int fmt) {
+                             const float *xsum, int64_t n0, int64_t N, const float *bias, float *out,
+                             int64_t ldo, int accumulate, const int fmt) {
     const int64_t P0 = n0 / 16;
     if (M <= 2) {
         float res[2 * 64] __attribute__((aligned(64)));
-#define PAIR_D(pq, NP, MR) pair_direct_emul(x, KP, w, P0 + (pq), res, MR, NP, fmt)
+#define PAIR_D(pq, NP, MR) pair_direct_emul(x, KP, w, xsum, P0 + (pq), res, MR, NP, fmt)
         DIRECT_ALL(M, N, PAIR_D);
 #undef PAIR_D
         return;
@@ -670,23 +698,23 @@ Q_INLINE void qpair_emul_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi
 
 __attribute__((target(Q_TARGET)))
 void qwi_avx512_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                             int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                             int accumulate) {
+                             const float *xsum, int64_t n0, int64_t N, const float *bias,
+                             float *out, int64_t ldo, int accumulate) {
     if (M <= 0 || N <= 0) return;
     switch (w->fmt) {
-    case QWI_QFMT_U4: qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
-    case QWI_QFMT_U8: qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
-    default: qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
+    case QWI_QFMT_U4: qpair_emul_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
+    case QWI_QFMT_U8: qpair_emul_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
+    default: qpair_emul_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
     }
 }
 
 QB_INLINE void qpair_bf16_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                              int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                              int accumulate, const int fmt) {
+                              const float *xsum, int64_t n0, int64_t N, const float *bias, float *out,
+                              int64_t ldo, int accumulate, const int fmt) {
     const int64_t P0 = n0 / 16;
     if (M <= 2) {
         float res[2 * 64] __attribute__((aligned(64)));
-#define PAIR_D(pq, NP, MR) pair_direct_bf16(x, KP, w, P0 + (pq), res, MR, NP, fmt)
+#define PAIR_D(pq, NP, MR) pair_direct_bf16(x, KP, w, xsum, P0 + (pq), res, MR, NP, fmt)
         DIRECT_ALL(M, N, PAIR_D);
 #undef PAIR_D
         return;
@@ -709,13 +737,13 @@ QB_INLINE void qpair_bf16_fmt(const uint32_t *x, int64_t M, int64_t KP, const qw
 
 __attribute__((target(QB_TARGET)))
 void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                                 int64_t n0, int64_t N, const float *bias, float *out,
-                                 int64_t ldo, int accumulate) {
+                                 const float *xsum, int64_t n0, int64_t N, const float *bias,
+                                 float *out, int64_t ldo, int accumulate) {
     if (M <= 0 || N <= 0) return;
     switch (w->fmt) {
-    case QWI_QFMT_U4: qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
-    case QWI_QFMT_U8: qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
-    default: qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
+    case QWI_QFMT_U4: qpair_bf16_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
+    case QWI_QFMT_U8: qpair_bf16_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
+    default: qpair_bf16_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
     }
 }
 
@@ -853,11 +881,11 @@ QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel 
 
 __attribute__((target(QV_TARGET)))
 void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                                 int64_t n0, int64_t N, const float *bias, float *out,
-                                 int64_t ldo, int accumulate) {
+                                 const float *xsum, int64_t n0, int64_t N, const float *bias,
+                                 float *out, int64_t ldo, int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (w->fmt != QWI_QFMT_E4M3 || M > 2) {
-        qwi_avx512bf16_matmul_qpair(x, M, KP, w, n0, N, bias, out, ldo, accumulate);
+        qwi_avx512bf16_matmul_qpair(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate);
         return;
     }
     const int64_t P0 = n0 / 16;

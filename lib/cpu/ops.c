@@ -14,6 +14,8 @@ typedef struct mm_ctx {
     const qwi_cpu_mm_job *jobs;
     int njobs;
     int64_t cols;                    /* weight rows per task            */
+    const float *xsum;               /* U4 jobs with group xsum_gk, or NULL */
+    int64_t xsum_gk;
     int64_t task_end[8];             /* prefix sums of tasks per job    */
 } mm_ctx;
 
@@ -30,9 +32,12 @@ static void mm_task(void *p, int64_t t, int thread) {
     const float *bias = lin->bias ? lin->bias + n0 : NULL;
     float *out = job->out + n0;
     if (lin->quant) {   /* n0 is a multiple of 16 here too */
-        if (lin->qp.layout == QWI_QPANEL_PAIR)
-            c->cx->kt->matmul_qpair(c->cx->xpair, c->M, qwi_pair_kp(K), &lin->qp, n0, nn, bias,
-                                    out, lin->n, job->accumulate);
+        if (lin->qp.layout == QWI_QPANEL_PAIR) {
+            const float *xs = lin->qp.fmt == QWI_QFMT_U4 && lin->qp.group_k == c->xsum_gk
+                              ? c->xsum : NULL;
+            c->cx->kt->matmul_qpair(c->cx->xpair, c->M, qwi_pair_kp(K), &lin->qp, xs, n0, nn,
+                                    bias, out, lin->n, job->accumulate);
+        }
         else
             c->cx->kt->matmul_qf32(c->x, c->M, K, &lin->qp, n0, nn, bias, out, lin->n,
                                    job->accumulate);
@@ -87,6 +92,38 @@ static void round_task(void *p, int64_t t, int thread) {
     qwi_pair_round_rows(c->x, t * c->rows, QWI_MIN(c->M, (t + 1) * c->rows), c->K, c->out);
 }
 
+typedef struct xsum_ctx {
+    const uint32_t *x;
+    float *out;
+    int64_t M, KP, group_k, rows;
+} xsum_ctx;
+
+static void xsum_task(void *p, int64_t t, int thread) {
+    const xsum_ctx *c = p;
+    qwi_qpanel_pair_xsums(c->x, t * c->rows, QWI_MIN(c->M, (t + 1) * c->rows), c->KP, c->group_k,
+                          c->out);
+}
+
+/* The U4 kernels' row sums of x, once for every task of the call: for the
+ * group size of the first U4 job (jobs with another group size sum their
+ * own). Sets c->xsum / c->xsum_gk, or leaves them 0 (no U4 job, no room). */
+static void sum_u4_rows(const qwi_cpu_ctx *cx, mm_ctx *c, int64_t K) {
+    const qwi_qpanel *qp = NULL;
+    for (int j = 0; j < c->njobs && !qp; j++) {
+        const qwi_cpu_linear *l = c->jobs[j].lin;
+        if (l->quant && l->qp.layout == QWI_QPANEL_PAIR && l->qp.fmt == QWI_QFMT_U4) qp = &l->qp;
+    }
+    const int64_t KP = qwi_pair_kp(K);
+    if (!qp || !cx->xsum || QWI_DIV_UP(2 * KP, qp->group_k) != qp->ngroups ||
+        c->M * qp->ngroups > cx->xsum_cap)
+        return;
+    xsum_ctx s = { .x = cx->xpair, .out = cx->xsum, .M = c->M, .KP = KP, .group_k = qp->group_k,
+                   .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(c->M, 2 * (int64_t)cx->nthreads)) };
+    qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(c->M, s.rows), xsum_task, &s);
+    c->xsum = cx->xsum;
+    c->xsum_gk = qp->group_k;
+}
+
 void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
                     const qwi_cpu_mm_job *jobs, int njobs) {
     if (M <= 0 || njobs <= 0) return;
@@ -112,6 +149,7 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
         round_ctx r = { .x = x, .out = cx->xpair, .M = M, .K = K,
                         .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
         qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), round_task, &r);
+        sum_u4_rows(cx, &c, K);
     }
     /* Column block: about 64 KiB of weights (stays in L2 while the row tiles
      * sweep it), but small enough to give every thread several tasks. The

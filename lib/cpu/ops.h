@@ -31,6 +31,11 @@ typedef struct qwi_cpu_ctx {
      * (cpu/pairpanel.h), at least M*ceil(K/2) for every such call; NULL when
      * no weight is in pair panels. */
     uint32_t *xpair;
+    /* Fast numerics with int4 (U4) weights: room for xsum_cap floats, the
+     * per-(row, group) sums of xpair that the U4 kernels take (kernels.h,
+     * matmul_qpair), summed once per call; NULL: the kernels sum them. */
+    float *xsum;
+    int64_t xsum_cap;
     /* Fast numerics: the bf16-KV table whose vexp the SiLU uses
      * (cpu/silu_fast.h); NULL in exact mode (libm expf). */
     const qwi_cpu_kv_bf16_kernels *act_exp;

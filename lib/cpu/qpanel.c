@@ -61,6 +61,20 @@ float qwi_qpanel_c(const qwi_qpanel *w, int64_t n, int64_t k) {
                                qwi_qpanel_zero_index(w->fmt, w->layout, k / w->group_k, r)];
 }
 
+float qwi_qpanel_pair_xsum(const uint32_t *x, int64_t j0, int64_t j1) {
+    float s[QWI_QPANEL_XSUM_LANES] = { 0 };
+    return qwi_qpanel_xsum_finish(s, x, j0, j1);
+}
+
+void qwi_qpanel_pair_xsums(const uint32_t *x, int64_t m0, int64_t m1, int64_t KP,
+                           int64_t group_k, float *out) {
+    const int64_t G = QWI_DIV_UP(2 * KP, group_k);
+    for (int64_t m = m0; m < m1; m++)
+        for (int64_t g = 0; g < G; g++)
+            out[m * G + g] = qwi_qpanel_pair_xsum(x + m * KP, g * group_k / 2,
+                                                  QWI_MIN(KP, (g + 1) * group_k / 2));
+}
+
 double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k) {
     const int64_t p = n / QWI_QPANEL, r = n % QWI_QPANEL, g = k / w->group_k;
     return (double)qwi_qpanel_c(w, n, k) * (double)w->scales[(p * w->ngroups + g) * 16 + r];
