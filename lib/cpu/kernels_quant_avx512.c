@@ -41,7 +41,7 @@
 
 #define QKC 128      /* input columns per decoded chunk (a multiple of every block) */
 #define QMB 48       /* rows per row block of the chunked path                      */
-#define QPF 1024     /* prefetch distance of the M <= 2 path, bytes ahead per panel  */
+#define QPF 256      /* prefetch distance of the M <= 2 path, bytes ahead per panel  */
 
 /* Bias and residual add exactly as the other kernels' put(). */
 static inline void put16(const float acc[16], int64_t j0, int64_t N, const float *bias,
