@@ -375,3 +375,82 @@ Test(quant_kernels, packs_a_gptq_int4_qweight) {
     free(z);
     free(s);
 }
+
+/* ---- the U4 activation sums (qwi_qpanel_pair_xsum) ------------------------- */
+
+/* The contract's order, written out independently: lane l of 16 takes the
+ * pairs j0 + l, j0 + l + 16, ... (odd half, then even half), then s[l] +
+ * s[l + 8], then the 8-lane tree. */
+static float model_xsum(const uint32_t *x, int64_t j0, int64_t j1) {
+    float s[16] = { 0 };
+    for (int64_t j = j0; j < j1; j++) {
+        uint32_t hi = x[j] & 0xffff0000u, lo = x[j] << 16;
+        float xo, xe;
+        memcpy(&xo, &hi, 4);
+        memcpy(&xe, &lo, 4);
+        s[(j - j0) % 16] += xo;
+        s[(j - j0) % 16] += xe;
+    }
+    float t[8];
+    for (int l = 0; l < 8; l++) t[l] = s[l] + s[l + 8];
+    return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+}
+
+/* Activations spanning 2^-20 .. 2^12, so that summing them in another order
+ * rounds differently (bf16 values of one magnitude add exactly in f32, which
+ * is all the kernel test above feeds them). */
+static void wide_rows(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = urand() * ldexpf(1.0f, (int)(rnd() % 33) - 20);
+}
+
+/* The scalar sum, the driver's per-row sums and every table's own sums (a
+ * fast U4 matmul without them) agree with the model bit for bit. */
+Test(quant_kernels, u4_activation_sums_follow_the_contract_order) {
+    const int64_t M = 3, K = 1184, N = 32, gk = 296;   /* 148 pairs a group: 9 blocks + 4 */
+    const int64_t KP = qwi_pair_kp(K), G = K / gk;
+    float *x = malloc(sizeof(float) * (size_t)(M * K));
+    uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(M * KP));
+    float *xs = malloc(sizeof(float) * (size_t)(M * G));
+    wide_rows(x, M * K);
+    qwi_pair_round_rows(x, 0, M, K, xp);
+    qwi_qpanel_pair_xsums(xp, 0, M, KP, gk, xs);
+    int inexact = 0;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t g = 0; g < G; g++) {
+            const float want = model_xsum(xp + m * KP, g * gk / 2, (g + 1) * gk / 2);
+            cr_assert(memcmp(&xs[m * G + g], &want, 4) == 0, "row %lld group %lld: %a vs %a",
+                      (long long)m, (long long)g, (double)xs[m * G + g], (double)want);
+            double exact = 0;
+            for (int64_t c = 2 * g * gk / 2; c < (g + 1) * gk; c++) {
+                uint32_t u = c & 1 ? xp[m * KP + c / 2] & 0xffff0000u : xp[m * KP + c / 2] << 16;
+                float f;
+                memcpy(&f, &u, 4);
+                exact += f;
+            }
+            inexact += (double)want != exact;
+        }
+    cr_assert_gt(inexact, 0, "the data must make the summation order matter");
+    qdata d = make_qdata(QWI_QFMT_U4, N, K, gk);
+    qwi_qpanel qp;
+    void *buf = pack(&d, QWI_QPANEL_PAIR, &qp);
+    float *o_given = malloc(sizeof(float) * (size_t)(M * N));
+    float *o_own = malloc(sizeof(float) * (size_t)(M * N));
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
+        if (!kt) continue;
+        for (int64_t mr = 1; mr <= M; mr++) {   /* 1-2 rows: direct path; 3: chunked */
+            kt->matmul_qpair(xp, mr, KP, &qp, xs, 0, N, NULL, o_given, N, 0);
+            kt->matmul_qpair(xp, mr, KP, &qp, NULL, 0, N, NULL, o_own, N, 0);
+            cr_assert(memcmp(o_given, o_own, sizeof(float) * (size_t)(mr * N)) == 0,
+                      "%s, %lld rows: its own activation sums differ from the given ones",
+                      tables[t], (long long)mr);
+        }
+    }
+    free(buf);
+    free_qdata(&d);
+    free(o_given);
+    free(o_own);
+    free(x);
+    free(xp);
+    free(xs);
+}

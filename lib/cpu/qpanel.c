@@ -63,7 +63,19 @@ float qwi_qpanel_c(const qwi_qpanel *w, int64_t n, int64_t k) {
 
 float qwi_qpanel_pair_xsum(const uint32_t *x, int64_t j0, int64_t j1) {
     float s[QWI_QPANEL_XSUM_LANES] = { 0 };
-    return qwi_qpanel_xsum_finish(s, x, j0, j1);
+    int64_t j = j0;
+    /* whole blocks of 16 pairs in a fixed-width loop the compiler
+     * vectorises (the driver sums every row of a prefill this way) */
+    for (; j + QWI_QPANEL_XSUM_LANES <= j1; j += QWI_QPANEL_XSUM_LANES)
+        for (int l = 0; l < QWI_QPANEL_XSUM_LANES; l++) {
+            const uint32_t hi = x[j + l] & 0xffff0000u, lo = x[j + l] << 16;
+            float xo, xe;
+            memcpy(&xo, &hi, 4);
+            memcpy(&xe, &lo, 4);
+            s[l] = s[l] + xo;
+            s[l] = s[l] + xe;
+        }
+    return qwi_qpanel_xsum_finish(s, x, j, j1);
 }
 
 void qwi_qpanel_pair_xsums(const uint32_t *x, int64_t m0, int64_t m1, int64_t KP,
