@@ -112,12 +112,11 @@ Q_INLINE __m512 pair_lo(uint32_t p) { return _mm512_castsi512_ps(_mm512_set1_epi
 
 /* The zeros of (panel p, group g) for the PAIR decoders: U8: zb/za =
  * 2^23 + the interleaved zeros; U4 (bare codes: its zeros are applied per
- * group, in apply_scales / PAIR_DIRECT) and E4M3: zb = za = 2^23, zw = 0. */
+ * group, in apply_scales / PAIR_DIRECT) and E4M3: zb = za = 2^23. */
 Q_INLINE void pair_zeros(const qwi_qpanel *w, int64_t p, int64_t g, __m512 *zb, __m512 *za,
-                         __m512i *zw, const int fmt) {
+                         const int fmt) {
     const __m512 magic = _mm512_set1_ps(0x1p23f);
     *zb = *za = magic;
-    *zw = _mm512_setzero_si512();
     if (fmt == QWI_QFMT_U8) {
         const float *z = w->zeros + (p * w->ngroups + g) * 32;
         *zb = _mm512_add_ps(_mm512_loadu_ps(z), magic);
@@ -144,10 +143,9 @@ Q_INLINE void pair_ce_co(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m51
  * tab, indexed by the word shifted down 4*jj: vpermw reads bits 0-4, and
  * tab repeats its 16 entries, so the next code's low bit in bit 4 picks
  * the same value (no mask). */
-QB_INLINE __m512i pair_bf16(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512i zw,
+QB_INLINE __m512i pair_bf16(const uint8_t *blk, int jj, __m512 zb, __m512 za,
                             __m512i tab, const int fmt) {
     if (fmt == QWI_QFMT_U4) {
-        (void)zw;
         const __m512i v = _mm512_loadu_si512(blk);
         return _mm512_permutexvar_epi16(_mm512_srl_epi16(v, _mm_cvtsi32_si128(4 * jj)), tab);
     }
@@ -251,7 +249,6 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
         const int PB = fmt == QWI_QFMT_U4 ? 4 : fmt == QWI_QFMT_U8 ? 2 : 1; /* pairs / block */  \
         const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;                                           \
         __m512 tot[2][4], acc[2][4], zb[4], za[4];                                               \
-        __m512i zw[4];                                                                           \
         const __m512i tab = TABLE;                                                               \
         (void)tab;                                                                               \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                     \
@@ -259,7 +256,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
         for (int64_t g = 0; g < G; g++) {                                                        \
             const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);                   \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
-                pair_zeros(w, p0 + q, g, &zb[q], &za[q], &zw[q], fmt);                           \
+                pair_zeros(w, p0 + q, g, &zb[q], &za[q], fmt);                                   \
                 _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) acc[r][q] = _mm512_setzero_ps(); \
             }                                                                                    \
             int64_t j = js;                                                                      \
@@ -298,7 +295,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
     do {                                                                                          \
         __m512bh wv[4];                                                                           \
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
-            wv[q] = (__m512bh)pair_bf16((blk) + q * pb, (jj), zb[q], za[q], zw[q], tab, fmt);     \
+            wv[q] = (__m512bh)pair_bf16((blk) + q * pb, (jj), zb[q], za[q], tab, fmt);            \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                    \
             const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * KP + (J)]);                \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                  \
@@ -416,8 +413,7 @@ Q_INLINE void pair_decode_chunk_f32(const qwi_qpanel *w, int64_t p0, int64_t g, 
     (void)G;
     for (int q = 0; q < np; q++) {
         __m512 zb, za;
-        __m512i zw;
-        pair_zeros(w, p0 + q, g, &zb, &za, &zw, fmt);
+        pair_zeros(w, p0 + q, g, &zb, &za, fmt);
         const uint8_t *pc = w->codes + (p0 + q) * pb;
         float *o = buf + (int64_t)q * (QKC / 2) * 32;
         for (int64_t j = j0; j < j1; j++) {
@@ -466,8 +462,7 @@ QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t g
     (void)G;
     for (int q = 0; q < np; q++) {
         __m512 zb, za;
-        __m512i zw;
-        pair_zeros(w, p0 + q, g, &zb, &za, &zw, fmt);
+        pair_zeros(w, p0 + q, g, &zb, &za, fmt);
         const uint8_t *pc = w->codes + (p0 + q) * pb;
         uint32_t *o = buf + (int64_t)q * (QKC / 2) * 16;
         int64_t j = j0;
@@ -475,11 +470,11 @@ QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t g
             for (; j + PB <= j1; j += PB) {
                 const uint8_t *blk = pc + (j / PB) * BB;
                 _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++)
-                    _mm512_storeu_si512(o + (j + jj - j0) * 16, pair_bf16(blk, jj, zb, za, zw, tab, fmt));
+                    _mm512_storeu_si512(o + (j + jj - j0) * 16, pair_bf16(blk, jj, zb, za, tab, fmt));
             }
         for (; j < j1; j++)
             _mm512_storeu_si512(o + (j - j0) * 16,
-                                pair_bf16(pc + (j / PB) * BB, (int)(j % PB), zb, za, zw, tab, fmt));
+                                pair_bf16(pc + (j / PB) * BB, (int)(j % PB), zb, za, tab, fmt));
     }
 }
 

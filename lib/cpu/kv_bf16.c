@@ -88,32 +88,24 @@ static void g_tscores_q(const float *const *q, float *const *out, int32_t nq, in
 }
 
 /* g_tscores' chain (o[j] = 0, then o[j] + q[d] * k, then * scale), the
- * K element read from its plane: any layout, plane_lanes 1. */
-static void g_pscores_q(const float *const *q, float *const *out, int32_t nq, int64_t hd,
-                        const uint16_t *const *k, int64_t dstride, int32_t n, float scale) {
-    for (int32_t i = 0; i < nq; i++) {
-        float *o = out[i];
-        for (int32_t j = 0; j < n; j++) o[j] = 0.0f;
-        for (int64_t d = 0; d < hd; d++) {
-            const float x = q[i][d];
-            for (int32_t j = 0; j < n; j++) o[j] = o[j] + x * qwi_bf16_to_f32(k[j][d * dstride]);
-        }
-        for (int32_t j = 0; j < n; j++) o[j] = o[j] * scale;
+ * K element read from its plane: any layout, plane_lanes 1. One body for
+ * the bf16 (g_pscores_q) and e4m3 (g_pscores8_q) planes; WIDEN is exact. */
+#define G_PSCORES(NAME, ELEM, WIDEN)                                                          \
+    static void NAME(const float *const *q, float *const *out, int32_t nq, int64_t hd,       \
+                     const ELEM *const *k, int64_t dstride, int32_t n, float scale) {        \
+        for (int32_t i = 0; i < nq; i++) {                                                    \
+            float *o = out[i];                                                                \
+            for (int32_t j = 0; j < n; j++) o[j] = 0.0f;                                      \
+            for (int64_t d = 0; d < hd; d++) {                                                \
+                const float x = q[i][d];                                                      \
+                for (int32_t j = 0; j < n; j++) o[j] = o[j] + x * WIDEN(k[j][d * dstride]);   \
+            }                                                                                 \
+            for (int32_t j = 0; j < n; j++) o[j] = o[j] * scale;                              \
+        }                                                                                     \
     }
-}
-
-static void g_pscores8_q(const float *const *q, float *const *out, int32_t nq, int64_t hd,
-                         const uint8_t *const *k, int64_t dstride, int32_t n, float scale) {
-    for (int32_t i = 0; i < nq; i++) {
-        float *o = out[i];
-        for (int32_t j = 0; j < n; j++) o[j] = 0.0f;
-        for (int64_t d = 0; d < hd; d++) {
-            const float x = q[i][d];
-            for (int32_t j = 0; j < n; j++) o[j] = o[j] + x * qwi_e4m3_to_f32(k[j][d * dstride]);
-        }
-        for (int32_t j = 0; j < n; j++) o[j] = o[j] * scale;
-    }
-}
+G_PSCORES(g_pscores_q, uint16_t, qwi_bf16_to_f32)
+G_PSCORES(g_pscores8_q, uint8_t, qwi_e4m3_to_f32)
+#undef G_PSCORES
 
 static void g_scale(float *y, const float *x, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * s;
