@@ -18,6 +18,7 @@
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "cpu/pairpanel.h"
+#include "cpu/q4i.h"
 #include "cpu/qpanel.h"
 #include "fp8.h"
 
@@ -126,28 +127,59 @@ Test(quant_kernels, zero_point_outside_the_contract_is_refused) {
     free_qdata(&d);
 }
 
+/* The quantized activation rows of cpu/q4i.h for rows [0, M) of x (owned
+ * by the caller: free_q4act). */
+static qwi_q4act make_q4act(const float *x, int64_t M, int64_t K, int64_t gk) {
+    const int64_t KP = qwi_pair_kp(K), G = QWI_DIV_UP(K, gk);
+    uint32_t *q = malloc(sizeof(uint32_t) * (size_t)(M * KP));
+    float *dd = malloc(sizeof(float) * (size_t)(M * G));
+    int32_t *sum = malloc(sizeof(int32_t) * (size_t)(M * G));
+    cr_assert(q && dd && sum);
+    qwi_q4i_quantize_rows(x, 0, M, K, gk, q, dd, sum);
+    return (qwi_q4act){ .q = q, .d = dd, .sum = sum, .KP = KP, .G = G, .group_k = gk };
+}
+
+static void free_q4act(qwi_q4act *a) {
+    free((void *)a->q);
+    free((void *)a->d);
+    free((void *)a->sum);
+}
+
+/* Activation k of row m as a kernel sees it: x (SEQ), its bf16 rounding
+ * (PAIR), or q * d (PAIR U4, cpu/q4i.h). */
+static double seen_x(const qwi_qpanel *qp, const float *x, const uint32_t *xp,
+                     const qwi_q4act *a, int64_t m, int64_t k) {
+    const int64_t K = qp->k, KP = qwi_pair_kp(K);
+    if (qp->layout == QWI_QPANEL_SEQ) return x[m * K + k];
+    const uint32_t pair = qp->fmt == QWI_QFMT_U4 ? a->q[m * KP + k / 2] : xp[m * KP + k / 2];
+    if (qp->fmt == QWI_QFMT_U4)
+        return (double)(int16_t)(k & 1 ? pair >> 16 : pair & 0xffff) *
+               (double)a->d[m * a->G + k / qp->group_k];
+    uint32_t u = k & 1 ? pair & 0xffff0000u : pair << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* Run one table's kernel for rows [0, M) and columns [c0, c0 + N) of the
- * weight (c0 a multiple of 16), x f32 rows (SEQ) or their bf16 pairs. For
- * odd M the fast kernels get the U4 row sums precomputed (as the driver
- * passes them), for even M they sum themselves: the row-alone checks below
- * compare the two (M = 2, 50 against M = 1). */
+ * weight (c0 a multiple of 16), x f32 rows (SEQ), their bf16 pairs or (U4)
+ * their quantized rows a. */
 static void run(const qwi_cpu_kernels *kt, const qwi_qpanel *qp, const float *x, const uint32_t *xp,
-                int64_t M, int64_t c0, int64_t N, const float *bias, float *out, int64_t ldo,
-                int accumulate) {
+                const qwi_q4act *a, int64_t M, int64_t c0, int64_t N, const float *bias,
+                float *out, int64_t ldo, int accumulate) {
     const float *b = bias ? bias + c0 : NULL;
-    if (qp->layout == QWI_QPANEL_SEQ) {
+    if (qp->layout == QWI_QPANEL_SEQ)
         kt->matmul_qf32(x, M, qp->k, qp, c0, N, b, out + c0, ldo, accumulate);
-        return;
-    }
-    const int64_t KP = qwi_pair_kp(qp->k);
-    float *xs = NULL;
-    if (qp->fmt == QWI_QFMT_U4 && M % 2) {
-        xs = malloc(sizeof(float) * (size_t)(M * qp->ngroups));
-        cr_assert(xs);
-        qwi_qpanel_pair_xsums(xp, 0, M, KP, qp->group_k, xs);
-    }
-    kt->matmul_qpair(xp, M, KP, qp, xs, c0, N, b, out + c0, ldo, accumulate);
-    free(xs);
+    else if (qp->fmt == QWI_QFMT_U4)
+        kt->matmul_q4i(a, M, qp, c0, N, b, out + c0, ldo, accumulate);
+    else
+        kt->matmul_qpair(xp, M, qwi_pair_kp(qp->k), qp, c0, N, b, out + c0, ldo, accumulate);
+}
+
+/* The same rows one by one: row m's view of a. */
+static qwi_q4act q4_row(const qwi_q4act *a, int64_t m) {
+    return (qwi_q4act){ .q = a->q + m * a->KP, .d = a->d + m * a->G, .sum = a->sum + m * a->G,
+                        .KP = a->KP, .G = a->G, .group_k = a->group_k };
 }
 
 typedef struct shape {
@@ -175,7 +207,8 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
         const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
         if (!kt) continue;
         tables_run++;
-        cr_assert(kt->matmul_qf32 && kt->matmul_qpair, "%s lacks a quantized kernel", tables[t]);
+        cr_assert(kt->matmul_qf32 && kt->matmul_qpair && kt->matmul_q4i,
+                  "%s lacks a quantized kernel", tables[t]);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int f = 0; f < 3; f++) {
                 const shape *sh = &shapes[si];
@@ -194,6 +227,7 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                 for (int64_t i = 0; i < N; i++) bias[i] = urand();
                 for (int64_t i = 0; i < MMAX * N; i++) init[i] = urand();
                 qwi_pair_round_rows(x, 0, MMAX, K, xp);
+                qwi_q4act a = make_q4act(x, MMAX, K, sh->gk);
                 for (int lay = 0; lay < 2; lay++) {
                     qwi_qpanel qp;
                     void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
@@ -203,25 +237,19 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                         const float *bs = mi % 3 == 0 ? bias : NULL;
                         memcpy(o_gen, init, sizeof(float) * (size_t)(M * N));
                         memcpy(o_tab, init, sizeof(float) * (size_t)(M * N));
-                        run(gen, &qp, x, xp, M, 0, N, bs, o_gen, N, acc);
-                        run(kt, &qp, x, xp, M, 0, N, bs, o_tab, N, acc);
+                        run(gen, &qp, x, xp, &a, M, 0, N, bs, o_gen, N, acc);
+                        run(kt, &qp, x, xp, &a, M, 0, N, bs, o_tab, N, acc);
                         cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
                                   "%s %s layout %d shape %zu M %lld: differs from generic", tables[t],
                                   fmt_names[fmts[f]], lay, si, (long long)M);
                         /* float64 reference of the dequantized weights (x as
-                         * the kernel saw it: bf16 in the fast layout) */
+                         * the kernel saw it: bf16 or int4's q * d in the fast
+                         * layout) */
                         for (int64_t m = 0; m < M; m++)
                             for (int64_t n = 0; n < N; n++) {
                                 double ref = 0, mag = 0;
                                 for (int64_t c = 0; c < K; c++) {
-                                    double xv = x[m * K + c];
-                                    if (lay) {
-                                        uint32_t u = c & 1 ? xp[m * KP + c / 2] & 0xffff0000u
-                                                           : xp[m * KP + c / 2] << 16;
-                                        float xf;
-                                        memcpy(&xf, &u, 4);
-                                        xv = xf;
-                                    }
+                                    const double xv = seen_x(&qp, x, xp, &a, m, c);
                                     ref += xv * deq(&d, n, c);
                                     mag += fabs(xv * deq(&d, n, c));
                                 }
@@ -237,7 +265,8 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                         if (M > 1)
                             for (int64_t m = 0; m < M; m++) {
                                 memcpy(o_one, init + m * N, sizeof(float) * (size_t)N);
-                                run(kt, &qp, x + m * K, xp + m * KP, 1, 0, N, bs, o_one, N, acc);
+                                const qwi_q4act am = q4_row(&a, m);
+                                run(kt, &qp, x + m * K, xp + m * KP, &am, 1, 0, N, bs, o_one, N, acc);
                                 cr_assert(memcmp(o_one, o_tab + m * N, sizeof(float) * (size_t)N) == 0,
                                           "%s %s layout %d: row %lld alone differs from M=%lld",
                                           tables[t], fmt_names[fmts[f]], lay, (long long)m, (long long)M);
@@ -245,7 +274,7 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                         /* the columns from 16 on, as their own call (n0 = 16) */
                         if (N > 16) {
                             memcpy(o_one, init, sizeof(float) * (size_t)(M * N));
-                            run(kt, &qp, x, xp, M, 16, N - 16, bs, o_one, N, acc);
+                            run(kt, &qp, x, xp, &a, M, 16, N - 16, bs, o_one, N, acc);
                             for (int64_t m = 0; m < M; m++)
                                 cr_assert(memcmp(o_one + m * N + 16, o_tab + m * N + 16,
                                                  sizeof(float) * (size_t)(N - 16)) == 0,
@@ -255,6 +284,7 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                     }
                     free(buf);
                 }
+                free_q4act(&a);
                 free(x);
                 free(xp);
                 free(bias);
@@ -269,32 +299,36 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
 }
 
 /* The parallel driver: a quantized linear in a fused call next to a plain
- * one, 1 and 2 threads, exact and fast layouts: same bits as the kernel. */
+ * one, 1 and 2 threads, exact and fast layouts: same bits as the kernel
+ * (fast U4: the driver quantizes the rows itself, once per call). */
 Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
-    const int64_t M = 5, K = 256, N = 200;
+    const int64_t M = 5, K = 256, N = 200, G = K / 128;
     qdata d = make_qdata(QWI_QFMT_U4, N, K, 128);
     float *x = malloc(sizeof(float) * (size_t)(M * K)), *wf = malloc(sizeof(float) * (size_t)(48 * K));
     uint32_t *xpair = malloc(sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
+    uint32_t *q4q = malloc(sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
+    float *q4d = malloc(sizeof(float) * (size_t)(M * G));
+    int32_t *q4s = malloc(sizeof(int32_t) * (size_t)(M * G));
     float *ref = malloc(sizeof(float) * (size_t)(M * N)), *out = malloc(sizeof(float) * (size_t)(M * N));
     float *out2 = malloc(sizeof(float) * (size_t)(M * 48));
     for (int64_t i = 0; i < M * K; i++) x[i] = urand();
     for (int64_t i = 0; i < 48 * K; i++) wf[i] = urand();
+    qwi_q4act a = make_q4act(x, M, K, 128);
     for (int lay = 0; lay < 2; lay++) {
         qwi_qpanel qp;
         void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
         uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
         qwi_pair_round_rows(x, 0, M, K, xp);
-        run(kt, &qp, x, xp, M, 0, N, NULL, ref, N, 0);
+        run(kt, &qp, x, xp, &a, M, 0, N, NULL, ref, N, 0);
         free(xp);
         for (int threads = 1; threads <= 2; threads++) {
             qwi_cpu_pool *pool = NULL;
             cr_assert_eq(qwi_cpu_pool_create(threads, &pool), QW_OK);
-            /* 2 threads: the driver also sums the U4 rows once (xsum) */
-            float xsbuf[16];
+            memset(q4q, 0xa5, sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
             qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                               .xpair = xpair, .xsum = threads == 2 ? xsbuf : NULL,
-                               .xsum_cap = threads == 2 ? 16 : 0 };
+                               .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s,
+                               .q4_groups_cap = M * G };
             qwi_cpu_linear q = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = qp };
             qwi_cpu_linear plain = { .dtype = QWI_DTYPE_F32, .w = wf, .n = 48, .k = K };
             qwi_cpu_mm_job jobs[2] = { { &plain, out2, 0 }, { &q, out, 0 } };
@@ -306,9 +340,13 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
         }
         free(buf);
     }
+    free_q4act(&a);
     free(x);
     free(wf);
     free(xpair);
+    free(q4q);
+    free(q4d);
+    free(q4s);
     free(ref);
     free(out);
     free(out2);
@@ -376,81 +414,102 @@ Test(quant_kernels, packs_a_gptq_int4_qweight) {
     free(s);
 }
 
-/* ---- the U4 activation sums (qwi_qpanel_pair_xsum) ------------------------- */
+/* ---- the int4 matmul's activation quantization (cpu/q4i.h) -------------- */
 
-/* The contract's order, written out independently: lane l of 16 takes the
- * pairs j0 + l, j0 + l + 16, ... (odd half, then even half), then s[l] +
- * s[l + 8], then the 8-lane tree. */
-static float model_xsum(const uint32_t *x, int64_t j0, int64_t j1) {
-    float s[16] = { 0 };
-    for (int64_t j = j0; j < j1; j++) {
-        uint32_t hi = x[j] & 0xffff0000u, lo = x[j] << 16;
-        float xo, xe;
-        memcpy(&xo, &hi, 4);
-        memcpy(&xe, &lo, 4);
-        s[(j - j0) % 16] += xo;
-        s[(j - j0) % 16] += xe;
-    }
-    float t[8];
-    for (int l = 0; l < 8; l++) t[l] = s[l] + s[l + 8];
-    return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+Test(quant_kernels, q4i_levels_keep_the_int32_sums_exact) {
+    cr_assert_eq(qwi_q4i_qmax(128), 32767);
+    cr_assert_eq(qwi_q4i_qmax(4096), 32767);
+    cr_assert_eq(qwi_q4i_qmax(12288), 10922);   /* (2^31 - 1) / (16 * 12288) */
+    cr_assert_eq(qwi_q4i_qmax(0), 0);
+    cr_assert_eq(qwi_q4i_qmax(7), 0);            /* odd */
+    cr_assert_eq(qwi_q4i_qmax(2000000), 0);      /* fewer than 127 levels */
+    /* and such a weight cannot be packed for the fast kernels */
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, 16, 2000000, 2000000), 0);
+    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 2000000, 2000000), 0);
 }
 
-/* Activations spanning 2^-20 .. 2^12, so that summing them in another order
- * rounds differently (bf16 values of one magnitude add exactly in f32, which
- * is all the kernel test above feeds them). */
+/* Values spanning 2^-20 .. 2^12 within a group. */
 static void wide_rows(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = urand() * ldexpf(1.0f, (int)(rnd() % 33) - 20);
 }
 
-/* The scalar sum, the driver's per-row sums and every table's own sums (a
- * fast U4 matmul without them) agree with the model bit for bit. */
-Test(quant_kernels, u4_activation_sums_follow_the_contract_order) {
-    const int64_t M = 3, K = 1184, N = 32, gk = 296;   /* 148 pairs a group: 9 blocks + 4 */
-    const int64_t KP = qwi_pair_kp(K), G = K / gk;
+/* The dispatched (AVX2) quantizer gives the portable loop's bits; every
+ * value is within half a step of x, the sums are the sums, the extremes
+ * reach Q; an all-zero group gives 0, a NaN or infinity d = NaN and 0s, a
+ * group below 2^-100 0s; a NaN row's outputs are NaN in every table and the
+ * other rows' are untouched. */
+Test(quant_kernels, q4i_activations_follow_the_contract) {
+    const int64_t M = 4, K = 1185, gk = 296;   /* odd K, a short last group */
+    const int64_t KP = qwi_pair_kp(K), G = QWI_DIV_UP(K, gk);
+    const int32_t Q = qwi_q4i_qmax(gk);
     float *x = malloc(sizeof(float) * (size_t)(M * K));
-    uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(M * KP));
-    float *xs = malloc(sizeof(float) * (size_t)(M * G));
     wide_rows(x, M * K);
-    qwi_pair_round_rows(x, 0, M, K, xp);
-    qwi_qpanel_pair_xsums(xp, 0, M, KP, gk, xs);
-    int inexact = 0;
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t k = 0; k < gk; k++) x[1 * K + k] = 0.0f;                  /* row 1 group 0: zero */
+    for (int64_t k = gk; k < 2 * gk; k++) x[1 * K + k] = 0x1p-110f;       /* row 1 group 1: tiny */
+    x[2 * K + 2 * gk + 5] = NAN;                                           /* row 2 group 2 */
+    x[3 * K + 7] = -INFINITY;                                              /* row 3 group 0 */
+    uint32_t *q1 = malloc(sizeof(uint32_t) * (size_t)(M * KP)), *q2 = malloc(sizeof(uint32_t) * (size_t)(M * KP));
+    float *d1 = malloc(sizeof(float) * (size_t)(M * G)), *d2 = malloc(sizeof(float) * (size_t)(M * G));
+    int32_t *s1 = malloc(sizeof(int32_t) * (size_t)(M * G)), *s2 = malloc(sizeof(int32_t) * (size_t)(M * G));
+    memset(q1, 0xa5, sizeof(uint32_t) * (size_t)(M * KP));
+    memset(q2, 0x5a, sizeof(uint32_t) * (size_t)(M * KP));
+    qwi_q4i_quantize_rows_portable(x, 0, M, K, gk, q1, d1, s1);
+    qwi_q4i_quantize_rows(x, 0, M, K, gk, q2, d2, s2);
+    cr_assert(memcmp(q1, q2, sizeof(uint32_t) * (size_t)(M * KP)) == 0, "q differs");
+    cr_assert(memcmp(d1, d2, sizeof(float) * (size_t)(M * G)) == 0, "d differs");
+    cr_assert(memcmp(s1, s2, sizeof(int32_t) * (size_t)(M * G)) == 0, "sums differ");
+    for (int64_t m = 0; m < M; m++) {
+        cr_assert_eq(q1[m * KP + KP - 1] >> 16, 0, "the pad column of an odd K is 0");
         for (int64_t g = 0; g < G; g++) {
-            const float want = model_xsum(xp + m * KP, g * gk / 2, (g + 1) * gk / 2);
-            cr_assert(memcmp(&xs[m * G + g], &want, 4) == 0, "row %lld group %lld: %a vs %a",
-                      (long long)m, (long long)g, (double)xs[m * G + g], (double)want);
-            double exact = 0;
-            for (int64_t c = 2 * g * gk / 2; c < (g + 1) * gk; c++) {
-                uint32_t u = c & 1 ? xp[m * KP + c / 2] & 0xffff0000u : xp[m * KP + c / 2] << 16;
-                float f;
-                memcpy(&f, &u, 4);
-                exact += f;
+            const float dg = d1[m * G + g];
+            const bool nan_group = (m == 2 && g == 2) || (m == 3 && g == 0);
+            const bool zero_group = m == 1 && g < 2;
+            int64_t sum = 0, top = 0;
+            for (int64_t k = g * gk; k < QWI_MIN(K, (g + 1) * gk); k++) {
+                const uint32_t pair = q1[m * KP + k / 2];
+                const int16_t q = (int16_t)(k & 1 ? pair >> 16 : pair & 0xffff);
+                sum += q;
+                top = QWI_MAX(top, (int64_t)abs(q));
+                cr_assert(q >= -Q && q <= Q);
+                if (nan_group || zero_group) {
+                    cr_assert_eq(q, 0);
+                    continue;
+                }
+                cr_assert(fabs((double)x[m * K + k] - (double)q * dg) <= 0.5000001 * dg,
+                          "row %lld col %lld: %g vs %d * %g", (long long)m, (long long)k,
+                          (double)x[m * K + k], q, (double)dg);
             }
-            inexact += (double)want != exact;
+            cr_assert_eq(sum, s1[m * G + g]);
+            if (nan_group) cr_assert(isnan(dg), "row %lld group %lld: d = %g", (long long)m, (long long)g, (double)dg);
+            else if (zero_group) cr_assert_eq(dg, 0.0f);
+            else cr_assert_eq(top, Q, "the group's largest value reaches Q");
         }
-    cr_assert_gt(inexact, 0, "the data must make the summation order matter");
+    }
+    /* a NaN row: NaN outputs in every table, the other rows as computed alone */
+    const int64_t N = 32;
     qdata d = make_qdata(QWI_QFMT_U4, N, K, gk);
     qwi_qpanel qp;
     void *buf = pack(&d, QWI_QPANEL_PAIR, &qp);
-    float *o_given = malloc(sizeof(float) * (size_t)(M * N));
-    float *o_own = malloc(sizeof(float) * (size_t)(M * N));
+    const qwi_q4act a = { .q = q1, .d = d1, .sum = s1, .KP = KP, .G = G, .group_k = gk };
+    float *o = malloc(sizeof(float) * (size_t)(M * N)), *o1 = malloc(sizeof(float) * (size_t)N);
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
         const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
         if (!kt) continue;
-        for (int64_t mr = 1; mr <= M; mr++) {   /* 1-2 rows: direct path; 3: chunked */
-            kt->matmul_qpair(xp, mr, KP, &qp, xs, 0, N, NULL, o_given, N, 0);
-            kt->matmul_qpair(xp, mr, KP, &qp, NULL, 0, N, NULL, o_own, N, 0);
-            cr_assert(memcmp(o_given, o_own, sizeof(float) * (size_t)(mr * N)) == 0,
-                      "%s, %lld rows: its own activation sums differ from the given ones",
-                      tables[t], (long long)mr);
-        }
+        kt->matmul_q4i(&a, M, &qp, 0, N, NULL, o, N, 0);
+        for (int64_t n = 0; n < N; n++) cr_assert(isnan(o[2 * N + n]) && isnan(o[3 * N + n]), "%s", tables[t]);
+        const qwi_q4act a0 = q4_row(&a, 0);
+        kt->matmul_q4i(&a0, 1, &qp, 0, N, NULL, o1, N, 0);
+        cr_assert(memcmp(o1, o, sizeof(float) * (size_t)N) == 0, "%s: row 0", tables[t]);
     }
     free(buf);
     free_qdata(&d);
-    free(o_given);
-    free(o_own);
+    free(o);
+    free(o1);
     free(x);
-    free(xp);
-    free(xs);
+    free(q1);
+    free(q2);
+    free(d1);
+    free(d2);
+    free(s1);
+    free(s2);
 }

@@ -5,7 +5,8 @@
  * batched GEMM in GFLOP/s, through the backend's parallel driver
  * (qwi_cpu_matmul) and kernel table, in both numerics modes:
  *   exact: matmul_qf32 (SEQ)   vs the bf16 panel kernel (matmul_bf16_panel)
- *   fast:  matmul_qpair (PAIR) vs the bf16 pair kernel (matmul_pair)
+ *   fast:  matmul_qpair (PAIR; int4: matmul_q4i, cpu/q4i.h) vs the bf16
+ *          pair kernel (matmul_pair)
  *
  *   qw-qbench [--k N] [--n N] [--threads N] [--group N] [--layers N]
  *             [--ms 1,64,256] [--seconds S]
@@ -126,8 +127,10 @@ int main(int argc, char **argv) {
     uint8_t *codes = xalloc((size_t)(N * K));
     float *scales = xalloc(sizeof(float) * (size_t)(N * G)), *zeros = xalloc(sizeof(float) * (size_t)(N * G));
     for (int64_t i = 0; i < N * G; i++) { scales[i] = 0.01f; zeros[i] = 8.0f; }
-    /* the U4 kernels' per-(row, group) sums, as the engine's driver keeps them */
-    float *xsum = xalloc(sizeof(float) * (size_t)(mmax * G));
+    /* the int4 kernels' quantized rows (cpu/q4i.h), as the engine's driver keeps them */
+    uint32_t *q4q = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
+    float *q4d = xalloc(sizeof(float) * (size_t)(mmax * G));
+    int32_t *q4s = xalloc(sizeof(int32_t) * (size_t)(mmax * G));
 
     printf("qw-qbench: K %lld, N %lld, group %lld, %d thread(s), table %s, %lld layers, %s time\n",
            (long long)K, (long long)N, (long long)group, qwi_cpu_pool_size(pool), kt->name,
@@ -180,7 +183,8 @@ int main(int argc, char **argv) {
                 }
             }
             bench b = { .cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                                .xpair = xpair, .xsum = xsum, .xsum_cap = mmax * G },
+                                .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s,
+                                .q4_groups_cap = mmax * G },
                         .x = x, .K = K, .lins = lins, .nl = (int)layers, .out = out };
             printf("%-6s %-5s %12zu", mode ? "fast" : "exact", fnames[f], bytes);
             fflush(stdout);
@@ -196,6 +200,6 @@ int main(int argc, char **argv) {
             free(lins);
         }
     qwi_cpu_pool_destroy(pool);
-    free(x); free(xpair); free(xsum); free(out); free(wf); free(codes); free(scales); free(zeros);
+    free(x); free(xpair); free(q4q); free(q4d); free(q4s); free(out); free(wf); free(codes); free(scales); free(zeros);
     return 0;
 }

@@ -81,8 +81,11 @@ typedef struct cpu_backend {
     int32_t *logit_seq;            /* [max_num_seqs]: seqs that need logits       */
     float **f16_buf;               /* [nthreads], NULL entries without f16 weights */
     uint32_t *xpair;               /* fast mode: [max(T, logit_rows)][max_k/2] bf16 pairs */
-    float *xsum;                   /* fast mode, U4 weights: [max(T, logit_rows)][groups] */
-    int64_t xsum_cap;              /* floats in xsum                                      */
+    /* fast mode, U4 weights: quantized matmul inputs (cpu/q4i.h), rows = max(T, logit_rows) */
+    uint32_t *q4_q;                /* [rows][ceil(max_k / 2)] int16 pairs                */
+    float *q4_d;                   /* [rows][groups]                                     */
+    int32_t *q4_sum;               /* [rows][groups]                                     */
+    int64_t q4_groups_cap;         /* rows * groups                                      */
     float **attn_buf;              /* [nthreads]                                  */
     float **rope_buf;              /* [nthreads] of head_dim floats               */
     qwi_sample_scratch **ss;       /* [nthreads]                                  */
@@ -188,7 +191,9 @@ static void cpu_destroy(qwi_backend *base) {
     }
     free(b->f16_buf);
     free(b->xpair);
-    free(b->xsum);
+    free(b->q4_q);
+    free(b->q4_d);
+    free(b->q4_sum);
     free(b->attn_buf);
     free(b->rope_buf);
     free(b->ss);
@@ -552,8 +557,9 @@ static bool model_has_f16(const cpu_backend *b) {
     return false;
 }
 
-/* The most scale groups of any int4 (U4) linear: the U4 kernels' row sums
- * per (row, group), which qwi_cpu_matmul computes once per call. 0: none. */
+/* The most scale groups of any int4 (U4) linear: the fast mode's int4
+ * activations keep a scale and a sum per (row, group) (cpu/q4i.h), which
+ * qwi_cpu_matmul computes once per call. 0: no U4 linear. */
 static int64_t max_u4_groups(const cpu_backend *b) {
     int64_t g = 0;
     for (int i = 0; i < b->cfg.num_layers; i++) {
@@ -602,10 +608,13 @@ static qw_status setup_scratch(cpu_backend *b) {
                             "(max_num_batched_tokens %zu)", T);
         const int64_t u4g = max_u4_groups(b);
         if (u4g > 0) {
-            b->xsum_cap = (int64_t)QWI_MAX(T, (size_t)b->logit_rows) * u4g;
-            b->xsum = alloc_floats((size_t)b->xsum_cap, 1);
-            if (!b->xsum)
-                return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4 row-sum scratch allocation "
+            const size_t rows = QWI_MAX(T, (size_t)b->logit_rows);
+            b->q4_groups_cap = (int64_t)rows * u4g;
+            b->q4_q = (uint32_t *)alloc_floats(rows, (size_t)qwi_pair_kp((int64_t)max_k));
+            b->q4_d = alloc_floats((size_t)b->q4_groups_cap, 1);
+            b->q4_sum = (int32_t *)alloc_floats((size_t)b->q4_groups_cap, 1);
+            if (!b->q4_q || !b->q4_d || !b->q4_sum)
+                return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4 activation scratch allocation "
                                 "failed (max_num_batched_tokens %zu)", T);
         }
     }
@@ -628,8 +637,10 @@ static qw_status setup_scratch(cpu_backend *b) {
     b->cx.f16_buf = b->f16_buf;
     b->cx.max_k = (int64_t)max_k;
     b->cx.xpair = b->xpair;
-    b->cx.xsum = b->xsum;
-    b->cx.xsum_cap = b->xsum_cap;
+    b->cx.q4_q = b->q4_q;
+    b->cx.q4_d = b->q4_d;
+    b->cx.q4_sum = b->q4_sum;
+    b->cx.q4_groups_cap = b->q4_groups_cap;
     b->cx.act_exp = fast_mode(b) ? qwi_cpu_kv_bf16_for(b->cx.kt) : NULL;
     return QW_OK;
 }

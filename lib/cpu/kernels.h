@@ -76,19 +76,25 @@ typedef void (*qwr_matmul_pair_fn)(const uint32_t *x, int64_t M, int64_t KP, con
  * qwr_matmul_pair_fn (matmul_qpair, fast mode, w in the PAIR layout); w is
  * the whole packed weight and n0 (a multiple of 16) the weight row of the
  * call's output column 0; out and bias point at column 0 of the call, N
- * columns (may end inside a panel). matmul_qpair's xsum: for a U4 weight,
- * NULL or qwi_qpanel_pair_xsum of every (row m, group g) of x at
- * xsum[m * w->ngroups + g] (qwi_qpanel_pair_xsums): the caller computes
- * them once for all the calls of a matmul instead of every call per
- * 64 columns (NULL: the kernel sums itself, same bits); unused otherwise. */
+ * columns (may end inside a panel). matmul_qpair takes U8 and E4M3
+ * weights only: the fast mode's U4 is matmul_q4i's (below). */
 struct qwi_qpanel;
 typedef void (*qwr_matmul_qf32_fn)(const float *x, int64_t M, int64_t K,
                                    const struct qwi_qpanel *w, int64_t n0, int64_t N,
                                    const float *bias, float *out, int64_t ldo, int accumulate);
 typedef void (*qwr_matmul_qpair_fn)(const uint32_t *x, int64_t M, int64_t KP,
-                                    const struct qwi_qpanel *w, const float *xsum, int64_t n0,
-                                    int64_t N, const float *bias, float *out, int64_t ldo,
-                                    int accumulate);
+                                    const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                                    const float *bias, float *out, int64_t ldo, int accumulate);
+
+/* The fast mode's int4 matmul (cpu/q4i.h has the activation form and the
+ * arithmetic contract, bit-identical between tables): x the call's
+ * quantized activation rows (row 0 = the call's first row; x->group_k ==
+ * w->group_k), w a U4 weight in the PAIR layout as for matmul_qpair, n0,
+ * N, bias, out, ldo and accumulate as there. */
+struct qwi_q4act;
+typedef void (*qwr_matmul_q4i_fn)(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w,
+                                  int64_t n0, int64_t N, const float *bias, float *out,
+                                  int64_t ldo, int accumulate);
 
 /* The hot kernels, chosen once per process; ISA-specific variants slot in
  * here without touching the callers. */
@@ -106,6 +112,7 @@ typedef struct qwi_cpu_kernels {
     /* Quantized weights (cpu/qpanel.h): exact and fast mode. */
     qwr_matmul_qf32_fn matmul_qf32;
     qwr_matmul_qpair_fn matmul_qpair;
+    qwr_matmul_q4i_fn matmul_q4i;     /* fast mode, U4 weights (cpu/q4i.h) */
     float (*dot)(const float *a, const float *b, int64_t n);
     /* o[i] += s * v[i] for i in [0, n): element-wise, so the result of an
      * element never depends on n or its index (attention's P.V). */
@@ -225,32 +232,44 @@ void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpan
                      int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                      int accumulate);
 void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const struct qwi_qpanel *w,
-                      const float *xsum, int64_t n0, int64_t N, const float *bias, float *out,
-                      int64_t ldo, int accumulate);
+                      int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                      int accumulate);
 void qwi_avx2_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpanel *w,
                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                           int accumulate);
 void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const struct qwi_qpanel *w,
-                           const float *xsum, int64_t n0, int64_t N, const float *bias,
-                           float *out, int64_t ldo, int accumulate);
+                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                           int accumulate);
 void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpanel *w,
                             int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                             int accumulate);
 void qwi_avx512_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
-                             const struct qwi_qpanel *w, const float *xsum, int64_t n0,
-                             int64_t N, const float *bias, float *out, int64_t ldo,
-                             int accumulate);
+                             const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                             const float *bias, float *out, int64_t ldo, int accumulate);
 void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
-                                 const struct qwi_qpanel *w, const float *xsum, int64_t n0,
-                                 int64_t N, const float *bias, float *out, int64_t ldo,
-                                 int accumulate);
+                                 const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                                 const float *bias, float *out, int64_t ldo, int accumulate);
 /* qwi_avx512bf16_matmul_qpair with E4M3 decode (M <= 2) through AVX512_VBMI
  * byte tables (same bits; call only where that one may be called and the
  * CPU has avx512vbmi). */
 void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
-                                 const struct qwi_qpanel *w, const float *xsum, int64_t n0,
-                                 int64_t N, const float *bias, float *out, int64_t ldo,
-                                 int accumulate);
+                                 const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                                 const float *bias, float *out, int64_t ldo, int accumulate);
+
+/* The int4 matmuls (see qwr_matmul_q4i_fn): portable (q4i.c), AVX2,
+ * AVX-512 with AVX512BW, and with AVX512BW + AVX512_VNNI (q4i_x86.c; call
+ * each only where the CPU has those). */
+void qwr_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w, int64_t n0,
+                    int64_t N, const float *bias, float *out, int64_t ldo, int accumulate);
+void qwi_avx2_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w,
+                         int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                         int accumulate);
+void qwi_avx512_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w,
+                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                           int accumulate);
+void qwi_avx512vnni_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w,
+                               int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                               int accumulate);
 
 /* Convert n elements of dtype dt at src to f32 in dst (exact for all three). */
 void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst);

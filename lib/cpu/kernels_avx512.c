@@ -261,6 +261,7 @@ static const qwi_cpu_kernels avx512_table = {
     /* kernels_quant_avx512.c */
     .matmul_qf32 = qwi_avx512_matmul_qf32,
     .matmul_qpair = qwi_avx512_matmul_qpair,
+    .matmul_q4i = qwi_avx2_matmul_q4i,
     .dot = avx512_dot,
     .axpy = avx512_axpy,
     .dot4 = avx512_dot4,

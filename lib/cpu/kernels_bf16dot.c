@@ -24,6 +24,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/pairpanel.h"
+#include "cpu/tile_out.h"
 
 static inline float lo_f32(uint32_t pair) {
     uint32_t u = pair << 16;
@@ -37,15 +38,6 @@ static inline float hi_f32(uint32_t pair) {
     float f;
     memcpy(&f, &u, 4);
     return f;
-}
-
-/* Bias and residual add exactly as the other kernels' put(). */
-static inline void put16(const float acc[16], int64_t n0, int64_t N, const float *bias,
-                         float *out, int accumulate) {
-    for (int s = 0; s < 16 && n0 + s < N; s++) {
-        float v = bias ? acc[s] + bias[n0 + s] : acc[s];
-        out[n0 + s] = accumulate ? out[n0 + s] + v : v;
-    }
 }
 
 /* Portable: two rows at a time, 16 independent chains per row, widened
@@ -69,8 +61,8 @@ void qwr_matmul_pair(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w
                 for (int s = 0; s < 16; s++) a1[s] = a1[s] + x1o * wo[s];
                 for (int s = 0; s < 16; s++) a1[s] = a1[s] + x1e * we[s];
             }
-            put16(a0, n0, N, bias, out + m * ldo, accumulate);
-            if (m1 != m) put16(a1, n0, N, bias, out + m1 * ldo, accumulate);
+            qwi_put16(a0, n0, N, bias, out + m * ldo, accumulate);
+            if (m1 != m) qwi_put16(a1, n0, N, bias, out + m1 * ldo, accumulate);
         }
     }
 }
@@ -117,7 +109,7 @@ AVX2_INLINE void avx2_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int
             float t[16];
             _mm256_storeu_ps(t, acc[r][q][0]);
             _mm256_storeu_ps(t + 8, acc[r][q][1]);
-            put16(t, n0 + 16 * q, N, bias, out + r * ldo, accumulate);
+            qwi_put16(t, n0 + 16 * q, N, bias, out + r * ldo, accumulate);
         }
 }
 
@@ -239,7 +231,7 @@ void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, con
             }
             for (int64_t r = 0; r < mb; r++)
                 for (int64_t q = 0; q < np; q++)
-                    put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
+                    qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
                           accumulate);
         }
         p += np;

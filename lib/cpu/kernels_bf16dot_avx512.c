@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cpu/kernels.h"
+#include "cpu/tile_out.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -29,15 +30,6 @@
 /* Rows per row block (12 tiles of 4); their partial sums ([48][64] f32,
  * 12 KiB) wait in `part` between k blocks. */
 #define Z_MB 48
-
-/* Bias and residual add exactly as kernels_bf16dot.c's put16. */
-static inline void z_put16(const float acc[16], int64_t n0, int64_t N, const float *bias,
-                           float *out, int accumulate) {
-    for (int s = 0; s < 16 && n0 + s < N; s++) {
-        float v = bias ? acc[s] + bias[n0 + s] : acc[s];
-        out[n0 + s] = accumulate ? out[n0 + s] + v : v;
-    }
-}
 
 /* An MR x NP tile (MR <= 4, NP <= 8, MR * NP <= 16: at most 16 accumulators,
  * 2 * NP widened weights and 2 widened broadcasts, within the 32 zmm) over
@@ -126,7 +118,7 @@ Z_INLINE void z_small_m(const uint32_t *x, int64_t M, int64_t KP, const uint32_t
         }
         for (int64_t r = 0; r < M; r++)
             for (int64_t q = 0; q < np; q++)
-                z_put16(part + r * 128 + q * 16, 16 * (p + q), N, bias, out + r * ldo, accumulate);
+                qwi_put16(part + r * 128 + q * 16, 16 * (p + q), N, bias, out + r * ldo, accumulate);
         p += np;
     }
 }
@@ -159,7 +151,7 @@ void qwi_bf16dot_matmul_avx512(const uint32_t *x, int64_t M, int64_t KP, const u
             }
             for (int64_t r = 0; r < mb; r++)
                 for (int64_t q = 0; q < np; q++)
-                    z_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
+                    qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
                             accumulate);
         }
         p += np;

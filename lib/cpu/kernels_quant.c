@@ -12,17 +12,9 @@
 
 #include "cpu/kernels.h"
 #include "cpu/qpanel.h"
+#include "cpu/tile_out.h"
 
 #define QMR 4
-
-/* Bias and residual add exactly as the other kernels' put(). */
-static inline void put16(const float acc[16], int64_t j0, int64_t N, const float *bias,
-                         float *out, int accumulate) {
-    for (int s = 0; s < 16 && j0 + s < N; s++) {
-        float v = bias ? acc[s] + bias[j0 + s] : acc[s];
-        out[j0 + s] = accumulate ? out[j0 + s] + v : v;
-    }
-}
 
 /* c(slot s, k) of the panel at pc for s in [0, 16); zg = the panel's zeros
  * of k's group (U4/U8). */
@@ -82,14 +74,13 @@ void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, 
                 for (int r = 0; r < mr; r++)
                     for (int s = 0; s < 16; s++) tot[r][s] = fmaf(acc[r][s], sc[s], tot[r][s]);
             }
-            for (int r = 0; r < mr; r++) put16(tot[r], j0, N, bias, out + (m + r) * ldo, accumulate);
+            for (int r = 0; r < mr; r++) qwi_put16(tot[r], j0, N, bias, out + (m + r) * ldo, accumulate);
         }
     }
 }
 
-void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                      const float *xsum, int64_t n0, int64_t N, const float *bias, float *out,
-                      int64_t ldo, int accumulate) {
+void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w, int64_t n0,
+                      int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
     const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
     const int64_t zs = qwi_qpanel_zero_stride(w->fmt, w->layout);
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
@@ -103,14 +94,11 @@ void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel
                  * may hold the zero pad column of an odd K) */
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
                 const float *zg = w->zeros ? w->zeros + (p * G + g) * zs : NULL;
-                /* U4: bare codes, the zero point once per group (qpanel.h) */
-                const bool u4 = w->fmt == QWI_QFMT_U4;
-                static const float no_zeros[16] = { 0 };
                 float acc[QMR][16] = { { 0 } };
                 for (int64_t j = js; j < je; j++) {
                     float ce[16], co[16];
-                    decode16(w, pc, u4 ? no_zeros : zg, 2 * j, ce);
-                    decode16(w, pc, u4 ? no_zeros : zg, 2 * j + 1, co);
+                    decode16(w, pc, zg, 2 * j, ce);
+                    decode16(w, pc, zg, 2 * j + 1, co);
                     for (int r = 0; r < mr; r++) {
                         const uint32_t xp = x[(m + r) * KP + j];
                         const float xo = hi_f32(xp), xe = lo_f32(xp);
@@ -118,17 +106,11 @@ void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel
                         for (int s = 0; s < 16; s++) acc[r][s] = acc[r][s] + xe * ce[s];
                     }
                 }
-                if (u4)
-                    for (int r = 0; r < mr; r++) {
-                        const float xs = xsum ? xsum[(m + r) * G + g]
-                                              : qwi_qpanel_pair_xsum(x + (m + r) * KP, js, je);
-                        for (int s = 0; s < 16; s++) acc[r][s] = fmaf(-zg[s], xs, acc[r][s]);
-                    }
                 const float *sc = w->scales + (p * G + g) * 16;
                 for (int r = 0; r < mr; r++)
                     for (int s = 0; s < 16; s++) tot[r][s] = fmaf(acc[r][s], sc[s], tot[r][s]);
             }
-            for (int r = 0; r < mr; r++) put16(tot[r], j0, N, bias, out + (m + r) * ldo, accumulate);
+            for (int r = 0; r < mr; r++) qwi_put16(tot[r], j0, N, bias, out + (m + r) * ldo, accumulate);
         }
     }
 }

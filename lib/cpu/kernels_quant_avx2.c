@@ -6,11 +6,11 @@
  *
  * A 16-output panel is two ymm halves (slots 0-7, 8-15). Decoding as in
  * kernels_quant_avx512.c without vpternlogd: a shift, a mask and an OR of
- * 2^23's bits, then subtracting 2^23 + zero (U4/U8; PAIR U4 subtracts 2^23
- * and takes its zero once per group, qpanel.h); e4m3 through f16 bits
- * and vcvtph2ps. The fast mode's pairs are emulated with two FMAs per pair
- * (odd k first; the products are exact), and the interleaved PAIR layouts
- * (U8, E4M3) are split into even and odd k with a shuffle and a permute.
+ * 2^23's bits, then subtracting 2^23 + zero (U4/U8); e4m3 through f16
+ * bits and vcvtph2ps. The fast mode's pairs (U8, E4M3; its U4 goes
+ * through cpu/q4i.h) are emulated with two FMAs per pair (odd k first;
+ * the products are exact), and the interleaved PAIR layouts are split into
+ * even and odd k with a shuffle and a permute.
  * Register tiles of up to 4 rows x 1 panel share each decoded weight; the
  * totals of each group wait in memory (one FMA per output per group).
  */
@@ -18,21 +18,13 @@
 
 #include "cpu/kernels.h"
 #include "cpu/qpanel.h"
+#include "cpu/tile_out.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
 #define A_TARGET "avx2,fma,f16c"
 #define A_INLINE static inline __attribute__((always_inline, target(A_TARGET)))
-
-/* Bias and residual add exactly as the other kernels' put(). */
-static inline void put16(const float acc[16], int64_t j0, int64_t N, const float *bias,
-                         float *out, int accumulate) {
-    for (int s = 0; s < 16 && j0 + s < N; s++) {
-        float v = bias ? acc[s] + bias[j0 + s] : acc[s];
-        out[j0 + s] = accumulate ? out[j0 + s] + v : v;
-    }
-}
 
 /* Field i of the 8 lanes at p as the f32 2^23 + field. */
 A_INLINE __m256 field_magic(const uint8_t *p, int i, const int bits) {
@@ -64,18 +56,11 @@ A_INLINE __m256 seq_c(const uint8_t *blk, int h, int i, __m256 zm, const int fmt
     return _mm256_sub_ps(field_magic(blk + 32 * h, i, fmt == QWI_QFMT_U4 ? 4 : 8), zm);
 }
 
-/* PAIR: pair jj of the block at blk as the even-k (ce) and odd-k (co)
- * values of slots 0-7 ([0]) and 8-15 ([1]). z: U4 the slot-order zeros
- * (+2^23) of the halves, U8 the 4 interleaved quarters (+2^23). */
+/* PAIR (U8, E4M3): pair jj of the block at blk as the even-k (ce) and
+ * odd-k (co) values of slots 0-7 ([0]) and 8-15 ([1]). z: U8 the 4
+ * interleaved quarters of the zeros (+2^23). */
 A_INLINE void pair_c(const uint8_t *blk, int jj, const __m256 z[4], __m256 ce[2], __m256 co[2],
                      const int fmt) {
-    if (fmt == QWI_QFMT_U4) {
-        for (int h = 0; h < 2; h++) {
-            ce[h] = _mm256_sub_ps(field_magic(blk + 32 * h, jj, 4), z[h]);
-            co[h] = _mm256_sub_ps(field_magic(blk + 32 * h, jj + 4, 4), z[h]);
-        }
-        return;
-    }
     __m256 q[4];   /* 16 interleaved (slot, parity) values of slots 0-7, then of 8-15 */
     if (fmt == QWI_QFMT_U8) {
         for (int h = 0; h < 2; h++) {
@@ -95,32 +80,13 @@ A_INLINE void pair_c(const uint8_t *blk, int jj, const __m256 z[4], __m256 ce[2]
     deinterleave(q[2], q[3], &ce[1], &co[1]);
 }
 
-/* qwi_qpanel_pair_xsum of pairs [j0, j1): lanes 0-7 in a, 8-15 in b. */
-A_INLINE float pair_xsum(const uint32_t *x, int64_t j0, int64_t j1) {
-    const __m256i hm = _mm256_set1_epi32((int)0xffff0000u);
-    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
-    int64_t j = j0;
-    for (; j + 16 <= j1; j += 16) {
-        const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + j));
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(x + j + 8));
-        a = _mm256_add_ps(a, _mm256_castsi256_ps(_mm256_and_si256(u, hm)));
-        a = _mm256_add_ps(a, _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)));
-        b = _mm256_add_ps(b, _mm256_castsi256_ps(_mm256_and_si256(v, hm)));
-        b = _mm256_add_ps(b, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
-    }
-    float s[QWI_QPANEL_XSUM_LANES];
-    _mm256_storeu_ps(s, a);
-    _mm256_storeu_ps(s + 8, b);
-    return qwi_qpanel_xsum_finish(s, x, j, j1);
-}
-
 A_INLINE __m256 bc_hi(uint32_t p) { return _mm256_castsi256_ps(_mm256_set1_epi32((int)(p & 0xffff0000u))); }
 A_INLINE __m256 bc_lo(uint32_t p) { return _mm256_castsi256_ps(_mm256_set1_epi32((int)(p << 16))); }
 
 /* MR rows of x (SEQ: f32 rows of K; PAIR: bf16 pair rows of KP) x panel p,
  * every group, into res[r*16 ..] (the totals). */
 A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, const qwi_qpanel *w,
-                   const float *xsum, int64_t p, float *res, const int mr, const int fmt,
+                   int64_t p, float *res, const int mr, const int fmt,
                    const int pair) {
     const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
     const int KB = fmt == QWI_QFMT_U4 ? 8 : fmt == QWI_QFMT_U8 ? 4 : 2;
@@ -130,9 +96,7 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
     memset(res, 0, sizeof(float) * 16 * (size_t)mr);
     for (int64_t g = 0; g < G; g++) {
         __m256 z[4] = { magic, magic, magic, magic }, acc[4][2];
-        /* PAIR U4 decodes bare codes; its zeros come in at the group's end */
-        const int late_zero = pair && fmt == QWI_QFMT_U4;
-        if (fmt != QWI_QFMT_E4M3 && !late_zero) {
+        if (fmt != QWI_QFMT_E4M3) {
             const int nz = (int)qwi_qpanel_zero_stride(w->fmt, w->layout) / 8;
             const float *zp = w->zeros + (p * G + g) * nz * 8;
             for (int i = 0; i < nz; i++) z[i] = _mm256_add_ps(_mm256_loadu_ps(zp + 8 * i), magic);
@@ -178,15 +142,6 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
                     _Pragma("GCC unroll 4") for (int i = 0; i < PB; i++) PAIR_STEP(j + i, i);
             for (; j < je; j++) PAIR_STEP(j, (int)(j % PB));
 #undef PAIR_STEP
-            if (late_zero) {
-                const float *zp = w->zeros + (p * G + g) * 16;
-                _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {
-                    const __m256 xs = _mm256_set1_ps(xsum ? xsum[r * G + g]
-                                                          : pair_xsum(xp + r * KP, js, je));
-                    for (int h = 0; h < 2; h++)
-                        acc[r][h] = _mm256_fnmadd_ps(_mm256_loadu_ps(zp + 8 * h), xs, acc[r][h]);
-                }
-            }
         }
         const float *sc = w->scales + (p * G + g) * 16;
         _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
@@ -201,7 +156,7 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
 /* Panels outside, row tiles of 4 inside (the panel's codes stay in L1/L2
  * while the rows sweep them). */
 A_INLINE void run_fmt(const float *x, const uint32_t *xp, int64_t M, int64_t K, int64_t KP,
-                      const qwi_qpanel *w, const float *xsum, int64_t n0, int64_t N,
+                      const qwi_qpanel *w, int64_t n0, int64_t N,
                       const float *bias, float *out, int64_t ldo, int accumulate, const int fmt,
                       const int pair) {
     float res[4 * 16] __attribute__((aligned(32)));
@@ -211,15 +166,14 @@ A_INLINE void run_fmt(const float *x, const uint32_t *xp, int64_t M, int64_t K, 
             const float *xr = pair ? NULL : x + m * K;
             const uint32_t *xpr = pair ? xp + m * KP : NULL;
             const int64_t mr = QWI_MIN((int64_t)4, M - m);
-            const float *xs = xsum ? xsum + m * w->ngroups : NULL;
             switch (mr) {
-            case 4: tile(xr, xpr, K, KP, w, xs, p, res, 4, fmt, pair); break;
-            case 3: tile(xr, xpr, K, KP, w, xs, p, res, 3, fmt, pair); break;
-            case 2: tile(xr, xpr, K, KP, w, xs, p, res, 2, fmt, pair); break;
-            default: tile(xr, xpr, K, KP, w, xs, p, res, 1, fmt, pair); break;
+            case 4: tile(xr, xpr, K, KP, w, p, res, 4, fmt, pair); break;
+            case 3: tile(xr, xpr, K, KP, w, p, res, 3, fmt, pair); break;
+            case 2: tile(xr, xpr, K, KP, w, p, res, 2, fmt, pair); break;
+            default: tile(xr, xpr, K, KP, w, p, res, 1, fmt, pair); break;
             }
             for (int64_t r = 0; r < mr; r++)
-                put16(res + r * 16, j0, N, bias, out + (m + r) * ldo, accumulate);
+                qwi_put16(res + r * 16, j0, N, bias, out + (m + r) * ldo, accumulate);
         }
     }
 }
@@ -229,21 +183,20 @@ void qwi_avx2_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel
                           int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
     if (M <= 0 || N <= 0) return;
     switch (w->fmt) {
-    case QWI_QFMT_U4: run_fmt(x, NULL, M, K, 0, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 0); break;
-    case QWI_QFMT_U8: run_fmt(x, NULL, M, K, 0, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 0); break;
-    default: run_fmt(x, NULL, M, K, 0, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 0); break;
+    case QWI_QFMT_U4: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 0); break;
+    case QWI_QFMT_U8: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 0); break;
+    default: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 0); break;
     }
 }
 
 __attribute__((target(A_TARGET)))
 void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                           const float *xsum, int64_t n0, int64_t N, const float *bias,
-                           float *out, int64_t ldo, int accumulate) {
+                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                           int accumulate) {
     if (M <= 0 || N <= 0) return;
-    switch (w->fmt) {
-    case QWI_QFMT_U4: run_fmt(NULL, x, M, 0, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 1); break;
-    case QWI_QFMT_U8: run_fmt(NULL, x, M, 0, KP, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 1); break;
-    default: run_fmt(NULL, x, M, 0, KP, w, NULL, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 1); break;
+    switch (w->fmt) {   /* U8 or E4M3: U4 goes through matmul_q4i (kernels.h) */
+    case QWI_QFMT_U8: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 1); break;
+    default: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 1); break;
     }
 }
 

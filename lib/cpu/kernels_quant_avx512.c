@@ -8,11 +8,9 @@
  * One zmm = one 16-output panel. Decoding 16 codes costs a shift, a
  * vpternlogd ((v >> s) & mask | bits(2^23)) and a subtraction of
  * 2^23 + zero (U4/U8), or for e4m3 a 16-bit shift and mask to f16 bits and
- * a vcvtph2ps (qpanel.h); the vdpbf16ps U4 decode is a shift and a vpermw
- * per pair. PAIR U4 decodes bare codes and takes its zero point per group
- * against the row's activation sum (u4_xsum; qpanel.h's contract). Two
- * paths, same chains (an f32 store and reload of a partial sum changes no
- * bit):
+ * a vcvtph2ps (qpanel.h). matmul_qpair takes U8 and E4M3 weights (the
+ * fast mode's U4 goes through cpu/q4i.h). Two paths, same chains (an f32
+ * store and reload of a partial sum changes no bit):
  *   M <= 2 (decode): codes decoded in registers next to the FMAs, 4 panels
  *     at a time so 4 (x M) FMA chains hide the latency; the weights stream
  *     once, which is what decode is bound by.
@@ -30,6 +28,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/qpanel.h"
+#include "cpu/tile_out.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -42,15 +41,6 @@
 #define QKC 128      /* input columns per decoded chunk (a multiple of every block) */
 #define QMB 48       /* rows per row block of the chunked path                      */
 #define QPF 256      /* prefetch distance of the M <= 2 path, bytes ahead per panel  */
-
-/* Bias and residual add exactly as the other kernels' put(). */
-static inline void put16(const float acc[16], int64_t j0, int64_t N, const float *bias,
-                         float *out, int accumulate) {
-    for (int s = 0; s < 16 && j0 + s < N; s++) {
-        float v = bias ? acc[s] + bias[j0 + s] : acc[s];
-        out[j0 + s] = accumulate ? out[j0 + s] + v : v;
-    }
-}
 
 /* ---- decoding ------------------------------------------------------------ */
 
@@ -81,8 +71,9 @@ Q_INLINE __m512 seq_c(const uint8_t *blk, int i, __m512 zm, const int fmt) {
     return _mm512_sub_ps(field_magic(blk, i, fmt == QWI_QFMT_U4 ? 4 : 8), zm);
 }
 
-/* PAIR: pair jj of the block at blk as b = slots 0-7 and a = slots 8-15,
- * each in (slot, k even|odd) lane order (zb/za = 2^23 + their zeros). */
+/* PAIR (U8, E4M3): pair jj of the block at blk as b = slots 0-7 and
+ * a = slots 8-15, each in (slot, k even|odd) lane order (zb/za = 2^23 +
+ * their zeros). */
 Q_INLINE void pair_ba(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512 *b, __m512 *a,
                       const int fmt) {
     if (fmt == QWI_QFMT_E4M3) {
@@ -92,9 +83,8 @@ Q_INLINE void pair_ba(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512 *
         *a = e4m3_hi_words(_mm256_unpackhi_epi8(z, w));
         return;
     }
-    const int bits = fmt == QWI_QFMT_U4 ? 4 : 8, h = fmt == QWI_QFMT_U4 ? 4 : 2;
-    *b = _mm512_sub_ps(field_magic(blk, jj, bits), zb);
-    *a = _mm512_sub_ps(field_magic(blk, jj + h, bits), za);
+    *b = _mm512_sub_ps(field_magic(blk, jj, 8), zb);
+    *a = _mm512_sub_ps(field_magic(blk, jj + 2, 8), za);
 }
 
 /* b, a as above -> the even-k and odd-k values in slot order. */
@@ -111,8 +101,7 @@ Q_INLINE __m512 pair_hi(uint32_t p) {
 Q_INLINE __m512 pair_lo(uint32_t p) { return _mm512_castsi512_ps(_mm512_set1_epi32((int)(p << 16))); }
 
 /* The zeros of (panel p, group g) for the PAIR decoders: U8: zb/za =
- * 2^23 + the interleaved zeros; U4 (bare codes: its zeros are applied per
- * group, in apply_scales / PAIR_DIRECT) and E4M3: zb = za = 2^23. */
+ * 2^23 + the interleaved zeros; E4M3: zb = za = 2^23. */
 Q_INLINE void pair_zeros(const qwi_qpanel *w, int64_t p, int64_t g, __m512 *zb, __m512 *za,
                          const int fmt) {
     const __m512 magic = _mm512_set1_ps(0x1p23f);
@@ -128,57 +117,17 @@ Q_INLINE void pair_zeros(const qwi_qpanel *w, int64_t p, int64_t g, __m512 *zb, 
  * in slot order. */
 Q_INLINE void pair_ce_co(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512 *ce, __m512 *co,
                          const int fmt) {
-    if (fmt == QWI_QFMT_U4) {   /* qpanel.h: even k = field jj, odd k = field 4 + jj */
-        *ce = _mm512_sub_ps(field_magic(blk, jj, 4), zb);
-        *co = _mm512_sub_ps(field_magic(blk, jj + 4, 4), zb);
-        return;
-    }
     __m512 b, a;
     pair_ba(blk, jj, zb, za, &b, &a, fmt);
     pair_eo(b, a, ce, co);
 }
 
 /* vdpbf16ps tables: pair jj of the block at blk as bf16 pair lanes (the
- * pair panel of cpu/pairpanel.h). U4 looks bf16(code) up with vpermw in
- * tab, indexed by the word shifted down 4*jj: vpermw reads bits 0-4, and
- * tab repeats its 16 entries, so the next code's low bit in bit 4 picks
- * the same value (no mask). */
-QB_INLINE __m512i pair_bf16(const uint8_t *blk, int jj, __m512 zb, __m512 za,
-                            __m512i tab, const int fmt) {
-    if (fmt == QWI_QFMT_U4) {
-        const __m512i v = _mm512_loadu_si512(blk);
-        return _mm512_permutexvar_epi16(_mm512_srl_epi16(v, _mm_cvtsi32_si128(4 * jj)), tab);
-    }
+ * pair panel of cpu/pairpanel.h). */
+QB_INLINE __m512i pair_bf16(const uint8_t *blk, int jj, __m512 zb, __m512 za, const int fmt) {
     __m512 b, a;
     pair_ba(blk, jj, zb, za, &b, &a, fmt);
     return (__m512i)_mm512_cvtne2ps_pbh(a, b);
-}
-
-/* The vpermw table of pair_bf16: words bf16(i mod 16) for i in [0, 32). */
-QB_INLINE __m512i u4_table(void) {
-    const __m512 c = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    return (__m512i)_mm512_cvtne2ps_pbh(c, c);
-}
-
-/* qwi_qpanel_pair_xsum of pairs [j0, j1) of one row, 16 pairs a zmm. */
-Q_INLINE float pair_xsum(const uint32_t *x, int64_t j0, int64_t j1) {
-    const __m512i hm = _mm512_set1_epi32((int)0xffff0000u);
-    __m512 a = _mm512_setzero_ps();
-    int64_t j = j0;
-    for (; j + 16 <= j1; j += 16) {
-        const __m512i u = _mm512_loadu_si512(x + j);
-        a = _mm512_add_ps(a, _mm512_castsi512_ps(_mm512_and_si512(u, hm)));
-        a = _mm512_add_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
-    }
-    float s[QWI_QPANEL_XSUM_LANES];
-    _mm512_storeu_ps(s, a);
-    return qwi_qpanel_xsum_finish(s, x, j, j1);
-}
-
-/* Row r's xsum of group g (pairs [js, je)): given (row stride ngroups), or summed here. */
-Q_INLINE float u4_xsum(const float *xsum, const uint32_t *x, int64_t KP, int64_t r, int64_t g,
-                       int64_t G, int64_t js, int64_t je) {
-    return xsum ? xsum[r * G + g] : pair_xsum(x + r * KP, js, je);
 }
 
 /* ---- M <= 2: decode in registers ----------------------------------------- */
@@ -242,15 +191,13 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
 
 /* The same for PAIR weights and bf16 pair rows; bf16: vdpbf16ps, else the
  * FMA emulation (odd product first, both exact). */
-#define PAIR_DIRECT(NAME, ATTR, STEP, BLOCK, TABLE)                                                             \
-    ATTR void NAME(const uint32_t *x, int64_t KP, const qwi_qpanel *w, const float *xsum,        \
-                   int64_t p0, float *res, const int mr, const int np, const int fmt) {          \
+#define PAIR_DIRECT(NAME, ATTR, STEP, BLOCK)                                                      \
+    ATTR void NAME(const uint32_t *x, int64_t KP, const qwi_qpanel *w, int64_t p0, float *res,   \
+                   const int mr, const int np, const int fmt) {                                  \
         const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k); \
-        const int PB = fmt == QWI_QFMT_U4 ? 4 : fmt == QWI_QFMT_U8 ? 2 : 1; /* pairs / block */  \
+        const int PB = fmt == QWI_QFMT_U8 ? 2 : 1; /* pairs / block (U8, E4M3) */                \
         const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;                                           \
         __m512 tot[2][4], acc[2][4], zb[4], za[4];                                               \
-        const __m512i tab = TABLE;                                                               \
-        (void)tab;                                                                               \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                     \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps(); \
         for (int64_t g = 0; g < G; g++) {                                                        \
@@ -271,13 +218,6 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
                 const uint8_t *blk = w->codes + p0 * pb + (j / PB) * BB;                         \
                 STEP(blk, (int)(j % PB), j);                                             \
             }                                                                                    \
-            if (fmt == QWI_QFMT_U4)                                                              \
-                _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                           \
-                    const __m512 xs = _mm512_set1_ps(u4_xsum(xsum, x, KP, r, g, G, js, je));     \
-                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] =             \
-                        _mm512_fnmadd_ps(_mm512_loadu_ps(w->zeros + ((p0 + q) * G + g) * 16),   \
-                                         xs, acc[r][q]);                                         \
-                }                                                                                \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
                 const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);         \
                 _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                             \
@@ -295,7 +235,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
     do {                                                                                          \
         __m512bh wv[4];                                                                           \
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
-            wv[q] = (__m512bh)pair_bf16((blk) + q * pb, (jj), zb[q], za[q], tab, fmt);            \
+            wv[q] = (__m512bh)pair_bf16((blk) + q * pb, (jj), zb[q], za[q], fmt);                 \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                    \
             const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * KP + (J)]);                \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                  \
@@ -318,41 +258,16 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
         }                                                                                         \
     } while (0)
 
-/* A whole code block (PB pairs at column pair J): pair by pair, or for U4
- * with vdpbf16ps all 4 pairs' vpermw indices from 3 shifts: words hold the
- * block's 4 codes of (slot, parity) as nibbles n0..n3, and the word
- * shifted down 4*jj has code jj in bits 0-3 (what bit 4 holds does not
- * matter: u4_table repeats). */
+/* A whole code block (PB pairs at column pair J), pair by pair. */
 #define PAIR_BLOCK_STEPS(STEP, blk, J)                                                            \
     do {                                                                                          \
         _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++) STEP(blk, jj, (J) + jj);          \
     } while (0)
 #define PAIR_BLOCK_EMUL(blk, J) PAIR_BLOCK_STEPS(PAIR_STEP_EMUL, blk, J)
-#define PAIR_BLOCK_BF16(blk, J)                                                                   \
-    do {                                                                                          \
-        if (fmt != QWI_QFMT_U4) {                                                                 \
-            PAIR_BLOCK_STEPS(PAIR_STEP_BF16, blk, J);                                             \
-            break;                                                                                \
-        }                                                                                         \
-        __m512i v[4];                                                                             \
-        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
-            v[q] = _mm512_loadu_si512((blk) + q * pb);                                            \
-        _Pragma("GCC unroll 8") for (int jj = 0; jj < 4; jj++) {                                  \
-            __m512bh wv[4];                                                                       \
-            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                                \
-                const __m512i idx = jj == 0 ? v[q] : _mm512_srli_epi16(v[q], 4 * jj);             \
-                wv[q] = (__m512bh)_mm512_permutexvar_epi16(idx, tab);                             \
-            }                                                                                     \
-            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                \
-                const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * KP + (J) + jj]);       \
-                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                              \
-                    acc[r][q] = _mm512_dpbf16_ps(acc[r][q], xb, wv[q]);                           \
-            }                                                                                     \
-        }                                                                                         \
-    } while (0)
+#define PAIR_BLOCK_BF16(blk, J) PAIR_BLOCK_STEPS(PAIR_STEP_BF16, blk, J)
 
-PAIR_DIRECT(pair_direct_emul, Q_INLINE, PAIR_STEP_EMUL, PAIR_BLOCK_EMUL, _mm512_setzero_si512())
-PAIR_DIRECT(pair_direct_bf16, QB_INLINE, PAIR_STEP_BF16, PAIR_BLOCK_BF16, u4_table())
+PAIR_DIRECT(pair_direct_emul, Q_INLINE, PAIR_STEP_EMUL, PAIR_BLOCK_EMUL)
+PAIR_DIRECT(pair_direct_bf16, QB_INLINE, PAIR_STEP_BF16, PAIR_BLOCK_BF16)
 
 /* ---- M > 2: decode a chunk once, sweep it with register tiles ------------ */
 
@@ -408,7 +323,7 @@ Q_INLINE void seq_tile(const float *x, int64_t K, const float *buf, int64_t kn, 
 Q_INLINE void pair_decode_chunk_f32(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0,
                                     int64_t j1, float *buf, const int np, const int fmt) {
     const int64_t G = w->ngroups, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    const int PB = fmt == QWI_QFMT_U4 ? 4 : fmt == QWI_QFMT_U8 ? 2 : 1;
+    const int PB = fmt == QWI_QFMT_U8 ? 2 : 1;
     const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
     (void)G;
     for (int q = 0; q < np; q++) {
@@ -427,7 +342,7 @@ Q_INLINE void pair_decode_chunk_f32(const qwi_qpanel *w, int64_t p0, int64_t g, 
 
 Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, int64_t jn,
                              float *part, int first, const int mr, const int np) {
-    __m512 acc[6][4];   /* mr <= 4 in use (ROW_TILES(4, ...)): 16 accumulators + 8 weights */
+    __m512 acc[6][4];   /* mr <= 4 in use (QWI_ROW_TILES(4, ...)): 16 accumulators + 8 weights */
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
             acc[r][q] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + r * 64 + q * 16);
@@ -456,9 +371,8 @@ Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, in
 QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0,
                                       int64_t j1, uint32_t *buf, const int np, const int fmt) {
     const int64_t G = w->ngroups, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    const int PB = fmt == QWI_QFMT_U4 ? 4 : fmt == QWI_QFMT_U8 ? 2 : 1;
+    const int PB = fmt == QWI_QFMT_U8 ? 2 : 1;
     const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
-    const __m512i tab = u4_table();
     (void)G;
     for (int q = 0; q < np; q++) {
         __m512 zb, za;
@@ -470,11 +384,11 @@ QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t g
             for (; j + PB <= j1; j += PB) {
                 const uint8_t *blk = pc + (j / PB) * BB;
                 _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++)
-                    _mm512_storeu_si512(o + (j + jj - j0) * 16, pair_bf16(blk, jj, zb, za, tab, fmt));
+                    _mm512_storeu_si512(o + (j + jj - j0) * 16, pair_bf16(blk, jj, zb, za, fmt));
             }
         for (; j < j1; j++)
             _mm512_storeu_si512(o + (j - j0) * 16,
-                                pair_bf16(pc + (j / PB) * BB, (int)(j % PB), zb, za, tab, fmt));
+                                pair_bf16(pc + (j / PB) * BB, (int)(j % PB), zb, za, fmt));
     }
 }
 
@@ -499,38 +413,13 @@ QB_INLINE void pair_tile_bf16(const uint32_t *x, int64_t KP, const uint32_t *buf
             _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
 }
 
-/* Rows [0, mb) in tiles of TMR (the rest in one smaller tile): TILE(xr, pr, mr). */
-#define ROW_TILES(TMR, mb, TILE)                                                          \
-    do {                                                                                  \
-        int64_t r_ = 0;                                                                   \
-        for (; r_ + (TMR) <= (mb); r_ += (TMR)) TILE(r_, TMR);                            \
-        switch ((mb) - r_) {                                                              \
-        case 5: TILE(r_, 5); break;                                                       \
-        case 4: TILE(r_, 4); break;                                                       \
-        case 3: TILE(r_, 3); break;                                                       \
-        case 2: TILE(r_, 2); break;                                                       \
-        case 1: TILE(r_, 1); break;                                                       \
-        default: break;                                                                   \
-        }                                                                                 \
-    } while (0)
-
-/* totals += partial sums of group g times its scales, rows [0, mb). PAIR
- * U4 (u4 != 0): each partial sum first takes its zero point, fma(-zero,
- * xsum of the row, sum) (qpanel.h), rows at x / xsum as for u4_xsum and
- * pairs [js, je) of the group. */
+/* totals += partial sums of group g times its scales, rows [0, mb). */
 Q_INLINE void apply_scales(const qwi_qpanel *w, int64_t p0, int64_t g, int np, int64_t mb,
-                           const float *part, float *tot, int u4, const uint32_t *x,
-                           const float *xsum, int64_t KP, int64_t js, int64_t je) {
-    float xs[QMB];
-    if (u4)
-        for (int64_t r = 0; r < mb; r++) xs[r] = u4_xsum(xsum, x, KP, r, g, w->ngroups, js, je);
+                           const float *part, float *tot) {
     for (int q = 0; q < np; q++) {
         const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * w->ngroups + g) * 16);
-        const __m512 z = u4 ? _mm512_loadu_ps(w->zeros + ((p0 + q) * w->ngroups + g) * 16)
-                            : _mm512_setzero_ps();
         for (int64_t r = 0; r < mb; r++) {
-            __m512 a = _mm512_loadu_ps(part + r * 64 + q * 16);
-            if (u4) a = _mm512_fnmadd_ps(z, _mm512_set1_ps(xs[r]), a);
+            const __m512 a = _mm512_loadu_ps(part + r * 64 + q * 16);
             const __m512 t = _mm512_loadu_ps(tot + r * 64 + q * 16);
             _mm512_storeu_ps(tot + r * 64 + q * 16, _mm512_fmadd_ps(a, sc, t));
         }
@@ -562,7 +451,7 @@ Q_INLINE void apply_scales(const qwi_qpanel *w, int64_t p0, int64_t g, int np, i
             }                                                                             \
             for (int64_t r = 0; r < (M); r++)                                             \
                 for (int64_t q = 0; q < np_; q++)                                         \
-                    put16(res + r * 64 + q * 16, 16 * (pq + q), N, bias, out + r * ldo,   \
+                    qwi_put16(res + r * 64 + q * 16, 16 * (pq + q), N, bias, out + r * ldo,   \
                           accumulate);                                                    \
         }                                                                                 \
     } while (0)
@@ -601,14 +490,14 @@ Q_INLINE void qf32_fmt(const float *x, int64_t M, int64_t K, const qwi_qpanel *w
         default: seq_tile(xb + (r) * K + k0, K, buf, k1 - k0, part + (r) * 64, k0 == ks, MR, 1); break; \
         }                                                                                     \
     } while (0)
-                    ROW_TILES(6, mb, SEQ_T);
+                    QWI_ROW_TILES(6, mb, SEQ_T);
 #undef SEQ_T
                 }
-                apply_scales(w, P0 + pq, g, np, mb, part, tot, 0, NULL, NULL, 0, 0, 0);
+                apply_scales(w, P0 + pq, g, np, mb, part, tot);
             }
             for (int64_t r = 0; r < mb; r++)
                 for (int q = 0; q < np; q++)
-                    put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias, out + (m0 + r) * ldo,
+                    qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias, out + (m0 + r) * ldo,
                           accumulate);
         }
     }
@@ -641,14 +530,13 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
                     for (int64_t j0 = js; j0 < je; j0 += QKC / 2) {                       \
                         const int64_t j1 = QWI_MIN(je, j0 + QKC / 2);                     \
                         DECODE(g, j0, j1);                                                \
-                        ROW_TILES(TMR, mb, TILE);                                         \
+                        QWI_ROW_TILES(TMR, mb, TILE);                                         \
                     }                                                                     \
-                    apply_scales(w, P0 + pq, g, np, mb, part, tot, fmt == QWI_QFMT_U4,    \
-                                 xb, xsum ? xsum + m0 * G : NULL, KP, js, je);            \
+                    apply_scales(w, P0 + pq, g, np, mb, part, tot);                       \
                 }                                                                         \
                 for (int64_t r = 0; r < mb; r++)                                          \
                     for (int q = 0; q < np; q++)                                          \
-                        put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,              \
+                        qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,              \
                               out + (m0 + r) * ldo, accumulate);                          \
             }                                                                             \
         }                                                                                 \
@@ -665,12 +553,12 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
     } while (0)
 
 Q_INLINE void qpair_emul_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                             const float *xsum, int64_t n0, int64_t N, const float *bias, float *out,
-                             int64_t ldo, int accumulate, const int fmt) {
+                             int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                             int accumulate, const int fmt) {
     const int64_t P0 = n0 / 16;
     if (M <= 2) {
         float res[2 * 64] __attribute__((aligned(64)));
-#define PAIR_D(pq, NP, MR) pair_direct_emul(x, KP, w, xsum, P0 + (pq), res, MR, NP, fmt)
+#define PAIR_D(pq, NP, MR) pair_direct_emul(x, KP, w, P0 + (pq), res, MR, NP, fmt)
         DIRECT_ALL(M, N, PAIR_D);
 #undef PAIR_D
         return;
@@ -693,23 +581,22 @@ Q_INLINE void qpair_emul_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi
 
 __attribute__((target(Q_TARGET)))
 void qwi_avx512_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                             const float *xsum, int64_t n0, int64_t N, const float *bias,
-                             float *out, int64_t ldo, int accumulate) {
+                             int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                             int accumulate) {
     if (M <= 0 || N <= 0) return;
-    switch (w->fmt) {
-    case QWI_QFMT_U4: qpair_emul_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
-    case QWI_QFMT_U8: qpair_emul_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
-    default: qpair_emul_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
-    }
+    if (w->fmt == QWI_QFMT_U8)
+        qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8);
+    else
+        qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3);
 }
 
 QB_INLINE void qpair_bf16_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                              const float *xsum, int64_t n0, int64_t N, const float *bias, float *out,
-                              int64_t ldo, int accumulate, const int fmt) {
+                              int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                              int accumulate, const int fmt) {
     const int64_t P0 = n0 / 16;
     if (M <= 2) {
         float res[2 * 64] __attribute__((aligned(64)));
-#define PAIR_D(pq, NP, MR) pair_direct_bf16(x, KP, w, xsum, P0 + (pq), res, MR, NP, fmt)
+#define PAIR_D(pq, NP, MR) pair_direct_bf16(x, KP, w, P0 + (pq), res, MR, NP, fmt)
         DIRECT_ALL(M, N, PAIR_D);
 #undef PAIR_D
         return;
@@ -732,14 +619,13 @@ QB_INLINE void qpair_bf16_fmt(const uint32_t *x, int64_t M, int64_t KP, const qw
 
 __attribute__((target(QB_TARGET)))
 void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                                 const float *xsum, int64_t n0, int64_t N, const float *bias,
-                                 float *out, int64_t ldo, int accumulate) {
+                                 int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                                 int accumulate) {
     if (M <= 0 || N <= 0) return;
-    switch (w->fmt) {
-    case QWI_QFMT_U4: qpair_bf16_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
-    case QWI_QFMT_U8: qpair_bf16_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
-    default: qpair_bf16_fmt(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
-    }
+    if (w->fmt == QWI_QFMT_U8)
+        qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8);
+    else
+        qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3);
 }
 
 /* ---- AVX512_VBMI: e4m3 pairs through byte tables (M <= 2) ---------------- */
@@ -876,11 +762,11 @@ QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel 
 
 __attribute__((target(QV_TARGET)))
 void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                                 const float *xsum, int64_t n0, int64_t N, const float *bias,
-                                 float *out, int64_t ldo, int accumulate) {
+                                 int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                                 int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (w->fmt != QWI_QFMT_E4M3 || M > 2) {
-        qwi_avx512bf16_matmul_qpair(x, M, KP, w, xsum, n0, N, bias, out, ldo, accumulate);
+        qwi_avx512bf16_matmul_qpair(x, M, KP, w, n0, N, bias, out, ldo, accumulate);
         return;
     }
     const int64_t P0 = n0 / 16;

@@ -3,6 +3,7 @@
  */
 #include "cpu/ops.h"
 #include "cpu/pairpanel.h"
+#include "cpu/q4i.h"
 #include "cpu/silu_fast.h"
 
 /* ---- matmul ------------------------------------------------------------- */
@@ -14,8 +15,7 @@ typedef struct mm_ctx {
     const qwi_cpu_mm_job *jobs;
     int njobs;
     int64_t cols;                    /* weight rows per task            */
-    const float *xsum;               /* U4 jobs with group xsum_gk, or NULL */
-    int64_t xsum_gk;
+    qwi_q4act q4;                    /* U4 jobs: x quantized (cpu/q4i.h) */
     int64_t task_end[8];             /* prefix sums of tasks per job    */
 } mm_ctx;
 
@@ -32,12 +32,12 @@ static void mm_task(void *p, int64_t t, int thread) {
     const float *bias = lin->bias ? lin->bias + n0 : NULL;
     float *out = job->out + n0;
     if (lin->quant) {   /* n0 is a multiple of 16 here too */
-        if (lin->qp.layout == QWI_QPANEL_PAIR) {
-            const float *xs = lin->qp.fmt == QWI_QFMT_U4 && lin->qp.group_k == c->xsum_gk
-                              ? c->xsum : NULL;
-            c->cx->kt->matmul_qpair(c->cx->xpair, c->M, qwi_pair_kp(K), &lin->qp, xs, n0, nn,
-                                    bias, out, lin->n, job->accumulate);
-        }
+        if (lin->qp.layout == QWI_QPANEL_PAIR && lin->qp.fmt == QWI_QFMT_U4)
+            c->cx->kt->matmul_q4i(&c->q4, c->M, &lin->qp, n0, nn, bias, out, lin->n,
+                                  job->accumulate);
+        else if (lin->qp.layout == QWI_QPANEL_PAIR)
+            c->cx->kt->matmul_qpair(c->cx->xpair, c->M, qwi_pair_kp(K), &lin->qp, n0, nn, bias,
+                                    out, lin->n, job->accumulate);
         else
             c->cx->kt->matmul_qf32(c->x, c->M, K, &lin->qp, n0, nn, bias, out, lin->n,
                                    job->accumulate);
@@ -92,36 +92,21 @@ static void round_task(void *p, int64_t t, int thread) {
     qwi_pair_round_rows(c->x, t * c->rows, QWI_MIN(c->M, (t + 1) * c->rows), c->K, c->out);
 }
 
-typedef struct xsum_ctx {
-    const uint32_t *x;
-    float *out;
-    int64_t M, KP, group_k, rows;
-} xsum_ctx;
+typedef struct q4_ctx {
+    const float *x;
+    const qwi_q4act *a;
+    int64_t M, K, rows;
+} q4_ctx;
 
-static void xsum_task(void *p, int64_t t, int thread) {
-    const xsum_ctx *c = p;
-    qwi_qpanel_pair_xsums(c->x, t * c->rows, QWI_MIN(c->M, (t + 1) * c->rows), c->KP, c->group_k,
-                          c->out);
+static void q4_task(void *p, int64_t t, int thread) {
+    const q4_ctx *c = p;
+    qwi_q4i_quantize_rows(c->x, t * c->rows, QWI_MIN(c->M, (t + 1) * c->rows), c->K,
+                          c->a->group_k, (uint32_t *)c->a->q, (float *)c->a->d,
+                          (int32_t *)c->a->sum);
 }
 
-/* The U4 kernels' row sums of x, once for every task of the call: for the
- * group size of the first U4 job (jobs with another group size sum their
- * own). Sets c->xsum / c->xsum_gk, or leaves them 0 (no U4 job, no room). */
-static void sum_u4_rows(const qwi_cpu_ctx *cx, mm_ctx *c, int64_t K) {
-    const qwi_qpanel *qp = NULL;
-    for (int j = 0; j < c->njobs && !qp; j++) {
-        const qwi_cpu_linear *l = c->jobs[j].lin;
-        if (l->quant && l->qp.layout == QWI_QPANEL_PAIR && l->qp.fmt == QWI_QFMT_U4) qp = &l->qp;
-    }
-    const int64_t KP = qwi_pair_kp(K);
-    if (!qp || !cx->xsum || QWI_DIV_UP(2 * KP, qp->group_k) != qp->ngroups ||
-        c->M * qp->ngroups > cx->xsum_cap)
-        return;
-    xsum_ctx s = { .x = cx->xpair, .out = cx->xsum, .M = c->M, .KP = KP, .group_k = qp->group_k,
-                   .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(c->M, 2 * (int64_t)cx->nthreads)) };
-    qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(c->M, s.rows), xsum_task, &s);
-    c->xsum = cx->xsum;
-    c->xsum_gk = qp->group_k;
+static bool is_u4_pair(const qwi_cpu_linear *l) {
+    return l->quant && l->qp.layout == QWI_QPANEL_PAIR && l->qp.fmt == QWI_QFMT_U4;
 }
 
 void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
@@ -133,12 +118,19 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
         return;
     }
     mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs };
-    int64_t total_n = 0;
+    int64_t total_n = 0, q4_gk = 0;
     size_t esize = 4;
     bool panel = false, pair = false;
     for (int j = 0; j < njobs; j++) {
         const qwi_cpu_linear *l = jobs[j].lin;
-        const bool qpair = l->quant && l->qp.layout == QWI_QPANEL_PAIR;
+        const bool qpair = l->quant && l->qp.layout == QWI_QPANEL_PAIR && !is_u4_pair(l);
+        if (is_u4_pair(l)) {
+            if (q4_gk && l->qp.group_k != q4_gk) {   /* one quantization per call */
+                for (int i = 0; i < njobs; i++) qwi_cpu_matmul(cx, x, M, K, &jobs[i], 1);
+                return;
+            }
+            q4_gk = l->qp.group_k;
+        }
         total_n += l->n;
         if (l->quant) esize = 1;   /* 0.5-1 byte per weight: the block math below */
         else if (qwi_dtype_size(l->dtype) < esize || l->pair) esize = QWI_MIN(esize, (size_t)2);
@@ -149,7 +141,13 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
         round_ctx r = { .x = x, .out = cx->xpair, .M = M, .K = K,
                         .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
         qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), round_task, &r);
-        sum_u4_rows(cx, &c, K);
+    }
+    if (q4_gk) {   /* the same for the int4 jobs' quantized rows */
+        c.q4 = (qwi_q4act){ .q = cx->q4_q, .d = cx->q4_d, .sum = cx->q4_sum,
+                            .KP = qwi_pair_kp(K), .G = QWI_DIV_UP(K, q4_gk), .group_k = q4_gk };
+        q4_ctx r = { .x = x, .a = &c.q4, .M = M, .K = K,
+                     .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
+        qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), q4_task, &r);
     }
     /* Column block: about 64 KiB of weights (stays in L2 while the row tiles
      * sweep it), but small enough to give every thread several tasks. The

@@ -31,11 +31,15 @@ typedef struct qwi_cpu_ctx {
      * (cpu/pairpanel.h), at least M*ceil(K/2) for every such call; NULL when
      * no weight is in pair panels. */
     uint32_t *xpair;
-    /* Fast numerics with int4 (U4) weights: room for xsum_cap floats, the
-     * per-(row, group) sums of xpair that the U4 kernels take (kernels.h,
-     * matmul_qpair), summed once per call; NULL: the kernels sum them. */
-    float *xsum;
-    int64_t xsum_cap;
+    /* Fast numerics with int4 (U4) weights: a U4 matmul call's input rows
+     * quantized once per call (cpu/q4i.h, matmul_q4i): q4_q holds as many
+     * pairs as xpair, q4_d and q4_sum q4_groups_cap entries each (M times
+     * the weights' groups per row, for every call); NULL when no weight is
+     * U4 (then no matmul may have one). */
+    uint32_t *q4_q;
+    float *q4_d;
+    int32_t *q4_sum;
+    int64_t q4_groups_cap;
     /* Fast numerics: the bf16-KV table whose vexp the SiLU uses
      * (cpu/silu_fast.h); NULL in exact mode (libm expf). */
     const qwi_cpu_kv_bf16_kernels *act_exp;
@@ -70,8 +74,10 @@ typedef struct qwi_cpu_mm_job {
  * parallel pass (q/k/v, gate/up), their column blocks interleaved as tasks.
  * Every job's k must equal K. f16 weights need cx->f16_buf with
  * max_k >= K; pair-panel weights need cx->xpair (x is rounded to bf16 pairs
- * there once per call, then every job reads the pairs). No allocation;
- * cannot fail on valid input. */
+ * there once per call, then every job reads the pairs), fast-mode U4
+ * weights cx->q4_* (x is quantized there once per call; jobs with
+ * different group sizes run as separate calls). No allocation; cannot fail
+ * on valid input. */
 void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
                     const qwi_cpu_mm_job *jobs, int njobs);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/q4i.h"
 #include "cpu/qpanel.h"
 #include "fp8.h"
 
@@ -19,6 +20,8 @@ static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, 
     if (n <= 0 || k <= 0 || group_k < 2 || group_k % 2 != 0) return false;
     if (fmt != QWI_QFMT_U4 && fmt != QWI_QFMT_U8 && fmt != QWI_QFMT_E4M3) return false;
     if (layout != QWI_QPANEL_SEQ && layout != QWI_QPANEL_PAIR) return false;
+    /* fast-mode int4 sums must stay exact in int32 (cpu/q4i.h) */
+    if (fmt == QWI_QFMT_U4 && layout == QWI_QPANEL_PAIR && !qwi_q4i_qmax(group_k)) return false;
     const size_t np = (size_t)QWI_DIV_UP(n, QWI_QPANEL), G = (size_t)QWI_DIV_UP(k, group_k);
     size_t codes, sc, zs = 0;
     if (__builtin_mul_overflow(np, (size_t)qwi_qpanel_panel_bytes(fmt, k), &codes) ||
@@ -59,32 +62,6 @@ float qwi_qpanel_c(const qwi_qpanel *w, int64_t n, int64_t k) {
     const int64_t zs = qwi_qpanel_zero_stride(w->fmt, w->layout);
     return (float)c - w->zeros[p * w->ngroups * zs +
                                qwi_qpanel_zero_index(w->fmt, w->layout, k / w->group_k, r)];
-}
-
-float qwi_qpanel_pair_xsum(const uint32_t *x, int64_t j0, int64_t j1) {
-    float s[QWI_QPANEL_XSUM_LANES] = { 0 };
-    int64_t j = j0;
-    /* whole blocks of 16 pairs in a fixed-width loop the compiler
-     * vectorises (the driver sums every row of a prefill this way) */
-    for (; j + QWI_QPANEL_XSUM_LANES <= j1; j += QWI_QPANEL_XSUM_LANES)
-        for (int l = 0; l < QWI_QPANEL_XSUM_LANES; l++) {
-            const uint32_t hi = x[j + l] & 0xffff0000u, lo = x[j + l] << 16;
-            float xo, xe;
-            memcpy(&xo, &hi, 4);
-            memcpy(&xe, &lo, 4);
-            s[l] = s[l] + xo;
-            s[l] = s[l] + xe;
-        }
-    return qwi_qpanel_xsum_finish(s, x, j, j1);
-}
-
-void qwi_qpanel_pair_xsums(const uint32_t *x, int64_t m0, int64_t m1, int64_t KP,
-                           int64_t group_k, float *out) {
-    const int64_t G = QWI_DIV_UP(2 * KP, group_k);
-    for (int64_t m = m0; m < m1; m++)
-        for (int64_t g = 0; g < G; g++)
-            out[m * G + g] = qwi_qpanel_pair_xsum(x + m * KP, g * group_k / 2,
-                                                  QWI_MIN(KP, (g + 1) * group_k / 2));
 }
 
 double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k) {

@@ -63,17 +63,13 @@
  *   for each group g in order (k in [g*group_k, min(K, (g+1)*group_k))):
  *     exact (SEQ, matmul_qf32): acc = 0; for k in order:
  *        acc = fma(x[m][k], c(n,k), acc)
- *     fast (PAIR, matmul_qpair, x = bf16 pairs, c exact in bf16): acc = 0;
- *        for each pair j of the group in order: acc = acc + xo*co, then
- *        acc = acc + xe*ce (o = k 2j+1, e = k 2j; vdpbf16ps's lane, products
- *        exact in f32)
- *        U4 only: c is the bare code (0..15), and the zero point is taken
- *        out once per group: acc = fma(-zero(n, g), xsum(m, g), acc), with
- *        xsum = qwi_qpanel_pair_xsum() of the group's pairs of row m.
- *        (Why: the code then indexes its bf16 value directly, so the
- *        vdpbf16ps decode needs no per-lane add of 16 - zero and no mask,
- *        which were a third of the vector operations of int4 decode.)
+ *     fast (PAIR, matmul_qpair, U8 and E4M3, x = bf16 pairs, c exact in
+ *        bf16): acc = 0; for each pair j of the group in order:
+ *        acc = acc + xo*co, then acc = acc + xe*ce (o = k 2j+1, e = k 2j;
+ *        vdpbf16ps's lane, products exact in f32)
  *     total = fma(acc, scale(n, g), total)
+ * The fast mode's U4 (PAIR layout too) has its own integer contract,
+ * cpu/q4i.h: activations quantized to int16 per group, exact int32 dots.
  *   v = bias ? total + bias[n] : total; out = accumulate ? out + v : v.
  * The generic table does exactly this with fmaf(); the ISA tables with
  * vfmadd / vdpbf16ps in vector lanes. All give the same bits as long as no
@@ -83,8 +79,6 @@
  */
 #ifndef QWI_CPU_QPANEL_H
 #define QWI_CPU_QPANEL_H
-
-#include <string.h>
 
 #include "common.h"
 #include "quant.h"
@@ -193,45 +187,8 @@ static inline int64_t qwi_qpanel_zero_index(qwi_qfmt fmt, qwi_qpanel_layout layo
     return g * 32 + (r < 8 ? 0 : 16) + 2 * (r % 8);
 }
 
-/* c(n, k) of the contract above, as the kernels use it (E4M3: value * 2^-8;
- * PAIR U4 too: code - zero, which the fast kernels apply per group). */
+/* c(n, k) of the contract above, as the kernels use it (E4M3: value * 2^-8). */
 float qwi_qpanel_c(const qwi_qpanel *w, int64_t n, int64_t k);
-
-/* Lanes of qwi_qpanel_pair_xsum. */
-#define QWI_QPANEL_XSUM_LANES 16
-
-/* The fast U4 contract's xsum of bf16 pairs x[j0 .. j1) (one row): lane
- * l (of 16) sums the pairs j with (j - j0) % 16 == l in increasing j,
- * s = s + xo, then s = s + xe (from 0); then s[l] + s[l + 8] for l < 8,
- * then ((s0+s4)+(s1+s5))+((s2+s6)+(s3+s7)). The ISA kernels compute the
- * same sums in vector lanes (bit-identical; tests/test_quant_kernels.c). */
-float qwi_qpanel_pair_xsum(const uint32_t *x, int64_t j0, int64_t j1);
-
-/* out[m * G + g] = qwi_qpanel_pair_xsum of row m's pairs of group g, for
- * rows [m0, m1) of x (row stride KP pairs) and groups of group_k columns
- * (G = ceil(2 * KP / group_k); the last group ends at KP): the xsum
- * argument of the matmul_qpair kernels (kernels.h). */
-void qwi_qpanel_pair_xsums(const uint32_t *x, int64_t m0, int64_t m1, int64_t KP,
-                           int64_t group_k, float *out);
-
-/* The end of qwi_qpanel_pair_xsum, for kernels that summed whole blocks of
- * 16 pairs in vector lanes into s[16]: pairs [j, j1) go to lanes 0, 1, ...
- * (j - j0 is a multiple of 16), then the tree. The one scalar definition
- * the vector forms finish with, so they cannot drift from it. */
-static inline float qwi_qpanel_xsum_finish(float s[QWI_QPANEL_XSUM_LANES], const uint32_t *x,
-                                           int64_t j, int64_t j1) {
-    for (int64_t i = j; i < j1; i++) {
-        const uint32_t hi = x[i] & 0xffff0000u, lo = x[i] << 16;
-        float xo, xe;
-        memcpy(&xo, &hi, 4);
-        memcpy(&xe, &lo, 4);
-        float *lane = &s[(i - j) % QWI_QPANEL_XSUM_LANES];
-        *lane = *lane + xo;
-        *lane = *lane + xe;
-    }
-    for (int l = 0; l < 8; l++) s[l] = s[l] + s[l + 8];
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
 
 /* The dequantized element (n, k) = c * scale, in double (tests). */
 double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k);

@@ -1,0 +1,79 @@
+/*
+ * q4i.h - the fast numerics mode's int4 matmul: int4 (U4) weight codes times
+ * int16 activations, summed exactly in int32 (matmul_q4i of kernels.h).
+ *
+ * Why: batch-1 decode streams every weight once, so an int4 model should
+ * decode about 3.5x faster than bf16; with bf16 activations each 64 bytes
+ * of codes cost 11 vector operations (a shift and a vpermw table lookup to
+ * make bf16 of every code, then vdpbf16ps), which kept one core well under
+ * the memory's rate. Codes need only a mask (and a shift) to become int16
+ * pairs for vpmaddwd / vpdpwssd (AVX512_VNNI), and integer sums are exact,
+ * so every table, tile shape, k order and thread split gives the same bits
+ * without the fixed-order care the float kernels need.
+ *
+ * Activations (qwi_q4i_quantize_rows, once per matmul call for all its
+ * tasks): each row of x (f32) is quantized per weight group g (the group_k
+ * input columns of the weight's scale groups) with its own step
+ *   amax = max |x[m][k]| over the group,  Q = qwi_q4i_qmax(group_k),
+ *   d(m, g) = amax / Q (f32 division),   inv = Q / amax,
+ *   q(m, k) = clamp(rint(x[m][k] * inv), -Q, Q)   (round to nearest even),
+ *   sum(m, g) = sum of q(m, k) over the group (exact).
+ * amax = 0 gives d = 0 and q = 0; a NaN or infinity in the group gives
+ * d = NaN and q = 0 (the outputs of that row become NaN, as with bf16).
+ * q is stored as int16 pairs in the bf16 pair order of cpu/pairpanel.h:
+ * pair j of a row = q[2j] in the low half, q[2j+1] in the high half (an
+ * odd K's pad column is 0). Resolution: |x - q d| <= d/2 = amax / (2Q),
+ * about 1.5e-5 of the group's largest value for groups up to 4096 columns
+ * (bf16 rounding: 2^-9 of each value).
+ *
+ * Weights: the PAIR layout of cpu/qpanel.h for U4 (its words hold a panel
+ * slot's even or odd columns of a block's 4 pairs as nibbles, so
+ * (word >> 4j) & 15 is the code of pair j: int16 pairs, ready for
+ * vpmaddwd), scales and zero points as packed there.
+ *
+ * Arithmetic contract (every table, every M, N, tile and thread split), per
+ * output (m, n):
+ *   total = 0
+ *   for each group g in order:
+ *     i = sum over the group's k of code(n, k) * q(m, k)
+ *         - zero(n, g) * sum(m, g)                  exact in int32 (below)
+ *     total = fmaf((float)i, scale(n, g) * d(m, g), total)
+ *             ((float)i rounds to nearest even; the product is one f32
+ *             multiply, rounded, then the fused multiply-add)
+ *   v = bias ? total + bias[n] : total; out = accumulate ? out + v : v.
+ * Exactness: |code - zero| <= 16 and |q| <= Q, so every partial sum is at
+ * most 16 * Q * group_k in magnitude; qwi_q4i_qmax keeps that below 2^31.
+ */
+#ifndef QWI_CPU_Q4I_H
+#define QWI_CPU_Q4I_H
+
+#include "common.h"
+
+/* The quantized activation rows of one matmul call (borrowed pointers). */
+typedef struct qwi_q4act {
+    const uint32_t *q;        /* [M][KP] int16 pairs                          */
+    const float *d;           /* [M][G] quantization step of (row, group)     */
+    const int32_t *sum;       /* [M][G] sum of the row's q over the group     */
+    int64_t KP;               /* pairs per row: ceil(K / 2)                   */
+    int64_t G;                /* groups per row: ceil(K / group_k)            */
+    int64_t group_k;          /* input columns per group (even)               */
+} qwi_q4act;
+
+/* Largest |q| for groups of group_k columns: min(32767, (2^31 - 1) /
+ * (16 * group_k)); 0 when group_k is not positive and even, or so long that
+ * fewer than 127 levels would remain (group_k > 2^31 / (16 * 127)). */
+int32_t qwi_q4i_qmax(int64_t group_k);
+
+/* Quantize rows [m0, m1) of x ([*][K] f32, row-major) as above into row m
+ * of q (q + m * ceil(K/2) pairs), d and sum (+ m * G, G = ceil(K /
+ * group_k)). group_k must have qwi_q4i_qmax(group_k) > 0. Rows are
+ * independent, so callers may split rows between threads. Uses AVX2 where
+ * the CPU has it (the same bits as the portable loop). */
+void qwi_q4i_quantize_rows(const float *x, int64_t m0, int64_t m1, int64_t K, int64_t group_k,
+                           uint32_t *q, float *d, int32_t *sum);
+
+/* The portable loop of qwi_q4i_quantize_rows, whatever the CPU (tests). */
+void qwi_q4i_quantize_rows_portable(const float *x, int64_t m0, int64_t m1, int64_t K,
+                                    int64_t group_k, uint32_t *q, float *d, int32_t *sum);
+
+#endif

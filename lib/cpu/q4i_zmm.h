@@ -1,0 +1,239 @@
+/*
+ * q4i_zmm.h - the AVX-512 matmul_q4i (cpu/q4i.h), written once and
+ * included by q4i_x86.c for each integer dot product: Q4I_FN(name) names a
+ * function of this instance, Q4I_TARGET is its target attribute string and
+ * Q4I_DOT(acc, c, x) adds the int16 pair products of c and x to the int32
+ * lanes of acc (vpdpwssd, or vpmaddwd + vpaddd). Not a public header.
+ *
+ * One zmm = one 16-output panel; a 64-byte code block holds 4 pairs of each
+ * slot, pair jj = (word >> 4jj) & 15 (qpanel.h), so a pair costs a shift
+ * and a mask (none for jj = 0, no mask for jj = 3) next to its dot.
+ *   M <= 2 (decode): up to 4 panels decoded in registers next to the dots,
+ *     the weights streamed once (what decode is bound by).
+ *   M > 2: per row block of Q4I_MB rows, chunks of up to Q4I_KP pairs of
+ *     one group of 4 panels are decoded once into an L1 buffer and swept by
+ *     6 x 4 register tiles, so decoding costs 1/48 of the dots.
+ * Integer sums are exact, so both paths (and any tile) give the contract's
+ * bits; only the per-group epilogue is float, and it is the same code.
+ */
+
+/* Code pair jj (0..3, a constant after unrolling) of the block in v. */
+#define Q4I_CODE(v, jj, m15)                                                                    \
+    ((jj) == 0 ? _mm512_and_si512((v), (m15))                                                   \
+               : (jj) == 3 ? _mm512_srli_epi16((v), 12)                                         \
+                           : _mm512_and_si512(_mm512_srli_epi16((v), 4 * (jj)), (m15)))
+
+/* The same for a jj known only at run time. */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) __m512i
+Q4I_FN(code_var)(__m512i v, int jj, __m512i m15) {
+    return _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128(4 * jj)), m15);
+}
+
+/* tot[r] += (float)(acc[r] - zero * sum(r, g)) * (scale * d(r, g)) for the
+ * rows of one panel q (the contract's epilogue of group g). */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) __m512
+Q4I_FN(epilogue)(__m512i acc, __m512i zero, __m512 sc, int32_t sum, float d, __m512 tot) {
+    const __m512i i = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zero, _mm512_set1_epi32(sum)));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(sc, _mm512_set1_ps(d)), tot);
+}
+
+/* M <= 2: MR rows x NP panels from panel p0, all groups, totals to
+ * res[r*64 + q*16]. x's rows start at the call's first row. */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) void
+Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, const int mr,
+               const int np) {
+    const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
+    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const __m512i m15 = _mm512_set1_epi16(15);
+    const uint8_t *pc = w->codes + p0 * pb;
+    __m512 tot[2][4];
+    __m512i acc[2][4];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] = _mm512_setzero_si512();
+        int64_t j = js;
+        if (js % 4 == 0)
+            for (; j + 4 <= je; j += 4) {
+                const uint8_t *blk = pc + (j / 4) * 64;
+                __m512i v[4];
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+                    /* decoding keeps the core busy enough that the hardware
+                     * prefetchers alone leave the loads waiting on memory */
+                    _mm_prefetch((const char *)(blk + q * pb + Q4I_PF), _MM_HINT_T0);
+                    v[q] = _mm512_loadu_si512(blk + q * pb);
+                }
+                _Pragma("GCC unroll 8") for (int jj = 0; jj < 4; jj++) {
+                    __m512i c[4];
+                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) c[q] = Q4I_CODE(v[q], jj, m15);
+                    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+                        const __m512i xb = _mm512_set1_epi32((int)x->q[r * KP + j + jj]);
+                        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                            acc[r][q] = Q4I_DOT(acc[r][q], c[q], xb);
+                    }
+                }
+            }
+        for (; j < je; j++) {   /* a group that starts or ends inside a block */
+            const uint8_t *blk = pc + (j / 4) * 64;
+            __m512i c[4];
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                c[q] = Q4I_FN(code_var)(_mm512_loadu_si512(blk + q * pb), (int)(j % 4), m15);
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+                const __m512i xb = _mm512_set1_epi32((int)x->q[r * KP + j]);
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                    acc[r][q] = Q4I_DOT(acc[r][q], c[q], xb);
+            }
+        }
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+            const __m512i z = _mm512_cvttps_epi32(_mm512_loadu_ps(w->zeros + ((p0 + q) * G + g) * 16));
+            const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+                tot[r][q] = Q4I_FN(epilogue)(acc[r][q], z, sc, x->sum[r * x->G + g],
+                                             x->d[r * x->G + g], tot[r][q]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);
+}
+
+/* M > 2: pairs [j0, j1) (within one group) of NP panels from p0 into
+ * buf[q][j - j0][16] as int16 pair lanes. */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) void
+Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1, uint32_t *buf,
+                     const int np) {
+    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const __m512i m15 = _mm512_set1_epi16(15);
+    for (int q = 0; q < np; q++) {
+        const uint8_t *pc = w->codes + (p0 + q) * pb;
+        uint32_t *o = buf + (int64_t)q * Q4I_KP * 16;
+        int64_t j = j0;
+        if (j0 % 4 == 0)
+            for (; j + 4 <= j1; j += 4) {
+                const __m512i v = _mm512_loadu_si512(pc + (j / 4) * 64);
+                _Pragma("GCC unroll 4") for (int jj = 0; jj < 4; jj++)
+                    _mm512_storeu_si512(o + (j + jj - j0) * 16, Q4I_CODE(v, jj, m15));
+            }
+        for (; j < j1; j++)
+            _mm512_storeu_si512(o + (j - j0) * 16,
+                                Q4I_FN(code_var)(_mm512_loadu_si512(pc + (j / 4) * 64), (int)(j % 4), m15));
+    }
+}
+
+/* MR x NP tile over the decoded pairs [0, jn): acc from part (or 0 when
+ * first), back to part (int32, row stride 64). xr: the tile's first row at
+ * the chunk's first pair, row stride KP. */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) void
+Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, int32_t *part,
+             int first, const int mr, const int np) {
+    __m512i acc[6][4];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            acc[r][q] = first ? _mm512_setzero_si512() : _mm512_loadu_si512(part + r * 64 + q * 16);
+    for (int64_t j = 0; j < jn; j++) {
+        __m512i c[4];
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            c[q] = _mm512_loadu_si512(buf + (q * Q4I_KP + j) * 16);
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+            const __m512i xb = _mm512_set1_epi32((int)xr[r * KP + j]);
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                acc[r][q] = Q4I_DOT(acc[r][q], c[q], xb);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _mm512_storeu_si512(part + r * 64 + q * 16, acc[r][q]);
+}
+
+/* The tile over rows r.. of the row block, for the chunk's NP. */
+#define Q4I_TILE_NP(NP)                                                                         \
+    Q4I_FN(tile)(x->q + (m0 + r_t) * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, mr_t, NP)
+#define Q4I_TILE(r, MR)                                                                         \
+    do {                                                                                        \
+        const int64_t r_t = (r);                                                                \
+        const int mr_t = (MR);                                                                  \
+        switch (np) {                                                                           \
+        case 4: Q4I_TILE_NP(4); break;                                                          \
+        case 3: Q4I_TILE_NP(3); break;                                                          \
+        case 2: Q4I_TILE_NP(2); break;                                                          \
+        default: Q4I_TILE_NP(1); break;                                                         \
+        }                                                                                       \
+    } while (0)
+
+static inline __attribute__((always_inline, target(Q4I_TARGET))) void
+Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, int64_t N,
+                const float *bias, float *out, int64_t ldo, int accumulate) {
+    uint32_t buf[4 * Q4I_KP * 16] __attribute__((aligned(64)));
+    int32_t part[Q4I_MB * 64] __attribute__((aligned(64)));
+    float tot[Q4I_MB * 64] __attribute__((aligned(64)));
+    const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16), G = w->ngroups, gk = w->group_k;
+    const int64_t KP = x->KP;
+    for (int64_t pq = 0; pq < np_all; pq += 4) {
+        const int np = (int)QWI_MIN((int64_t)4, np_all - pq);
+        for (int64_t m0 = 0; m0 < M; m0 += Q4I_MB) {
+            const int64_t mb = QWI_MIN((int64_t)Q4I_MB, M - m0);
+            memset(tot, 0, sizeof(float) * (size_t)mb * 64);
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
+                for (int64_t j0 = js; j0 < je; j0 += Q4I_KP) {
+                    const int64_t j1 = QWI_MIN(je, j0 + Q4I_KP);
+                    Q4I_FN(decode_chunk)(w, P0 + pq, j0, j1, buf, np);
+                    QWI_ROW_TILES(6, mb, Q4I_TILE);
+                }
+                for (int q = 0; q < np; q++) {
+                    const int64_t zi = ((P0 + pq + q) * G + g) * 16;
+                    const __m512i z = _mm512_cvttps_epi32(_mm512_loadu_ps(w->zeros + zi));
+                    const __m512 sc = _mm512_loadu_ps(w->scales + zi);
+                    for (int64_t r = 0; r < mb; r++) {
+                        float *t = tot + r * 64 + q * 16;
+                        const int64_t xi = (m0 + r) * x->G + g;
+                        _mm512_storeu_ps(t, Q4I_FN(epilogue)(_mm512_loadu_si512(part + r * 64 + q * 16),
+                                                             z, sc, x->sum[xi], x->d[xi],
+                                                             _mm512_loadu_ps(t)));
+                    }
+                }
+            }
+            for (int64_t r = 0; r < mb; r++)
+                for (int q = 0; q < np; q++)
+                    qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias, out + (m0 + r) * ldo,
+                              accumulate);
+        }
+    }
+}
+#undef Q4I_TILE
+#undef Q4I_TILE_NP
+
+__attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int64_t M,
+                                                        const qwi_qpanel *w, int64_t n0, int64_t N,
+                                                        const float *bias, float *out, int64_t ldo,
+                                                        int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    if (M > 2) {
+        Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate);
+        return;
+    }
+    const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16);
+    float res[2 * 64] __attribute__((aligned(64)));
+    for (int64_t pq = 0; pq < np_all; pq += 4) {
+        const int64_t np = QWI_MIN((int64_t)4, np_all - pq);
+#define Q4I_D(NP)                                                                               \
+    do {                                                                                        \
+        if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP);                                  \
+        else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP);                                         \
+    } while (0)
+        switch (np) {
+        case 4: Q4I_D(4); break;
+        case 3: Q4I_D(3); break;
+        case 2: Q4I_D(2); break;
+        default: Q4I_D(1); break;
+        }
+#undef Q4I_D
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t q = 0; q < np; q++)
+                qwi_put16(res + r * 64 + q * 16, 16 * (pq + q), N, bias, out + r * ldo, accumulate);
+    }
+}
+
+#undef Q4I_CODE

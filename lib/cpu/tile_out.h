@@ -1,0 +1,41 @@
+/*
+ * tile_out.h - the two steps every CPU panel kernel shares around its
+ * register tiles: storing a finished 16-output tile (bias, then the
+ * residual add) and walking a block of rows in tiles of a fixed height.
+ * One definition, so the order of the bias and residual adds - and with
+ * it the bits every table must agree on - cannot drift between kernels.
+ */
+#ifndef QWI_CPU_TILE_OUT_H
+#define QWI_CPU_TILE_OUT_H
+
+#include <stdint.h>
+
+/* out[j0 + s] for s < 16 and j0 + s < N: v = acc[s] (+ bias[j0 + s] when
+ * bias), then out = accumulate ? out + v : v (two f32 additions, in that
+ * order). out and bias point at the call's column 0. */
+static inline void qwi_put16(const float acc[16], int64_t j0, int64_t N, const float *bias,
+                             float *out, int accumulate) {
+    for (int s = 0; s < 16 && j0 + s < N; s++) {
+        float v = bias ? acc[s] + bias[j0 + s] : acc[s];
+        out[j0 + s] = accumulate ? out[j0 + s] + v : v;
+    }
+}
+
+/* Rows [0, mb) in tiles of TMR rows (TMR <= 6), the rest in one smaller
+ * tile: TILE(first row, rows) with a constant row count, so each tile
+ * height compiles to its own unrolled body. */
+#define QWI_ROW_TILES(TMR, mb, TILE)                                                              \
+    do {                                                                                          \
+        int64_t r_ = 0;                                                                           \
+        for (; r_ + (TMR) <= (mb); r_ += (TMR)) TILE(r_, TMR);                                    \
+        switch ((mb) - r_) {                                                                      \
+        case 5: TILE(r_, 5); break;                                                               \
+        case 4: TILE(r_, 4); break;                                                               \
+        case 3: TILE(r_, 3); break;                                                               \
+        case 2: TILE(r_, 2); break;                                                               \
+        case 1: TILE(r_, 1); break;                                                               \
+        default: break;                                                                           \
+        }                                                                                         \
+    } while (0)
+
+#endif
