@@ -232,7 +232,7 @@ void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, con
             for (int64_t r = 0; r < mb; r++)
                 for (int64_t q = 0; q < np; q++)
                     qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
-                          accumulate);
+                              accumulate);
         }
         p += np;
     }

@@ -451,8 +451,8 @@ Q_INLINE void apply_scales(const qwi_qpanel *w, int64_t p0, int64_t g, int np, i
             }                                                                             \
             for (int64_t r = 0; r < (M); r++)                                             \
                 for (int64_t q = 0; q < np_; q++)                                         \
-                    qwi_put16(res + r * 64 + q * 16, 16 * (pq + q), N, bias, out + r * ldo,   \
-                          accumulate);                                                    \
+                    qwi_put16(res + r * 64 + q * 16, 16 * (pq + q), N, bias, out + r * ldo, \
+                              accumulate);                                                \
         }                                                                                 \
     } while (0)
 
@@ -498,7 +498,7 @@ Q_INLINE void qf32_fmt(const float *x, int64_t M, int64_t K, const qwi_qpanel *w
             for (int64_t r = 0; r < mb; r++)
                 for (int q = 0; q < np; q++)
                     qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias, out + (m0 + r) * ldo,
-                          accumulate);
+                              accumulate);
         }
     }
 }
@@ -536,8 +536,8 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
                 }                                                                         \
                 for (int64_t r = 0; r < mb; r++)                                          \
                     for (int q = 0; q < np; q++)                                          \
-                        qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,              \
-                              out + (m0 + r) * ldo, accumulate);                          \
+                        qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,          \
+                                  out + (m0 + r) * ldo, accumulate);                      \
             }                                                                             \
         }                                                                                 \
     } while (0)
