@@ -388,12 +388,20 @@ static uint64_t source_bytes(const qwi_cpu_linear *l) {
     return (uint64_t)l->n * (uint64_t)l->k * qwi_dtype_size(l->dtype);
 }
 
+/* The linears of layer d, for the walks below that only read them. */
+#define LAYER_LINEARS 7
+static void layer_linears(const cpu_layer *d, const qwi_cpu_linear *out[LAYER_LINEARS]) {
+    const qwi_cpu_linear *ls[LAYER_LINEARS] = { &d->q, &d->k, &d->v, &d->o,
+                                                &d->gate, &d->up, &d->down };
+    memcpy(out, ls, sizeof ls);
+}
+
 static bool has_quant(const cpu_backend *b) {
     for (int i = 0; i < b->cfg.num_layers; i++) {
-        const cpu_layer *d = &b->layers[i];
-        if (d->q.quant || d->k.quant || d->v.quant || d->o.quant || d->gate.quant ||
-            d->up.quant || d->down.quant)
-            return true;
+        const qwi_cpu_linear *ls[LAYER_LINEARS];
+        layer_linears(&b->layers[i], ls);
+        for (int j = 0; j < LAYER_LINEARS; j++)
+            if (ls[j]->quant) return true;
     }
     return false;
 }
@@ -442,7 +450,7 @@ static qw_status pack_weights(cpu_backend *b) {
     const bool fast = fast_mode(b), must = fast || has_quant(b);
     if (!must && !qwi_cpu_weights_copied(0)) return QW_OK;   /* mmap asked for: skip the sizing too */
     const int nl = b->cfg.num_layers;
-    const size_t nlin = (size_t)nl * 7 + 1;
+    const size_t nlin = (size_t)nl * LAYER_LINEARS + 1;
     qwi_cpu_linear **ls = malloc(nlin * sizeof *ls);
     if (!ls) return QW_OK;
     size_t n = 0;
@@ -549,9 +557,9 @@ static qw_status pack_weights(cpu_backend *b) {
 static bool model_has_f16(const cpu_backend *b) {
     if (b->lm_head.dtype == QWI_DTYPE_F16) return true;
     for (int i = 0; i < b->cfg.num_layers; i++) {
-        const cpu_layer *d = &b->layers[i];
-        const qwi_cpu_linear *ls[] = { &d->q, &d->k, &d->v, &d->o, &d->gate, &d->up, &d->down };
-        for (size_t j = 0; j < sizeof ls / sizeof ls[0]; j++)
+        const qwi_cpu_linear *ls[LAYER_LINEARS];
+        layer_linears(&b->layers[i], ls);
+        for (int j = 0; j < LAYER_LINEARS; j++)
             if (ls[j]->dtype == QWI_DTYPE_F16) return true;
     }
     return false;
@@ -563,9 +571,9 @@ static bool model_has_f16(const cpu_backend *b) {
 static int64_t max_u4_groups(const cpu_backend *b) {
     int64_t g = 0;
     for (int i = 0; i < b->cfg.num_layers; i++) {
-        const cpu_layer *d = &b->layers[i];
-        const qwi_cpu_linear *ls[] = { &d->q, &d->k, &d->v, &d->o, &d->gate, &d->up, &d->down };
-        for (size_t j = 0; j < sizeof ls / sizeof ls[0]; j++)
+        const qwi_cpu_linear *ls[LAYER_LINEARS];
+        layer_linears(&b->layers[i], ls);
+        for (int j = 0; j < LAYER_LINEARS; j++)
             if (ls[j]->quant && ls[j]->qsrc && ls[j]->qsrc->fmt == QWI_QFMT_U4)
                 g = QWI_MAX(g, qwi_qweight_groups(ls[j]->qsrc));
     }
