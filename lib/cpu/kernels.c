@@ -341,10 +341,7 @@ static void build_full(void) {
              * far has) */
             if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
                 full_avx512bf16.matmul_q4i = qwi_avx512vnni_matmul_q4i;
-            /* its U4 decoding uses vpermw (AVX512BW, which every AVX512_BF16
-             * CPU so far has); without it the FMA emulation (same bits) */
-            if (__builtin_cpu_supports("avx512bw"))
-                full_avx512bf16.matmul_qpair = qwi_avx512bf16_matmul_qpair;
+            full_avx512bf16.matmul_qpair = qwi_avx512bf16_matmul_qpair;
             /* its fp8 decode (M <= 2) through vpermi2b byte tables: same bits */
             if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi"))
                 full_avx512bf16.matmul_qpair = qwi_avx512vbmi_matmul_qpair;

@@ -251,7 +251,7 @@ void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
                                  const float *bias, float *out, int64_t ldo, int accumulate);
 /* qwi_avx512bf16_matmul_qpair with E4M3 decode (M <= 2) through AVX512_VBMI
  * byte tables (same bits; call only where that one may be called and the
- * CPU has avx512vbmi). */
+ * CPU has avx512bw and avx512vbmi). */
 void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
                                  const struct qwi_qpanel *w, int64_t n0, int64_t N,
                                  const float *bias, float *out, int64_t ldo, int accumulate);

@@ -35,7 +35,7 @@
 
 #define Q_TARGET "avx512f,avx2,fma,f16c"
 #define Q_INLINE static inline __attribute__((always_inline, target(Q_TARGET)))
-#define QB_TARGET Q_TARGET ",avx512bw,avx512bf16"
+#define QB_TARGET Q_TARGET ",avx512bf16"
 #define QB_INLINE static inline __attribute__((always_inline, target(QB_TARGET)))
 
 #define QKC 128      /* input columns per decoded chunk (a multiple of every block) */
@@ -641,7 +641,7 @@ void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const
  * 2 pairs of a panel. Same c' bits (the tables are the f16 decode of
  * e4m3_hi_words, 0x7f/0xff included), same vdpbf16ps chain, same bits. */
 
-#define QV_TARGET QB_TARGET ",avx512vbmi"
+#define QV_TARGET QB_TARGET ",avx512bw,avx512vbmi"
 #define QV_INLINE static inline __attribute__((always_inline, target(QV_TARGET)))
 /* Prefetch distance per panel: with the cheaper decode, 512 bytes ahead
  * streamed best on Zen 4 (1024: about 15% slower, none: 25%). */
