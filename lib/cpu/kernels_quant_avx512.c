@@ -191,7 +191,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
 
 /* The same for PAIR weights and bf16 pair rows; bf16: vdpbf16ps, else the
  * FMA emulation (odd product first, both exact). */
-#define PAIR_DIRECT(NAME, ATTR, STEP, BLOCK)                                                      \
+#define PAIR_DIRECT(NAME, ATTR, STEP)                                                             \
     ATTR void NAME(const uint32_t *x, int64_t KP, const qwi_qpanel *w, int64_t p0, float *res,   \
                    const int mr, const int np, const int fmt) {                                  \
         const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k); \
@@ -212,11 +212,12 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
                     const uint8_t *blk = w->codes + p0 * pb + (j / PB) * BB;                     \
                     _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                         \
                         _mm_prefetch((const char *)(blk + q * pb + QPF), _MM_HINT_T0);           \
-                    BLOCK(blk, j);                                                               \
+                    _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++)                      \
+                        STEP(blk, jj, j + jj);                                                   \
                 }                                                                                \
             for (; j < je; j++) {                                                                \
                 const uint8_t *blk = w->codes + p0 * pb + (j / PB) * BB;                         \
-                STEP(blk, (int)(j % PB), j);                                             \
+                STEP(blk, (int)(j % PB), j);                                                     \
             }                                                                                    \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
                 const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);         \
@@ -258,16 +259,8 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
         }                                                                                         \
     } while (0)
 
-/* A whole code block (PB pairs at column pair J), pair by pair. */
-#define PAIR_BLOCK_STEPS(STEP, blk, J)                                                            \
-    do {                                                                                          \
-        _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++) STEP(blk, jj, (J) + jj);          \
-    } while (0)
-#define PAIR_BLOCK_EMUL(blk, J) PAIR_BLOCK_STEPS(PAIR_STEP_EMUL, blk, J)
-#define PAIR_BLOCK_BF16(blk, J) PAIR_BLOCK_STEPS(PAIR_STEP_BF16, blk, J)
-
-PAIR_DIRECT(pair_direct_emul, Q_INLINE, PAIR_STEP_EMUL, PAIR_BLOCK_EMUL)
-PAIR_DIRECT(pair_direct_bf16, QB_INLINE, PAIR_STEP_BF16, PAIR_BLOCK_BF16)
+PAIR_DIRECT(pair_direct_emul, Q_INLINE, PAIR_STEP_EMUL)
+PAIR_DIRECT(pair_direct_bf16, QB_INLINE, PAIR_STEP_BF16)
 
 /* ---- M > 2: decode a chunk once, sweep it with register tiles ------------ */
 
