@@ -327,8 +327,7 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
             cr_assert_eq(qwi_cpu_pool_create(threads, &pool), QW_OK);
             memset(q4q, 0xa5, sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
             qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                               .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s,
-                               .q4_groups_cap = M * G };
+                               .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s };
             qwi_cpu_linear q = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = qp };
             qwi_cpu_linear plain = { .dtype = QWI_DTYPE_F32, .w = wf, .n = 48, .k = K };
             qwi_cpu_mm_job jobs[2] = { { &plain, out2, 0 }, { &q, out, 0 } };

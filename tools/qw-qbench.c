@@ -183,8 +183,7 @@ int main(int argc, char **argv) {
                 }
             }
             bench b = { .cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                                .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s,
-                                .q4_groups_cap = mmax * G },
+                                .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s },
                         .x = x, .K = K, .lins = lins, .nl = (int)layers, .out = out };
             printf("%-6s %-5s %12zu", mode ? "fast" : "exact", fnames[f], bytes);
             fflush(stdout);

@@ -85,7 +85,6 @@ typedef struct cpu_backend {
     uint32_t *q4_q;                /* [rows][ceil(max_k / 2)] int16 pairs                */
     float *q4_d;                   /* [rows][groups]                                     */
     int32_t *q4_sum;               /* [rows][groups]                                     */
-    int64_t q4_groups_cap;         /* rows * groups                                      */
     float **attn_buf;              /* [nthreads]                                  */
     float **rope_buf;              /* [nthreads] of head_dim floats               */
     qwi_sample_scratch **ss;       /* [nthreads]                                  */
@@ -617,10 +616,9 @@ static qw_status setup_scratch(cpu_backend *b) {
         const int64_t u4g = max_u4_groups(b);
         if (u4g > 0) {
             const size_t rows = QWI_MAX(T, (size_t)b->logit_rows);
-            b->q4_groups_cap = (int64_t)rows * u4g;
             b->q4_q = (uint32_t *)alloc_floats(rows, (size_t)qwi_pair_kp((int64_t)max_k));
-            b->q4_d = alloc_floats((size_t)b->q4_groups_cap, 1);
-            b->q4_sum = (int32_t *)alloc_floats((size_t)b->q4_groups_cap, 1);
+            b->q4_d = alloc_floats(rows, (size_t)u4g);
+            b->q4_sum = (int32_t *)alloc_floats(rows, (size_t)u4g);
             if (!b->q4_q || !b->q4_d || !b->q4_sum)
                 return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4 activation scratch allocation "
                                 "failed (max_num_batched_tokens %zu)", T);
@@ -648,7 +646,6 @@ static qw_status setup_scratch(cpu_backend *b) {
     b->cx.q4_q = b->q4_q;
     b->cx.q4_d = b->q4_d;
     b->cx.q4_sum = b->q4_sum;
-    b->cx.q4_groups_cap = b->q4_groups_cap;
     b->cx.act_exp = fast_mode(b) ? qwi_cpu_kv_bf16_for(b->cx.kt) : NULL;
     return QW_OK;
 }

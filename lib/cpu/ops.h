@@ -33,13 +33,12 @@ typedef struct qwi_cpu_ctx {
     uint32_t *xpair;
     /* Fast numerics with int4 (U4) weights: a U4 matmul call's input rows
      * quantized once per call (cpu/q4i.h, matmul_q4i): q4_q holds as many
-     * pairs as xpair, q4_d and q4_sum q4_groups_cap entries each (M times
-     * the weights' groups per row, for every call); NULL when no weight is
-     * U4 (then no matmul may have one). */
+     * pairs as xpair, q4_d and q4_sum M times the weight's groups per row
+     * entries each, for every call; NULL when no weight is U4 (then no
+     * matmul may have one). */
     uint32_t *q4_q;
     float *q4_d;
     int32_t *q4_sum;
-    int64_t q4_groups_cap;
     /* Fast numerics: the bf16-KV table whose vexp the SiLU uses
      * (cpu/silu_fast.h); NULL in exact mode (libm expf). */
     const qwi_cpu_kv_bf16_kernels *act_exp;
