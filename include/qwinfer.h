@@ -174,7 +174,10 @@ typedef enum qw_engine_option {
  *   rounded to bf16 (round to nearest even, subnormals to zero) and the
  *   weights are held as bf16 (f32/f16 checkpoints are rounded to bf16 once,
  *   at load, which also halves their memory); products accumulate in f32
- *   (AVX512_BF16 vdpbf16ps, or an exact emulation of it). Logits stay within
+ *   (AVX512_BF16 vdpbf16ps, or an exact emulation of it). Over a bf16 KV
+ *   cache on AVX512_BF16 CPUs, attention's q.K and P.V also run on bf16
+ *   dot products (q and the softmax weights rounded to bf16, f32 softmax
+ *   and accumulation, as flash-attention does). Logits stay within
  *   about 2e-2 relative error of a float64 reference, as on GPUs. Batched ==
  *   alone and chunked == unchunked still hold bit for bit. The weights are
  *   always copied into packed memory in this mode; if that fails,

@@ -10,7 +10,10 @@
  *  - qwi_cpu_attention over runs of rows (GQA group 3, head_dim 40, rows
  *    ending inside and across tiles, so the P.V segments of the diagonal
  *    tile are exercised) equals each row alone bit for bit, for 1-3
- *    threads, and float64 attention over the same bf16 K/V within 2e-6.
+ *    threads, and float64 attention over the same bf16 K/V within 2e-6;
+ *    the same on bf16 dot products (generic and avx512bf16 tables; q and
+ *    P rounded to bf16), where float64 with q so rounded is within P's
+ *    rounding (2^-9 of max |v|) and avx512bf16 gives the generic bits.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -19,6 +22,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/kv_bf16.h"
+#include "cpu/pairpanel.h"
 #include "cpu/threadpool.h"
 #include "dtype.h"
 
@@ -206,8 +210,10 @@ static void ref_row(const float *q, const float *kseq, const float *vseq, int32_
 }
 
 /* Sequences s < nseq with context ctx[s], the last nrows[s] positions
- * being this step's rows. */
-static void block_case(const char *kt_name, int nseq, const int32_t *ctx, const int32_t *nrows) {
+ * being this step's rows; dot: on bf16 dot products (cpu/kv_bf16dot.h)
+ * where the table has them. */
+static void block_case(const char *kt_name, bool dot, int nseq, const int32_t *ctx,
+                       const int32_t *nrows) {
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(kt_name);
     if (!kt) {
         cr_log_warn("kernel table %s not available: skipped", kt_name);
@@ -254,7 +260,8 @@ static void block_case(const char *kt_name, int nseq, const int32_t *ctx, const 
                        .out = out, .positions = pos, .row_seq = rs, .block_tables = &bt[0][0],
                        .max_blocks_per_seq = MAXB, .block_size = BS, .num_tokens = T,
                        .num_heads = NH, .num_kv_heads = NKV, .head_dim = HD,
-                       .scale = (float)(1.0 / sqrt((double)HD)) };
+                       .scale = (float)(1.0 / sqrt((double)HD)), .bf16_dot = dot };
+    dot = dot && a.kb->dscores != NULL;   /* what runs */
     float *scr[3];
     for (int t = 0; t < 3; t++) scr[t] = malloc(qwi_cpu_attn_scratch_floats(NH, NKV, HD) * 4);
     /* every row alone */
@@ -272,13 +279,36 @@ static void block_case(const char *kt_name, int nseq, const int32_t *ctx, const 
                          kt_name, threads, (long long)(i / qd), (long long)(i % qd));
         qwi_cpu_pool_destroy(pool);
     }
+    if (dot && strcmp(a.kb->name, "generic") != 0) {
+        /* the portable dot kernels in the same table (whose exp differs
+         * from the generic table's) under the same driver: the same bits */
+        qwi_cpu_kv_bf16_kernels portable = *a.kb;
+        portable.dscores = qwr_kv_dscores;
+        portable.dpv = qwr_kv_dpv;
+        qwi_cpu_attn ag = a;
+        ag.kb = &portable;
+        ag.out = out1;
+        for (int rr = 0; rr < T; rr++)
+            for (int g = 0; g < NKV; g++) qwr_attention_row(&ag, kt, rr, g, scr[0]);
+        cr_assert_eq(memcmp(out1, out, sizeof(float) * (size_t)T * qd), 0,
+                     "%s: bf16 dot attention differs from the portable form's bits", kt_name);
+    }
+    /* float64 over the bf16 K/V (and, for dot products, q rounded to bf16
+     * pairs as they are): then the only rounding left beyond f32's is P's
+     * bf16 rounding, relative 2^-9 per weight, so at most 2^-9 * max|v| */
     double ref[NH * HD], err = 0;
+    float qr[NH * HD];
     for (int rr = 0; rr < T; rr++) {
-        ref_row(q + (int64_t)rr * qd, kseq[rs[rr]], vseq[rs[rr]], pos[rr], ref);
+        for (int i = 0; i < qd; i++)
+            qr[i] = dot ? qwi_bf16_to_f32(qwi_pair_round_bf16(q[(int64_t)rr * qd + i]))
+                        : q[(int64_t)rr * qd + i];
+        ref_row(qr, kseq[rs[rr]], vseq[rs[rr]], pos[rr], ref);
         for (int i = 0; i < qd; i++) err = fmax(err, fabs(out[(int64_t)rr * qd + i] - ref[i]));
     }
-    cr_log_info("%s: fast attention max abs error %.3g against float64 over the bf16 K/V", kt_name, err);
-    cr_assert_lt(err, 2e-6, "%s: %g against float64", kt_name, err);
+    const double bound = dot ? 1.0 / 512 + 2e-6 : 2e-6;
+    cr_log_info("%s%s: fast attention max abs error %.3g against float64 over the bf16 K/V",
+                kt_name, dot ? " (bf16 dot products)" : "", err);
+    cr_assert_lt(err, bound, "%s: %g against float64", kt_name, err);
     for (int t = 0; t < 3; t++) free(scr[t]);
     for (int s = 0; s < nseq; s++) {
         free(kseq[s]);
@@ -296,28 +326,32 @@ static void block_case(const char *kt_name, int nseq, const int32_t *ctx, const 
 /* A long prefill chunk crossing two tile boundaries (runs of several
  * rows), a chunk ending just past a boundary, a chunk inside tile 0, a
  * decode row. */
-static void prefill_case(const char *kt_name) {
+static void prefill_case(const char *kt_name, bool dot) {
     const int32_t ctx[] = { 300, 131, 40, 200 }, nrows[] = { 45, 7, 23, 1 };
-    block_case(kt_name, 4, ctx, nrows);
+    block_case(kt_name, dot, 4, ctx, nrows);
 }
 
 /* A decode step: one row from each of 24 sequences (every row its own run,
  * enough for all kv heads of a sequence per task), contexts 1 .. 300. */
-static void decode_case(const char *kt_name) {
+static void decode_case(const char *kt_name, bool dot) {
     int32_t ctx[MAXSEQ], nrows[MAXSEQ];
     for (int s = 0; s < MAXSEQ; s++) {
         ctx[s] = 1 + (s * 97) % 300;
         nrows[s] = 1;
     }
-    block_case(kt_name, MAXSEQ, ctx, nrows);
+    block_case(kt_name, dot, MAXSEQ, ctx, nrows);
 }
 
-Test(attention_fast, block_generic) { prefill_case("generic"); }
-Test(attention_fast, block_avx2) { prefill_case("avx2"); }
-Test(attention_fast, block_avx512) { prefill_case("avx512"); }
-Test(attention_fast, decode_generic) { decode_case("generic"); }
-Test(attention_fast, decode_avx2) { decode_case("avx2"); }
-Test(attention_fast, decode_avx512) { decode_case("avx512"); }
+Test(attention_fast, block_generic) { prefill_case("generic", false); }
+Test(attention_fast, block_avx2) { prefill_case("avx2", false); }
+Test(attention_fast, block_avx512) { prefill_case("avx512", false); }
+Test(attention_fast, decode_generic) { decode_case("generic", false); }
+Test(attention_fast, decode_avx2) { decode_case("avx2", false); }
+Test(attention_fast, decode_avx512) { decode_case("avx512", false); }
+Test(attention_fast, block_bf16dot_generic) { prefill_case("generic", true); }
+Test(attention_fast, block_bf16dot_avx512bf16) { prefill_case("avx512bf16", true); }
+Test(attention_fast, decode_bf16dot_generic) { decode_case("generic", true); }
+Test(attention_fast, decode_bf16dot_avx512bf16) { decode_case("avx512bf16", true); }
 
 /* scale: one rounded multiply per element (the same bits in every
  * table), in place or not, nothing past n written. */

@@ -21,12 +21,16 @@
  * a [head_dim][TILE] f32 tile (tscores_q) - the same bits (each K vector
  * loaded feeds several q vectors), the softmax uses the table's polynomial
  * exp (exp_sum), and pv adds P.V with the accumulators in registers and
- * each V vector shared by several pairs.
+ * each V vector shared by several pairs. In fast numerics the bf16 cache
+ * may instead run on bf16 dot products (cpu/kv_bf16dot.h): q rounded to
+ * pairs in row_begin, scores by dscores from the planes, P rounded to
+ * pairs after the softmax and P.V by dpv in even-aligned passes (dot_pv).
  */
 #include <math.h>
 #include <string.h>
 
 #include "cpu/attention.h"
+#include "cpu/pairpanel.h"
 #include "dtype.h"
 #include "fp8.h"
 
@@ -37,8 +41,11 @@
 
 /* Floats of one row's state. */
 static size_t row_state_floats(int32_t group, int32_t head_dim) {
-    /* scores [group][TILE], accumulators [group][head_dim], max and sum [group] */
-    return (size_t)group * QWI_CPU_ATTN_TILE + (size_t)group * (size_t)head_dim + 2 * (size_t)group;
+    /* scores [group][TILE], accumulators [group][head_dim], max and sum
+     * [group]; for bf16 dot products (32-bit pairs) q [group][head_dim/2]
+     * and P [group][TILE/2] */
+    return (size_t)group * QWI_CPU_ATTN_TILE + (size_t)group * (size_t)head_dim + 2 * (size_t)group +
+           (size_t)group * (size_t)((head_dim + 1) / 2) + (size_t)group * (QWI_CPU_ATTN_TILE / 2);
 }
 
 /* The transposed bf16 K tile ([head_dim][TILE] f32) sits after the row
@@ -62,7 +69,14 @@ typedef struct row_state {
     const int32_t *bt;    /* the row's block table           */
     int32_t ctx;          /* positions 0 .. ctx-1 attended   */
     float *scores, *acc, *mx, *sum;
+    uint32_t *q2, *p2;    /* bf16 dot products: q and P as bf16 pairs */
 } row_state;
+
+/* Whether a's attention runs on bf16 dot products (cpu/kv_bf16dot.h). */
+static bool use_dot(const qwi_cpu_attn *a) {
+    return a->bf16_dot && a->k_bf16 && !a->k_fp8 && a->kb && a->kb->dscores && a->kb->dpv &&
+           a->head_dim % 2 == 0;
+}
 
 static void row_begin(const qwi_cpu_attn *a, int32_t r, int32_t g, float *mem, row_state *s) {
     const int32_t group = a->num_heads / a->num_kv_heads, hd = a->head_dim;
@@ -73,6 +87,10 @@ static void row_begin(const qwi_cpu_attn *a, int32_t r, int32_t g, float *mem, r
     s->acc = s->scores + (size_t)group * QWI_CPU_ATTN_TILE;
     s->mx = s->acc + (size_t)group * hd;
     s->sum = s->mx + group;
+    s->q2 = (uint32_t *)(s->sum + group);
+    s->p2 = s->q2 + (size_t)group * (size_t)((hd + 1) / 2);
+    /* heads of a group are consecutive rows of hd: one rounding per row */
+    if (use_dot(a)) qwi_pair_round_rows(s->q, 0, group, hd, s->q2);
     for (int32_t h = 0; h < group; h++) {
         s->mx[h] = -INFINITY;
         s->sum[h] = 0.0f;
@@ -272,6 +290,51 @@ static inline void scores_pass(const qwi_cpu_kv_bf16_kernels *kb, bool direct, c
         kb->tscores_q(qp, op, nb, hd, ktile, QWI_CPU_ATTN_TILE, n, scale);
 }
 
+/* P.V on bf16 dot products for the tile starting at t0 (positions
+ * [t0, t1) of rows s[0..n), P as pairs in p2): each pass takes the
+ * (row, head) pairs that still need it over positions [lo, hi), lo and hi
+ * even, so a row's pairs are always the even-aligned ones it has alone;
+ * a row whose positions end at lo + 1 takes its last half pair in a pass
+ * of one position. vp: the tile's V rows. */
+static void dot_pv(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t t0, int32_t t1,
+                   const uint16_t *const *vp) {
+    const int32_t group = a->num_heads / a->num_kv_heads, hd = a->head_dim;
+    float *op[QWI_CPU_ATTN_BATCH];
+    const uint32_t *pp[QWI_CPU_ATTN_BATCH];
+    for (int32_t lo = 0;;) {
+        int32_t hi = INT32_MAX, nb = 0;
+        for (int32_t i = 0; i < n; i++) {   /* half pairs at lo */
+            const int32_t ni = QWI_MIN(s[i].ctx, t1) - t0;
+            if (ni >= lo + 2) hi = QWI_MIN(hi, ni & ~1);
+            if (ni != lo + 1) continue;
+            for (int32_t h = 0; h < group; h++) {
+                op[nb] = s[i].acc + (int64_t)h * hd;
+                pp[nb] = s[i].p2 + (int64_t)h * (QWI_CPU_ATTN_TILE / 2) + lo / 2;
+                if (++nb == QWI_CPU_ATTN_BATCH) {
+                    a->kb->dpv(op, pp, nb, vp + lo, 1, hd);
+                    nb = 0;
+                }
+            }
+        }
+        if (nb) a->kb->dpv(op, pp, nb, vp + lo, 1, hd);
+        if (hi == INT32_MAX) break;
+        nb = 0;
+        for (int32_t i = 0; i < n; i++) {   /* whole pairs [lo, hi) */
+            if (QWI_MIN(s[i].ctx, t1) - t0 < lo + 2) continue;
+            for (int32_t h = 0; h < group; h++) {
+                op[nb] = s[i].acc + (int64_t)h * hd;
+                pp[nb] = s[i].p2 + (int64_t)h * (QWI_CPU_ATTN_TILE / 2) + lo / 2;
+                if (++nb == QWI_CPU_ATTN_BATCH) {
+                    a->kb->dpv(op, pp, nb, vp + lo, hi - lo, hd);
+                    nb = 0;
+                }
+            }
+        }
+        if (nb) a->kb->dpv(op, pp, nb, vp + lo, hi - lo, hd);
+        lo = hi;
+    }
+}
+
 /* The bf16 or fp8 cache, rows s[0..n) of one run of one sequence, kv
  * head g: for each context tile, its V rows are prefetched and the scores
  * of every (row, head) pair still attending come from one pass over the K
@@ -303,6 +366,11 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
      * bits, a choice by block size alone (never by the rows of the step) */
     const bool direct = (fp8 ? kb->pscores8_q != NULL : kb->pscores_q != NULL) &&
                         a->block_size % kb->plane_lanes == 0;
+    /* bf16 dot products: the table's dscores from the planes, or the
+     * portable one (the same bits) where blocks break its plane runs */
+    const bool dot = use_dot(a);
+    const qwr_kv_dscores_fn dscores = direct ? kb->dscores : qwr_kv_dscores;
+    const uint32_t *qp2[QWI_CPU_ATTN_BATCH];
     for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
         const int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
         /* without direct scores, K is widened once for the block from its
@@ -310,7 +378,9 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
          * block, dim)); either way every row's scores come with positions
          * as SIMD lanes. The V rows stay bf16 / fp8, widened in pv */
         tile_rows(a, bt, g, t0, t1, kp, vp, kp8, vp8);
-        if (!direct && fp8)
+        if (dot) {
+            /* nothing to widen */
+        } else if (!direct && fp8)
             kf->transpose(kp8, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
         else if (!direct)
             kb->transpose(kp, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
@@ -321,15 +391,21 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
             if (s[i].ctx <= t0) continue;
             for (int32_t h = 0; h < group; h++) {
                 qp[nb] = s[i].q + (int64_t)h * hd;
+                qp2[nb] = s[i].q2 + (int64_t)h * (hd / 2);
                 op[nb] = s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE;
                 if (++nb == QWI_CPU_ATTN_BATCH) {
-                    scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL, a->block_size, t1 - t0,
-                                scale);
+                    if (dot)
+                        dscores(qp2, op, nb, hd, kp, a->block_size, t1 - t0, scale);
+                    else
+                        scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL,
+                                    a->block_size, t1 - t0, scale);
                     nb = 0;
                 }
             }
         }
-        if (nb)
+        if (nb && dot)
+            dscores(qp2, op, nb, hd, kp, a->block_size, t1 - t0, scale);
+        else if (nb)
             scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL, a->block_size, t1 - t0,
                         scale);
         /* online softmax per pair: rescale what earlier tiles accumulated */
@@ -348,7 +424,15 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
                 if (alpha != 1.0f) kb->scale(acc, acc, alpha, hd);
                 s[i].sum[h] = s[i].sum[h] * alpha + l;
                 s[i].mx[h] = m;
+                /* P as bf16 pairs from the tile start, zero past ni */
+                if (dot)
+                    qwi_pair_round_rows(s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE, 0, 1, ni,
+                                        s[i].p2 + (int64_t)h * (QWI_CPU_ATTN_TILE / 2));
             }
+        }
+        if (dot) {
+            dot_pv(a, s, n, t0, t1, vp);
+            continue;
         }
         /* P.V by segments [lo, hi) of the tile: each pass takes the pairs
          * whose rows attend past lo, over the positions up to the next row

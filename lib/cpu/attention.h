@@ -58,6 +58,10 @@ typedef struct qwi_cpu_attn {
     const uint8_t *k_fp8, *v_fp8;
     const qwi_cpu_kv_fp8_kernels *kf;
     float k_scale, v_scale;
+    /* Fast numerics over the bf16 cache: q.K and P.V on bf16 dot products
+     * (cpu/kv_bf16dot.h) where kb has them (dscores, dpv) and head_dim is
+     * even; otherwise, and for the other caches, ignored. */
+    bool bf16_dot;
     float *out;                  /* [num_tokens][num_heads*head_dim]               */
     const int32_t *positions;    /* [num_tokens]: row r attends to 0..positions[r] */
     const int32_t *row_seq;      /* [num_tokens]: the sequence of row r            */

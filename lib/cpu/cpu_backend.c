@@ -986,6 +986,7 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
         .block_size = b->bc.block_size, .num_tokens = M, .num_heads = cfg->num_heads,
         .num_kv_heads = cfg->num_kv_heads, .head_dim = cfg->head_dim,
         .scale = (float)(1.0 / sqrt((double)hd)),
+        .bf16_dot = fast_mode(b),
     };
 
     for (int32_t l = 0; l < cfg->num_layers; l++) {

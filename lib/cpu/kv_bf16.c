@@ -126,6 +126,8 @@ static const qwi_cpu_kv_bf16_kernels generic = {
     .vexp = g_vexp,
     .exp_sum = g_exp_sum,
     .scale = g_scale,
+    .dscores = qwr_kv_dscores,
+    .dpv = qwr_kv_dpv,
 };
 
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_generic(void) { return &generic; }
@@ -134,7 +136,8 @@ const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_for(const qwi_cpu_kernels *kt) {
     const char *nm = kt && kt->name ? kt->name : "generic";
     if (strcmp(nm, "generic") == 0) return &generic;
     const qwi_cpu_kv_bf16_kernels *t = NULL;
-    if (strcmp(nm, "avx2") != 0) t = qwi_cpu_kv_bf16_avx512();
+    if (strcmp(nm, "avx512bf16") == 0) t = qwi_cpu_kv_bf16_avx512bf16();
+    if (!t && strcmp(nm, "avx2") != 0) t = qwi_cpu_kv_bf16_avx512();
     if (!t) t = qwi_cpu_kv_bf16_avx2();
     return t ? t : &generic;
 }

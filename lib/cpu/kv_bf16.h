@@ -8,11 +8,12 @@
  * A bf16 element widens to f32 exactly (a 16-bit shift), so each kernel is
  * the f32 kernel of the same table with the K/V loads widened.
  *
- * Why not vdpbf16ps for q.K: it would need q rounded to bf16 too, adding a
- * second rounding error for no bandwidth gain - attention at decode is
- * bound by reading K/V, which the bf16 cache already halves, and the widen
- * is one shift per 8/16 elements. So q stays f32 and every step is an f32
- * FMA (the generic table: a multiply then an add).
+ * q stays f32 here and every step is an f32 FMA (the generic table: a
+ * multiply then an add): at decode, attention is bound by reading K/V,
+ * which the bf16 cache already halves. Prefill chunks are bound by the
+ * FMAs instead; for them the fast numerics mode rounds q and P to bf16 and
+ * uses vdpbf16ps where the table has it (dscores and dpv below,
+ * cpu/kv_bf16dot.h).
  *
  * Determinism contract (as kernels.h): within one table pv (and its
  * fixed-size forms axpy4/axpy4x2) is bit-identical to the axpy calls in
@@ -31,6 +32,7 @@
 
 #include "common.h"
 #include "cpu/kernels.h"
+#include "cpu/kv_bf16dot.h"
 
 typedef struct qwi_cpu_kv_bf16_kernels {
     const char *name;
@@ -101,6 +103,13 @@ typedef struct qwi_cpu_kv_bf16_kernels {
      * so every table gives the same bits. The softmax rescale and the
      * final 1/sum of each (row, head). */
     void (*scale)(float *y, const float *x, float s, int64_t n);
+    /* Fast numerics' q.K and P.V on bf16 dot products (cpu/kv_bf16dot.h:
+     * bf16 q and P, vdpbf16ps's arithmetic; dscores with pscores_q's
+     * precondition on plane_lanes), or NULL where the table keeps f32 q
+     * and P (avx2, avx512: their emulation would cost what the f32 chains
+     * cost). The generic and avx512bf16 tables have them. */
+    qwr_kv_dscores_fn dscores;
+    qwr_kv_dpv_fn dpv;
 } qwi_cpu_kv_bf16_kernels;
 
 /* The exp of every table (vexp, exp_sum): exp(x) = 2^k * P(r) with k =
@@ -134,14 +143,17 @@ float qwi_cpu_vexp_scalar(float x);
 /* The portable table; always available. Static storage. */
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_generic(void);
 
-/* The AVX2+FMA and AVX-512F tables, or NULL where the CPU or build lacks
- * them. Static storage. */
+/* The AVX2+FMA and AVX-512F tables, and the AVX-512F table with the
+ * vdpbf16ps dscores/dpv (needs AVX512BW and AVX512_BF16 too), or NULL
+ * where the CPU or build lacks them. Static storage. */
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx2(void);
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void);
+const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512bf16(void);
 
 /* The table that goes with f32 kernel table kt: generic for "generic",
- * avx2 for "avx2", otherwise (avx512 and any wider table) the widest one
- * this CPU runs. Never NULL. Thread-safe. */
+ * avx2 for "avx2", avx512bf16 for "avx512bf16" where the CPU runs it,
+ * otherwise (avx512, or avx512bf16 without AVX512BW) the widest of avx512
+ * and avx2 this CPU runs. Never NULL. Thread-safe. */
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_for(const qwi_cpu_kernels *kt);
 
 /* kt[d * ld + j] = k[j][d * dstride] widened to f32 (exact), for j < n <=

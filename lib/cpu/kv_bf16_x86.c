@@ -563,21 +563,30 @@ static AVX512 void avx512_scale(float *y, const float *x, float s, int64_t n) {
     }
 }
 
-static const qwi_cpu_kv_bf16_kernels avx512_table = {
-    .name = "avx512",
-    .axpy = avx512_axpy,
-    .axpy4 = avx512_axpy4,
-    .axpy4x2 = avx512_axpy4x2,
-    .tscores = avx512_tscores,
-    .transpose = avx2_transpose,
-    .tscores_q = avx512_tscores_q,
-    .pscores_q = avx512_pscores_q,
-    .pscores8_q = avx512_pscores8_q,
-    .plane_lanes = 16,
-    .pv = avx512_pv,
-    .vexp = avx512_vexp,
-    .exp_sum = avx512_exp_sum,
-    .scale = avx512_scale,
+/* The entries avx512 and avx512bf16 share. */
+#define AVX512_ENTRIES                     \
+    .axpy = avx512_axpy,                   \
+    .axpy4 = avx512_axpy4,                 \
+    .axpy4x2 = avx512_axpy4x2,             \
+    .tscores = avx512_tscores,             \
+    .transpose = avx2_transpose,           \
+    .tscores_q = avx512_tscores_q,         \
+    .pscores_q = avx512_pscores_q,         \
+    .pscores8_q = avx512_pscores8_q,       \
+    .plane_lanes = 16,                     \
+    .pv = avx512_pv,                       \
+    .vexp = avx512_vexp,                   \
+    .exp_sum = avx512_exp_sum,             \
+    .scale = avx512_scale
+
+static const qwi_cpu_kv_bf16_kernels avx512_table = { .name = "avx512", AVX512_ENTRIES };
+
+/* The avx512 table plus the vdpbf16ps q.K and P.V. */
+static const qwi_cpu_kv_bf16_kernels avx512bf16_table = {
+    .name = "avx512bf16",
+    AVX512_ENTRIES,
+    .dscores = qwi_avx512bf16_kv_dscores,
+    .dpv = qwi_avx512bf16_kv_dpv,
 };
 
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void) {
@@ -588,9 +597,15 @@ const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void) {
     return &avx512_table;
 }
 
+const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512bf16(void) {
+    if (!qwi_cpu_kv_bf16_avx512() || !qwi_kv_bf16dot_have_avx512bf16()) return NULL;
+    return &avx512bf16_table;
+}
+
 #else
 
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx2(void) { return NULL; }
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void) { return NULL; }
+const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512bf16(void) { return NULL; }
 
 #endif
