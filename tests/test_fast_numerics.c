@@ -46,11 +46,14 @@ Test(fast_numerics, round_bf16_nearest_even_and_specials) {
     cr_assert_eq(qwi_pair_round_bf16(-INFINITY), 0xff80);
     uint16_t n = qwi_pair_round_bf16(from_bits(0x7f800001u));   /* NaN, payload in low bits only */
     cr_assert((n & 0x7f80) == 0x7f80 && (n & 0x7f) != 0, "NaN must stay NaN, got %#x", n);
-    /* Subnormal results flush to a zero of the same sign (vdpbf16ps DAZ). */
+    /* Subnormal inputs flush to a zero of the same sign (vdpbf16ps DAZ),
+     * as vcvtne2ps2bf16 does - also those that would round up to FLT_MIN. */
     cr_assert_eq(qwi_pair_round_bf16(1e-40f), 0x0000);
     cr_assert_eq(qwi_pair_round_bf16(-1e-40f), 0x8000);
     cr_assert_eq(qwi_pair_round_bf16(FLT_MIN), 0x0080, "the smallest normal stays");
-    cr_assert_eq(qwi_pair_round_bf16(from_bits(0x007fffffu)), 0x0080, "rounds up into the normals");
+    cr_assert_eq(qwi_pair_round_bf16(from_bits(0x007fffffu)), 0x0000, "a subnormal input is zero");
+    cr_assert_eq(qwi_pair_round_bf16(from_bits(0x807fffffu)), 0x8000);
+    cr_assert_eq(qwi_pair_round_bf16(from_bits(0x0080ffffu)), 0x0081, "normal: rounds as usual");
 }
 
 Test(fast_numerics, round_rows_pairs_and_pad) {
@@ -69,29 +72,52 @@ Test(fast_numerics, round_rows_pairs_and_pad) {
         }
 }
 
-/* The row rounding (vectorised where the CPU allows) gives exactly the
- * bits of the scalar rounding, specials included, in both the vector body
- * and the tail of a row. */
+/* Every implementation of the row rounding this CPU runs (portable, AVX2,
+ * AVX512_BF16 vcvtne2ps2bf16) and the dispatched qwi_pair_round_rows give
+ * exactly the bits of the scalar rounding, specials included, in the
+ * 32-wide body, the 16-wide step and the scalar tail of a row. */
 Test(fast_numerics, round_rows_matches_scalar_rounding) {
-    enum { K = 77 };
+    enum { KMAX = 77 };
     const uint32_t specials[] = { 0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0x7f800001u,
                                   0xff800001u, 0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu,
                                   0x00000001u, 0x80000001u, 0x007fffffu, 0x00800000u, 0x807fffffu,
                                   0x80000000u, 0x00000000u, 0x7f7f8000u, 0x3f7fffffu, 0x00400000u,
-                                  0x80123456u, 0x007f8000u };
+                                  0x80123456u, 0x007f8000u, 0x00807fffu, 0x00808000u, 0xffffffffu };
     const size_t ns = sizeof specials / sizeof specials[0];
-    float x[2 * K];
-    for (int i = 0; i < 2 * K; i++) x[i] = from_bits(specials[(size_t)(i * 7) % ns] ^ (uint32_t)(i % 3 == 0) << 31);
-    uint32_t out[2 * ((K + 1) / 2)];
-    memset(out, 0xab, sizeof out);
-    qwi_pair_round_rows(x, 0, 2, K, out);
-    const uint16_t *h = (const uint16_t *)out;   /* little-endian: element k of row m */
-    for (int m = 0; m < 2; m++) {
-        for (int i = 0; i < K; i++)
-            cr_assert_eq(h[m * (K + 1) + i], qwi_pair_round_bf16(x[m * K + i]), "row %d col %d: %#x of %#x",
-                         m, i, h[m * (K + 1) + i], bits(x[m * K + i]));
-        cr_assert_eq(h[m * (K + 1) + K], 0, "row %d: pad", m);
-    }
+    const int64_t ks[] = { 77, 51, 48, 16, 3, 1 };
+    const char *impls[] = { "portable", "avx2", "avx512bf16", "rows" };
+    float x[2 * KMAX];
+    for (int i = 0; i < 2 * KMAX; i++)
+        x[i] = from_bits(specials[(size_t)(i * 7) % ns] ^ (uint32_t)(i % 3 == 0) << 31);
+    int ran = 0;
+    for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++)
+        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+            const int64_t K = ks[c], kp = (K + 1) / 2;
+            uint32_t out[2 * ((KMAX + 1) / 2) + 1];
+            memset(out, 0xab, sizeof out);
+            if (strcmp(impls[m], "rows") == 0) {
+                qwi_pair_round_rows(x, 0, 2, K, out);
+            } else {
+                if (!qwi_pair_round_row_by(impls[m], x, K, out)) {
+                    if (c == 0) cr_log_warn("round: %s not available on this CPU", impls[m]);
+                    continue;
+                }
+                cr_assert(qwi_pair_round_row_by(impls[m], x + K, K, out + kp));
+            }
+            ran++;
+            const uint16_t *h = (const uint16_t *)out;   /* little-endian: element k of row r */
+            for (int r = 0; r < 2; r++) {
+                for (int i = 0; i < K; i++)
+                    cr_assert_eq(h[r * 2 * kp + i], qwi_pair_round_bf16(x[r * K + i]),
+                                 "%s K=%lld row %d col %d: %#x of %#x", impls[m], (long long)K, r, i,
+                                 h[r * 2 * kp + i], bits(x[r * K + i]));
+                if (K & 1) cr_assert_eq(h[r * 2 * kp + K], 0, "%s row %d: pad", impls[m], r);
+            }
+            cr_assert_eq(out[2 * kp], 0xabababab, "%s K=%lld: written past the rows", impls[m],
+                         (long long)K);
+        }
+    cr_assert(!qwi_pair_round_row_by("avx9000", x, 4, (uint32_t[2]){ 0 }), "unknown name");
+    cr_assert_geq(ran, 12, "portable and the dispatched rows always run");
 }
 
 /* A deterministic generator: values over a wide exponent range. */

@@ -21,11 +21,13 @@
  * (low half k = 2j, high half 2j+1, zero pad).
  *
  * Rounding, for weights at packing and activations at each matmul input:
- * f32 -> bf16 by round to nearest even; NaN stays a (quiet) NaN; a result
- * whose exponent field is zero (a bf16 subnormal) becomes a zero of the same
- * sign, because vdpbf16ps treats subnormal inputs as zero - flushing them
- * here makes every kernel table see the same inputs. bf16 weights keep their
- * bits (subnormals flushed); f16 weights are widened to f32 (exact) first.
+ * f32 -> bf16 by round to nearest even; NaN stays NaN (bit 6 set, quiet);
+ * a zero or subnormal f32 becomes a zero of the same sign, because
+ * vdpbf16ps treats subnormal inputs as zero - flushing them here makes
+ * every kernel table see the same inputs. This is exactly AVX512_BF16's
+ * vcvtne2ps2bf16 (Intel's convert_fp32_to_bfloat16), which does it where
+ * the CPU has it. bf16 weights keep their bits (subnormals flushed); f16
+ * weights are widened to f32 (exact) first.
  */
 #ifndef QWI_CPU_PAIRPANEL_H
 #define QWI_CPU_PAIRPANEL_H
@@ -58,5 +60,12 @@ float qwi_pairpanel_get(const void *panels, int64_t k, int64_t row, int64_t col)
  * goes to out + m*qwi_pair_kp(k) (32-bit pairs, zero pad). Rows are
  * independent, so callers may split the rows between threads. */
 void qwi_pair_round_rows(const float *x, int64_t m0, int64_t m1, int64_t k, uint32_t *out);
+
+/* One row of qwi_pair_round_rows (k values at x to out) by the named
+ * implementation, whatever this CPU would pick: "portable", "avx2" or
+ * "avx512bf16" (vcvtne2ps2bf16). All give the same bits. Returns false,
+ * writing nothing, for an unknown name or one this CPU cannot run. For
+ * tests. */
+bool qwi_pair_round_row_by(const char *impl, const float *x, int64_t k, uint32_t *out);
 
 #endif
