@@ -11,6 +11,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/kernels.h"
+#include "cpu/kv_bf16.h"
 #include "cpu/ops.h"
 #include "cpu/panel.h"
 #include "cpu/threadpool.h"
@@ -292,6 +293,58 @@ Test(cpu_kernels, rope_neox) {
                           (long long)poss[t], (long long)i, y[h * hd + i], ref);
             }
         free(x); free(y);
+    }
+}
+
+/* The row kernels run as per-ISA clones (QWR_ISA_CLONES): whichever one the
+ * loader picked on this machine must give, bit for bit, the scalar chain
+ * kernels.h documents (8 lanes, the fixed lane tree, (x * r) * w; RoPE's
+ * two products and one add per output; bf16 round to nearest even). */
+static float lane_tree(const float *a) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+Test(cpu_kernels, row_kernels_bits_of_the_scalar_chain) {
+    static const int64_t ns[] = { 1, 7, 8, 9, 31, 128, 1000, 1024 };
+    /* many draws: a wrong lane order or a fused multiply-add changes the
+     * bits of only some inputs */
+    for (size_t t = 0; t < 40 * sizeof ns / sizeof ns[0]; t++) {
+        const int64_t n = ns[t % (sizeof ns / sizeof ns[0])];
+        float *x = frand(n, 3.0), *w = frand(n, 1.0), *out = malloc(n * 4), *want = malloc(n * 4);
+        qwr_rmsnorm(x, w, n, 1e-6f, out);
+        float acc[8] = { 0 };
+        for (int64_t i = 0; i < n; i++) {
+            const float sq = x[i] * x[i];
+            acc[i % 8] = acc[i % 8] + sq;
+        }
+        const float r = 1.0f / sqrtf(lane_tree(acc) / (float)n + 1e-6f);
+        for (int64_t i = 0; i < n; i++) {
+            const float xr = x[i] * r;
+            want[i] = xr * w[i];
+        }
+        cr_assert(memcmp(out, want, n * 4) == 0, "rmsnorm n %lld: not the scalar chain's bits",
+                  (long long)n);
+
+        if (n % 2 == 0) {
+            const int64_t half = n / 2;
+            float *y = malloc(n * 4);
+            memcpy(y, x, n * 4);
+            qwr_rope_neox(y, 1, n, w, w + half);   /* any cos/sin tables will do */
+            for (int64_t i = 0; i < half; i++) {
+                const float a = x[i], b = x[i + half], c = w[i], s = w[half + i];
+                const float ac = a * c, bs = b * s, bc = b * c, as = a * s;
+                cr_assert(memcmp(&y[i], &(float){ ac - bs }, 4) == 0, "rope n %lld i %lld", (long long)n, (long long)i);
+                cr_assert(memcmp(&y[i + half], &(float){ bc + as }, 4) == 0, "rope n %lld i %lld", (long long)n, (long long)i);
+            }
+            free(y);
+        }
+
+        uint16_t *h = malloc(n * 2);
+        x[0] = NAN;
+        qwi_cpu_kv_bf16_round(x, h, n);
+        for (int64_t i = 0; i < n; i++)
+            cr_assert_eq(h[i], qwi_f32_to_bf16(x[i]), "bf16 round n %lld i %lld", (long long)n, (long long)i);
+        free(h); free(x); free(w); free(out); free(want);
     }
 }
 

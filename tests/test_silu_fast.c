@@ -16,6 +16,7 @@
 static const qwi_cpu_kv_bf16_kernels *table(const char *name) {
     if (strcmp(name, "generic") == 0) return qwi_cpu_kv_bf16_generic();
     if (strcmp(name, "avx2") == 0) return qwi_cpu_kv_bf16_avx2();
+    if (strcmp(name, "avx512bf16") == 0) return qwi_cpu_kv_bf16_avx512bf16();
     return qwi_cpu_kv_bf16_avx512();
 }
 
@@ -73,3 +74,4 @@ static void silu_case(const char *name) {
 Test(silu_fast, generic) { silu_case("generic"); }
 Test(silu_fast, avx2) { silu_case("avx2"); }
 Test(silu_fast, avx512) { silu_case("avx512"); }
+Test(silu_fast, avx512bf16) { silu_case("avx512bf16"); }

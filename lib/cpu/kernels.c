@@ -204,7 +204,7 @@ void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst) {
     }
 }
 
-void qwr_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out) {
+QWR_ISA_CLONES void qwr_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out) {
     float acc[L] = {0};
     int64_t k = 0;
     for (; k + L <= n; k += L)
@@ -238,7 +238,7 @@ void qwr_rope_table(const double *inv_freq, int64_t half, int64_t pos, float *co
     }
 }
 
-void qwr_rope_neox(float *x, int64_t nheads, int64_t head_dim, const float *cos_t,
+QWR_ISA_CLONES void qwr_rope_neox(float *x, int64_t nheads, int64_t head_dim, const float *cos_t,
                    const float *sin_t) {
     int64_t half = head_dim / 2;
     for (int64_t h = 0; h < nheads; h++) {

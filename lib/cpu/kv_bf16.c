@@ -142,7 +142,7 @@ const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_for(const qwi_cpu_kernels *kt) {
     return t ? t : &generic;
 }
 
-void qwi_cpu_kv_bf16_round(const float *src, uint16_t *dst, int64_t n) {
+QWR_ISA_CLONES void qwi_cpu_kv_bf16_round(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = qwi_f32_to_bf16(src[i]);
 }
 

@@ -53,7 +53,7 @@ void qwi_cpu_silu_mul_fast(const qwi_cpu_kv_bf16_kernels *kb, const float *gate,
     void (*dm)(const float *, const float *, const float *, int64_t, float *) = div_mul;
 #ifdef QWI_SILU_X86
     /* a table is only handed out where CPUID has its ISA */
-    if (kb == qwi_cpu_kv_bf16_avx512()) dm = div_mul_avx512;
+    if (kb == qwi_cpu_kv_bf16_avx512() || kb == qwi_cpu_kv_bf16_avx512bf16()) dm = div_mul_avx512;
     else if (kb == qwi_cpu_kv_bf16_avx2()) dm = div_mul_avx2;
 #endif
     float e[CHUNK];
