@@ -12,7 +12,8 @@
  *   s_i   0 if x_i == m, else ((double)x_i - (double)m) / (double)T: the
  *         max is subtracted first, so a tiny T gives -huge, never +overflow.
  *   e_i   exp(s_i) in double, in (0, 1]; ids whose e_i underflows to 0 (or
- *         is NaN) are dropped. e_i is "the probability" up to one common
+ *         is NaN) are dropped. exp is qwi_sample_exp (sample_exp.h: within
+ *         1 ulp of libm's, the same bits on every CPU). e_i is "the probability" up to one common
  *         normaliser, so ordering by e_i is ordering by probability.
  *   order O   descending e_i, lower id first on equal e_i.
  *   top-k     keeps the k largest x_i (lower id first on equal x_i); the
@@ -48,6 +49,7 @@
 #include "penalties.h"
 #include "philox.h"
 #include "sample.h"
+#include "sample_exp.h"
 
 #define NBUCKETS 512
 /* bit pattern of 1.0 >> 49: the bucket of the largest possible e */
@@ -300,13 +302,14 @@ typedef struct outcome {
     int32_t fallback;   /* the id to return when n == 0 */
 } outcome;
 
+/* e of one logit (sample_exp.h: 0 for -inf, NaN and underflow) */
 static inline double weight(float x, double m, double temp) {
     if (x == m) return 1.0;
-    double d = (double)x - m;
-    if (d == -INFINITY) return 0;
-    double e = exp(d / temp);
-    return e == e ? e : 0;   /* NaN (inf/inf) counts as underflow */
+    return qwi_sample_exp(((double)x - m) / temp);
 }
+
+/* ids per qwi_sample_weights call: its output stays in L1 */
+#define WEIGHT_CHUNK 256
 
 static outcome transform(const float *logits, int32_t vocab, const qwi_sampling *p,
                          qwi_sample_scratch *s) {
@@ -338,12 +341,19 @@ static outcome transform(const float *logits, int32_t vocab, const qwi_sampling 
         if (!(p->top_p < 1.0f) && p->min_p > 0.0f)
             cut = (p->min_p < 1.0f ? log((double)p->min_p) : 0.0) - 1.0;
         if (m != -INFINITY) {
-            for (int32_t i = 0; i < vocab; i++) {
-                float x = logit_at(logits, banned, i);
-                if (x == -INFINITY) continue;
-                if (x != m && ((double)x - m) / temp < cut) continue;
-                double e = weight(x, m, temp);
-                if (e > 0) s->list[n++] = (cand){e, i};
+            /* the weights of a chunk in one vector pass (the same bits as
+             * weight()), then the candidates from them in id order */
+            double w[WEIGHT_CHUNK];
+            for (int32_t i0 = 0; i0 < vocab; i0 += WEIGHT_CHUNK) {
+                const int32_t c = vocab - i0 < WEIGHT_CHUNK ? vocab - i0 : WEIGHT_CHUNK;
+                qwi_sample_weights(logits + i0, c, (double)m, temp, w);
+                for (int32_t j = 0; j < c; j++) {
+                    const int32_t i = i0 + j;
+                    float x = logit_at(logits, banned, i);
+                    if (x == -INFINITY) continue;
+                    if (cut != -INFINITY && x != m && ((double)x - m) / temp < cut) continue;
+                    if (w[j] > 0) s->list[n++] = (cand){w[j], i};
+                }
             }
         }
     }
