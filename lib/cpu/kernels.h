@@ -41,17 +41,19 @@
 #define QWR_LANES 8
 
 /* QWR_ISA_CLONES: a portable row kernel (norms, RoPE, bf16 rounding)
- * compiled once per x86 ISA level and picked by the loader (GCC/Clang
+ * compiled once per x86 ISA level and picked by the loader (GCC's
  * function multiversioning through an ifunc). Why: at the baseline ISA
  * these lane loops vectorise to 16-byte SSE and were ~5% of a 512-token
  * prefill. The clones compile the same C under -ffp-contract=off, and
  * vectorising changes no evaluation order (no reassociation without
  * -ffast-math), so every clone gives the same bits: what the tests check
  * of the one that runs holds for all. Elsewhere it expands to nothing;
- * so with Clang too, whose clones (14, 15) are not reachable by name from
- * other translation units unless every declaration carries the attribute. */
+ * so with Clang too (whose clones (14, 15) are not reachable by name from
+ * other translation units unless every declaration carries the attribute),
+ * and under ThreadSanitizer, whose instrumented ifunc resolver crashes at
+ * relocation time, before the runtime is up. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && \
-    !defined(QWI_NO_ISA_CLONES)
+    !defined(__SANITIZE_THREAD__) && !defined(QWI_NO_ISA_CLONES)
 #define QWR_ISA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define QWR_ISA_CLONES
