@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "logprobs.h"
+#include "sample_exp.h"
 
 void qwi_logprobs_init(qwi_req_logprobs *lp) {
     memset(lp, 0, sizeof *lp);
@@ -73,6 +74,9 @@ static inline bool ranks_before(float va, int32_t ia, float vb, int32_t ib) {
     return va > vb || (va == vb && ia < ib);
 }
 
+/* logits per vector-exp call in qwi_logprobs_row: its output stays in L1 */
+#define LSE_CHUNK 256
+
 void qwi_logprobs_row(const float *x, int32_t V, int32_t target, int32_t k, qw_logprob *out) {
     k = QWI_MIN(k, V);
     /* Top k by insertion into a sorted list of at most QW_MAX_LOGPROBS:
@@ -82,9 +86,11 @@ void qwi_logprobs_row(const float *x, int32_t V, int32_t target, int32_t k, qw_l
     int32_t ti[QW_MAX_LOGPROBS];
     int32_t m = 0;
     float mx = -INFINITY;
+    bool nan = false;
     for (int32_t i = 0; i < V; i++) {
         float v = x[i];
         if (v > mx) mx = v;
+        nan |= v != v;
         if (k == 0 || (m == k && !ranks_before(v, i, tv[k - 1], ti[k - 1]))) continue;
         int32_t j = m < k ? m++ : k - 1;
         while (j > 0 && ranks_before(v, i, tv[j - 1], ti[j - 1])) {
@@ -96,11 +102,22 @@ void qwi_logprobs_row(const float *x, int32_t V, int32_t target, int32_t k, qw_l
         ti[j] = i;
     }
     /* Max-subtracted: every term is in (0, 1], the sum in [1, V]; double
-     * keeps the error of 151936 terms far below the 1e-4 promised. */
+     * keeps the error of 151936 terms far below the 1e-4 promised. The
+     * terms are the sampler's vectorised exp in double (sample_exp.h),
+     * summed in id order into four partial sums (a fixed order: the same
+     * row gives the same bits whatever the batch); a NaN logit makes the
+     * row's values NaN, as a plain sum of exp would. */
     double sum = 0;
-    if (isfinite(mx))
-        for (int32_t i = 0; i < V; i++) sum += (double)expf(x[i] - mx);
-    double lse = isfinite(mx) ? (double)mx + log(sum) : (double)mx;
+    if (isfinite(mx) && !nan) {
+        double w[LSE_CHUNK], acc[4] = { 0, 0, 0, 0 };
+        for (int32_t i0 = 0; i0 < V; i0 += LSE_CHUNK) {
+            const int32_t c = QWI_MIN((int32_t)LSE_CHUNK, V - i0);
+            qwi_sample_weights(x + i0, c, (double)mx, 1.0, w);
+            for (int32_t j = 0; j < c; j++) acc[j & 3] += w[j];
+        }
+        sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    }
+    double lse = nan ? (double)NAN : isfinite(mx) ? (double)mx + log(sum) : (double)mx;
     out[0].token = target;
     out[0].logprob = (float)((double)x[target] - lse);
     for (int32_t j = 0; j < m; j++) {

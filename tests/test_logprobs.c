@@ -169,6 +169,24 @@ Test(logprobs, row_reduction_ties_and_small_vocab) {
     cr_assert(isfinite(out[1].logprob));
 }
 
+/* -inf logits add nothing; a NaN logit makes the row's values NaN (as a
+ * plain sum of exp would) rather than being skipped silently. */
+Test(logprobs, row_reduction_inf_and_nan) {
+    enum { V = 509 };   /* not a multiple of the vector width or the chunk */
+    static float x[V];
+    for (int i = 0; i < V; i++) x[i] = (float)(i % 37) * 0.25f - 4.0f;
+    x[10] = -INFINITY;
+    x[501] = -INFINITY;
+    qw_logprob out[W];
+    qwi_logprobs_row(x, V, 7, 5, out);
+    check_row(x, V, 7, out, 5, "-inf", 0);
+    qwi_logprobs_row(x, V, 10, 0, out);
+    cr_assert(isinf(out[0].logprob) && out[0].logprob < 0, "-inf logit: logprob %g", out[0].logprob);
+    x[500] = NAN;
+    qwi_logprobs_row(x, V, 7, 5, out);
+    cr_assert(isnan(out[0].logprob), "NaN in the row: logprob %g", out[0].logprob);
+}
+
 /* The real Qwen vocabulary size with a wide spread of logits: the double
  * accumulation keeps every value within 1e-4 of float64. */
 Test(logprobs, row_reduction_qwen_vocab) {
