@@ -187,11 +187,16 @@ static inline int reached(double cum, double t, int strict) {
 /* Sort into s->sorted the shortest prefix of order O over list[0..n) whose
  * running sum (in O order) reaches t (cum > t if strict, else cum >= t).
  * Returns its length; *found is 0 when the whole list was sorted and the
- * sum never reached t. n > 0. */
-static int32_t prefix_o(qwi_sample_scratch *s, int32_t n, double t, int strict, int *found) {
+ * sum never reached t. n > 0. have_hist: s->hist already holds the
+ * list's bucket sums, added in list order (transform's candidate loop
+ * builds them as it goes: the same sums as this pass would). */
+static int32_t prefix_o(qwi_sample_scratch *s, int32_t n, double t, int strict, int have_hist,
+                        int *found) {
     const cand *list = s->list;
-    memset(s->hist, 0, sizeof s->hist);
-    for (int32_t i = 0; i < n; i++) s->hist[bucket_of(list[i].e)] += list[i].e;
+    if (!have_hist) {
+        memset(s->hist, 0, sizeof s->hist);
+        for (int32_t i = 0; i < n; i++) s->hist[bucket_of(list[i].e)] += list[i].e;
+    }
     /* The bucket sums are rounded differently from the exact walk, so aim
      * a little past t; a miss only costs one more collection below. */
     double aim = t > 0 ? t * (1.0 + 1e-9) : t;
@@ -300,6 +305,7 @@ typedef struct outcome {
     int sorted;
     double z;
     int32_t fallback;   /* the id to return when n == 0 */
+    int have_hist;      /* unsorted: s->hist holds the list's bucket sums */
 } outcome;
 
 /* e of one logit (sample_exp.h: 0 for -inf, NaN and underflow) */
@@ -313,7 +319,7 @@ static inline double weight(float x, double m, double temp) {
 
 static outcome transform(const float *logits, int32_t vocab, const qwi_sampling *p,
                          qwi_sample_scratch *s) {
-    outcome o = {0, 1, 0, 0};
+    outcome o = {0, 1, 0, 0, 0};
     const uint8_t *banned = p->num_banned > 0 && p->banned ? s->banned : NULL;
     double temp = (double)p->temperature;
     int32_t n = 0;
@@ -342,11 +348,30 @@ static outcome transform(const float *logits, int32_t vocab, const qwi_sampling 
             cut = (p->min_p < 1.0f ? log((double)p->min_p) : 0.0) - 1.0;
         if (m != -INFINITY) {
             /* the weights of a chunk in one vector pass (the same bits as
-             * weight()), then the candidates from them in id order */
+             * weight()), then the candidates from them in id order. With
+             * nothing banned and no min-p cut, w > 0 alone decides (NaN
+             * and -inf logits have weight 0), and top-p / plain sampling
+             * get Z and prefix_o's bucket sums in the same loop: the same
+             * additions in the same (id) order as separate passes */
+            const int fast = !banned && cut == -INFINITY;
             double w[WEIGHT_CHUNK];
+            if (fast) {
+                memset(s->hist, 0, sizeof s->hist);
+                o.have_hist = 1;
+            }
             for (int32_t i0 = 0; i0 < vocab; i0 += WEIGHT_CHUNK) {
                 const int32_t c = vocab - i0 < WEIGHT_CHUNK ? vocab - i0 : WEIGHT_CHUNK;
                 qwi_sample_weights(logits + i0, c, (double)m, temp, w);
+                if (fast) {
+                    for (int32_t j = 0; j < c; j++) {
+                        const double e = w[j];
+                        if (!(e > 0)) continue;
+                        s->list[n++] = (cand){e, i0 + j};
+                        s->hist[bucket_of(e)] += e;
+                        o.z += e;
+                    }
+                    continue;
+                }
                 for (int32_t j = 0; j < c; j++) {
                     const int32_t i = i0 + j;
                     float x = logit_at(logits, banned, i);
@@ -365,10 +390,11 @@ static outcome transform(const float *logits, int32_t vocab, const qwi_sampling 
     int min_p = p->min_p > 0.0f;
     int32_t kept;
     if (top_p) {
-        double z = 0;
-        for (int32_t i = 0; i < n; i++) z += s->list[i].e;
+        double z = o.z;   /* summed with the list where have_hist */
+        if (!o.have_hist)
+            for (int32_t i = 0; i < n; i++) z += s->list[i].e;
         int found;
-        kept = prefix_o(s, n, (double)p->top_p * z, 0, &found);
+        kept = prefix_o(s, n, (double)p->top_p * z, 0, o.have_hist, &found);
     } else if (min_p || use_k) {
         /* small sets (top-k, or min-p's few survivors): sort them whole */
         memcpy(s->sorted, s->list, (size_t)n * sizeof(cand));
@@ -384,8 +410,9 @@ static outcome transform(const float *logits, int32_t vocab, const qwi_sampling 
         }
         sort_o(s->sorted, s->tmp, kept);
     } else {
-        double z = 0;
-        for (int32_t i = 0; i < n; i++) z += s->list[i].e;
+        double z = o.z;
+        if (!o.have_hist)
+            for (int32_t i = 0; i < n; i++) z += s->list[i].e;
         o.n = n;
         o.sorted = 0;
         o.z = z;
@@ -469,7 +496,7 @@ int32_t qwi_sample(const float *logits, int32_t vocab, const qwi_sampling *p,
             int32_t len = o.n;
             if (!o.sorted) {
                 int found;
-                len = prefix_o(scratch, o.n, target, 1, &found);
+                len = prefix_o(scratch, o.n, target, 1, o.have_hist, &found);
             }
             double cum = 0;
             tok = c[len - 1].id;

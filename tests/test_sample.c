@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sample.h"
+#include "sample_exp.h"
 
 /* not in sample.h: exported from sample.c for this known-answer test */
 void qwi_philox4x32_10(uint32_t ctr[4], const uint32_t key[2]);
@@ -515,7 +516,7 @@ static ref_result reference(const float *l, int32_t v, const qwi_sampling *p, fl
     }
     int32_t w = 0;
     for (int32_t i = 0; i < n; i++) {
-        double e = (float)c[i].e == m ? 1.0 : exp(((double)(float)c[i].e - (double)m) / (double)p->temperature);
+        double e = (float)c[i].e == m ? 1.0 : qwi_sample_exp(((double)(float)c[i].e - (double)m) / (double)p->temperature);
         if (e > 0) c[w++] = (ref_cand){e, c[i].id};
     }
     n = w;
