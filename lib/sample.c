@@ -49,6 +49,7 @@
 #include "penalties.h"
 #include "philox.h"
 #include "sample.h"
+#include "logit_max.h"
 #include "sample_exp.h"
 
 #define NBUCKETS 512
@@ -239,8 +240,12 @@ static int32_t argmax(const float *logits, int32_t vocab, const uint8_t *banned)
     /* NaN and -inf never compare greater, so they need no test of their own;
      * strict > keeps the lowest id of a tie */
     if (!banned) {
-        for (int32_t i = 0; i < vocab; i++)
-            if (logits[i] > bx) bx = logits[best = i];
+        /* the first id holding the maximum (vector max, then a scan that
+         * stops there): the id the strict > walk of the banned case finds */
+        bx = qwi_logit_max(logits, vocab);
+        if (bx != -INFINITY)
+            for (int32_t i = 0; i < vocab; i++)
+                if (logits[i] == bx) return i;
     } else {
         for (int32_t i = 0; i < vocab; i++)
             if (logits[i] > bx && !banned[i]) bx = logits[best = i];
@@ -336,10 +341,12 @@ static outcome transform(const float *logits, int32_t vocab, const qwi_sampling 
         n = w;
     } else {
         float m = -INFINITY;
-        for (int32_t i = 0; i < vocab; i++) {
-            float x = logit_at(logits, banned, i);
-            m = x > m ? x : m;
-        }
+        if (!banned) m = qwi_logit_max(logits, vocab);
+        else
+            for (int32_t i = 0; i < vocab; i++) {
+                float x = logit_at(logits, banned, i);
+                m = x > m ? x : m;
+            }
         /* min-p alone keeps only e >= min_p (e_max is exp(0) = 1), so ids
          * a full nat below that in the exponent cannot survive: skip their
          * exp(), the dominant cost. top-p and plain sampling need every e. */
