@@ -13,8 +13,9 @@
  *         max is subtracted first, so a tiny T gives -huge, never +overflow.
  *   e_i   exp(s_i) in double, in (0, 1]; ids whose e_i underflows to 0 (or
  *         is NaN) are dropped. exp is qwi_sample_exp (sample_exp.h: within
- *         1 ulp of libm's, the same bits on every CPU). e_i is "the probability" up to one common
- *         normaliser, so ordering by e_i is ordering by probability.
+ *         1 ulp, the same bits on every CPU). e_i is "the probability" up
+ *         to one common normaliser, so ordering by e_i is ordering by
+ *         probability.
  *   order O   descending e_i, lower id first on equal e_i.
  *   top-k     keeps the k largest x_i (lower id first on equal x_i); the
  *             temperature is monotone so this equals top-k after scaling.
@@ -310,7 +311,8 @@ typedef struct outcome {
     int sorted;
     double z;
     int32_t fallback;   /* the id to return when n == 0 */
-    int have_hist;      /* unsorted: s->hist holds the list's bucket sums */
+    int have_hist;      /* s->hist and z hold the list's bucket sums and sum
+                           (every path but top-k's) */
 } outcome;
 
 /* e of one logit (sample_exp.h: 0 for -inf, NaN and underflow) */
@@ -347,44 +349,30 @@ static outcome transform(const float *logits, int32_t vocab, const qwi_sampling 
                 float x = logit_at(logits, banned, i);
                 m = x > m ? x : m;
             }
-        /* min-p alone keeps only e >= min_p (e_max is exp(0) = 1), so ids
-         * a full nat below that in the exponent cannot survive: skip their
-         * exp(), the dominant cost. top-p and plain sampling need every e. */
-        double cut = -INFINITY;
+        /* min-p alone keeps only e >= min(min_p, 1) (e_max is the top
+         * id's exp(0) = 1), so the list takes only e above half that and
+         * stays short; the min-p step below trims it exactly. Top-p and
+         * plain sampling keep every e > 0 (NaN, -inf and underflow weigh 0). */
+        double floor_e = 0;
         if (!(p->top_p < 1.0f) && p->min_p > 0.0f)
-            cut = (p->min_p < 1.0f ? log((double)p->min_p) : 0.0) - 1.0;
+            floor_e = 0.5 * (p->min_p < 1.0f ? (double)p->min_p : 1.0);
         if (m != -INFINITY) {
             /* the weights of a chunk in one vector pass (the same bits as
-             * weight()), then the candidates from them in id order. With
-             * nothing banned and no min-p cut, w > 0 alone decides (NaN
-             * and -inf logits have weight 0), and top-p / plain sampling
-             * get Z and prefix_o's bucket sums in the same loop: the same
+             * weight()), then the candidates from them in id order, with Z
+             * and prefix_o's bucket sums taken in the same loop: the same
              * additions in the same (id) order as separate passes */
-            const int fast = !banned && cut == -INFINITY;
             double w[WEIGHT_CHUNK];
-            if (fast) {
-                memset(s->hist, 0, sizeof s->hist);
-                o.have_hist = 1;
-            }
+            memset(s->hist, 0, sizeof s->hist);
+            o.have_hist = 1;
             for (int32_t i0 = 0; i0 < vocab; i0 += WEIGHT_CHUNK) {
                 const int32_t c = vocab - i0 < WEIGHT_CHUNK ? vocab - i0 : WEIGHT_CHUNK;
                 qwi_sample_weights(logits + i0, c, (double)m, temp, w);
-                if (fast) {
-                    for (int32_t j = 0; j < c; j++) {
-                        const double e = w[j];
-                        if (!(e > 0)) continue;
-                        s->list[n++] = (cand){e, i0 + j};
-                        s->hist[bucket_of(e)] += e;
-                        o.z += e;
-                    }
-                    continue;
-                }
                 for (int32_t j = 0; j < c; j++) {
-                    const int32_t i = i0 + j;
-                    float x = logit_at(logits, banned, i);
-                    if (x == -INFINITY) continue;
-                    if (cut != -INFINITY && x != m && ((double)x - m) / temp < cut) continue;
-                    if (w[j] > 0) s->list[n++] = (cand){w[j], i};
+                    const double e = w[j];
+                    if (!(e > floor_e) || (banned && banned[i0 + j])) continue;
+                    s->list[n++] = (cand){e, i0 + j};
+                    s->hist[bucket_of(e)] += e;
+                    o.z += e;
                 }
             }
         }
