@@ -300,6 +300,22 @@ Test(fast_numerics, avx2_ragged) { ragged("avx2"); }
 Test(fast_numerics, avx512_ragged) { ragged("avx512"); }
 Test(fast_numerics, avx512bf16_ragged) { ragged("avx512bf16"); }
 
+/* Concurrent-decode shapes: 7-48 rows over a wide layer, where
+ * qwi_cpu_matmul hands each task up to four 64-output groups and the
+ * vdpbf16ps kernel prefetches across k blocks and into the next group
+ * (N = 2100: a ragged last group; K = 301: three short k blocks). */
+static void wide(const char *name) {
+    const int64_t Ms[] = { 7, 13, 32, 48 };
+    for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
+        check_table(name, 0, 1 + (int)(a % 2), Ms[a], 2100, 301, (int)(a % 2), (int)(a / 2 % 2),
+                    NULL);
+}
+
+Test(fast_numerics, generic_wide) { wide("generic"); }
+Test(fast_numerics, avx2_wide) { wide("avx2"); }
+Test(fast_numerics, avx512_wide) { wide("avx512"); }
+Test(fast_numerics, avx512bf16_wide) { wide("avx512bf16"); }
+
 /* Wide exponent range, subnormal activations and weights (flushed by the
  * rounding), rounding ties: every table still equals the chain wherever no
  * partial sum is subnormal. This is the on-hardware check of kernels.h's

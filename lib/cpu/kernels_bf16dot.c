@@ -157,18 +157,27 @@ void qwi_bf16dot_matmul_avx2(const uint32_t *x, int64_t M, int64_t KP, const uin
 /* Pairs per k block: NP = 4 panels x 128 pairs x 64 B = 32 KiB of weights,
  * which stay in L1 while every row tile of a row block sweeps them. */
 #define BF16_KC 128
+/* ... and for a row block shorter than BF16_MB (concurrent decode, the
+ * last block of a prefill): its few tiles leave less arithmetic to hide
+ * each block's memory loads behind, and smaller blocks keep more of them
+ * in flight. M = 32 from memory: 436 -> 450 GFLOP/s on one Zen 5 thread
+ * (qw-qbench --k 1024 --n 3072 --layers 42); full blocks were faster
+ * at 128 (M = 512: 968-1017 against 928-986 on two threads). */
+#define BF16_KC_SHORT 64
 /* Rows per row block: 8 tiles of 6; their partial sums ([48][64] f32,
  * 12 KiB) wait in `part` between k blocks. */
 #define BF16_MB 48
 
 /* An MR x NP tile (MR <= 6, NP <= 4: 24 zmm accumulators, NP weight
  * registers, one broadcast) over pairs [j0, j1): per pair, NP 64-byte
- * weight loads serve MR rows. The accumulators start at zero (first) or
+ * weight loads serve MR rows, and panels [qa, qb) of the block at pf
+ * (same panel stride) get one line each prefetched (none if qa == qb). The accumulators start at zero (first) or
  * at the partial sums in part (row stride 64 floats) and end there: an
  * f32 store and load change no bit, so the chain of every output is the
  * same as one unbroken loop over all pairs. */
 BF16_INLINE void bf16_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j0,
-                           int64_t j1, float *part, int first, const int mr, const int np) {
+                           int64_t j1, float *part, int first, const int mr, const int np,
+                           const uint32_t *pf, int qa, int qb) {
     __m512 acc[6][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -176,6 +185,8 @@ BF16_INLINE void bf16_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int
     for (int64_t j = j0; j < j1; j++) {
         __m512i wv[4];
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) wv[q] = _mm512_loadu_si512(w + (q * KP + j) * 16);
+        for (int q = qa; q < qb; q++)
+            _mm_prefetch((const char *)(pf + (q * KP + j - j0) * 16), _MM_HINT_T1);
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
             __m512i b = _mm512_set1_epi32((int)x[r * KP + j]);
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -187,38 +198,112 @@ BF16_INLINE void bf16_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int
             _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
 }
 
-/* One row block [m0, m0+mb) x one group of NP panels: k blocks outside,
- * row tiles of 6 inside, the rows left in one tile of 3-5, or where only
- * 1-2 would be left, the last 7-8 rows as 4 + 3-4 (a 1-2 row tile reuses
- * each weight load for too few rows: M = 8 ran at ~0.9x of M = 6 or 16). */
-#define BF16_BLOCK(NP)                                                                    \
-    do {                                                                                  \
-        int64_t full = mb / 6;                                                            \
-        if (full > 0 && mb % 6 > 0 && mb % 6 < 3) full--;                                 \
-        for (int64_t j0 = 0; j0 < KP; j0 += BF16_KC) {                                    \
-            const int64_t j1 = QWI_MIN(KP, j0 + BF16_KC);                                 \
-            int64_t r = 0;                                                                \
-            for (; r < 6 * full; r += 6)                                                  \
-                bf16_tile(xb + r * KP, KP, wp, j0, j1, part + r * 64, j0 == 0, 6, NP);   \
-            if (mb - r > 6) {                                                             \
-                bf16_tile(xb + r * KP, KP, wp, j0, j1, part + r * 64, j0 == 0, 4, NP);   \
-                r += 4;                                                                   \
-            }                                                                             \
-            const uint32_t *xr = xb + r * KP;                                             \
-            float *pr = part + r * 64;                                                    \
-            switch (mb - r) {                                                             \
-            case 5: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 5, NP); break;             \
-            case 4: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 4, NP); break;             \
-            case 3: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 3, NP); break;             \
-            case 2: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 2, NP); break;             \
-            case 1: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 1, NP); break;             \
-            default: break;                                                               \
-            }                                                                             \
-        }                                                                                 \
-    } while (0)
+/* A row block of 1-6 rows: one tile, which streams the weights itself (a
+ * software prefetch here only slowed batch-1 decode). Out of line per NP,
+ * like bf16_block_many: one function holding every tile shape made GCC
+ * spill the M = 1 loop's panel offsets to the stack (-10% GEMV). */
+BF16_INLINE void bf16_one_tile(const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp,
+                               float *part, const int np) {
+    for (int64_t j0 = 0; j0 < KP; j0 += BF16_KC) {
+        const int64_t j1 = QWI_MIN(KP, j0 + BF16_KC);
+        switch (mb) {
+        case 6: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 6, np, NULL, 0, 0); break;
+        case 5: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 5, np, NULL, 0, 0); break;
+        case 4: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 4, np, NULL, 0, 0); break;
+        case 3: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 3, np, NULL, 0, 0); break;
+        case 2: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 2, np, NULL, 0, 0); break;
+        default: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 1, np, NULL, 0, 0); break;
+        }
+    }
+}
 
-/* Groups of up to 4 panels (64 outputs, one task of qwi_cpu_matmul), row
- * blocks of 48, k blocks of 128 pairs. */
+/* A row block of 7-48 rows as nt tiles of rows[i] rows: k blocks outside,
+ * tiles inside. The first tile pulls each k block of weights from memory;
+ * the rest find it in L1. So that those loads overlap the other tiles'
+ * arithmetic instead of stalling the first, every tile prefetches a share
+ * of the next k block's lines (or the next panel group's first block,
+ * next, after the last k block): one panel per tile with 4 or more tiles,
+ * np/nt panels each with fewer. M = 32 from memory went from 360 to 463
+ * GFLOP/s on one Zen 5 thread (in cache: ~490; qw-qbench --k 1024 --n 3072
+ * --layers 42); prefetch from the first tile alone, all at once, did not
+ * help. Prefetches never fault, so a smaller next group only wastes a
+ * few past its end. */
+BF16_INLINE void bf16_block_many(const uint32_t *xb, const int *rows, int nt, int64_t kc,
+                                 int64_t KP, const uint32_t *wp, const uint32_t *next,
+                                 float *part, const int np) {
+    for (int64_t j0 = 0; j0 < KP; j0 += kc) {
+        const int64_t j1 = QWI_MIN(KP, j0 + kc);
+        const uint32_t *pf = j1 < KP ? wp + j1 * 16 : next;
+        int64_t r = 0;
+        for (int i = 0; i < nt; i++) {
+            int qa = 0, qb = 0;
+            if (pf && nt >= np) { qa = QWI_MIN(i, np); qb = QWI_MIN(i + 1, np); }
+            else if (pf) { qa = i * np / nt; qb = (i + 1) * np / nt; }
+            const uint32_t *xr = xb + r * KP;
+            float *pr = part + r * 64;
+            switch (rows[i]) {
+            case 6: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 6, np, pf, qa, qb); break;
+            case 5: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 5, np, pf, qa, qb); break;
+            case 4: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 4, np, pf, qa, qb); break;
+            case 3: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 3, np, pf, qa, qb); break;
+            case 2: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 2, np, pf, qa, qb); break;
+            default: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 1, np, pf, qa, qb); break;
+            }
+            r += rows[i];
+        }
+    }
+}
+
+/* The two block shapes out of line, per panel count (see bf16_one_tile). */
+#define BF16_BLOCK_FNS(NP)                                                                   \
+    static __attribute__((noinline, target("avx512f,avx512bf16"))) void bf16_one_##NP(       \
+        const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, float *part) {       \
+        bf16_one_tile(xb, mb, KP, wp, part, NP);                                             \
+    }                                                                                        \
+    static __attribute__((noinline, target("avx512f,avx512bf16"))) void bf16_many_##NP(      \
+        const uint32_t *xb, const int *rows, int nt, int64_t kc, int64_t KP,                 \
+        const uint32_t *wp, const uint32_t *next, float *part) {                             \
+        bf16_block_many(xb, rows, nt, kc, KP, wp, next, part, NP);                           \
+    }
+BF16_BLOCK_FNS(1)
+BF16_BLOCK_FNS(2)
+BF16_BLOCK_FNS(3)
+BF16_BLOCK_FNS(4)
+
+/* One row block [m0, m0+mb) x one group of np panels. Row tiles of 6, the
+ * rows left in one tile of 3-5, or where only 1-2 would be left, the last
+ * 7-8 rows as 4 + 3-4 (a 1-2 row tile reuses each weight load for too few
+ * rows: M = 8 ran at ~0.9x of M = 6 or 16). */
+static inline __attribute__((target("avx512f,avx512bf16"))) void
+bf16_block(const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, const uint32_t *next,
+           float *part, int64_t np) {
+    if (mb <= 6) {
+        switch (np) {
+        case 4: bf16_one_4(xb, mb, KP, wp, part); break;
+        case 3: bf16_one_3(xb, mb, KP, wp, part); break;
+        case 2: bf16_one_2(xb, mb, KP, wp, part); break;
+        default: bf16_one_1(xb, mb, KP, wp, part); break;
+        }
+        return;
+    }
+    int rows[BF16_MB / 4 + 2], nt = 0;
+    int64_t full = mb / 6, r = 0;
+    if (mb % 6 > 0 && mb % 6 < 3) full--;
+    for (; r < 6 * full; r += 6) rows[nt++] = 6;
+    if (mb - r > 6) { rows[nt++] = 4; r += 4; }
+    if (mb > r) rows[nt++] = (int)(mb - r);
+    const int64_t kc = mb == BF16_MB ? BF16_KC : BF16_KC_SHORT;
+    switch (np) {
+    case 4: bf16_many_4(xb, rows, nt, kc, KP, wp, next, part); break;
+    case 3: bf16_many_3(xb, rows, nt, kc, KP, wp, next, part); break;
+    case 2: bf16_many_2(xb, rows, nt, kc, KP, wp, next, part); break;
+    default: bf16_many_1(xb, rows, nt, kc, KP, wp, next, part); break;
+    }
+}
+
+/* Groups of up to 4 panels (64 outputs; a task of qwi_cpu_matmul holds
+ * 1-4 groups), row blocks of 48, k blocks of 128 pairs (64 for a shorter
+ * row block); the last row block of a group prefetches into the next. */
 __attribute__((target("avx512f,avx512bf16")))
 void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
                                    int64_t N, const float *bias, float *out, int64_t ldo,
@@ -240,12 +325,8 @@ void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, con
             for (int64_t r = 0; r < mb; r++)
                 for (int64_t q = 0; q < np; q++)
                     _mm_prefetch((const char *)(out + (m0 + r) * ldo + n0 + 16 * q), _MM_HINT_T1);
-            switch (np) {
-            case 4: BF16_BLOCK(4); break;
-            case 3: BF16_BLOCK(3); break;
-            case 2: BF16_BLOCK(2); break;
-            default: BF16_BLOCK(1); break;
-            }
+            const uint32_t *next = m0 + mb >= M && p + np < np_all ? wp + np * KP * 16 : NULL;
+            bf16_block(xb, mb, KP, wp, next, part, np);
             for (int64_t r = 0; r < mb; r++)
                 for (int64_t q = 0; q < np; q++)
                     qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
