@@ -75,8 +75,10 @@ static double time_calls(bench *b, int64_t M, double seconds) {
     return best;
 }
 
-static void *xalloc(size_t n) {
-    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+/* n bytes aligned to `align` (a power of two, at least 64); exits on
+ * failure. */
+static void *xalloc_aligned(size_t align, size_t n) {
+    void *p = aligned_alloc(align, (n + align - 1) & ~(align - 1));
     if (!p) {
         fprintf(stderr, "qw-qbench: out of memory (%zu bytes)\n", n);
         exit(1);
@@ -84,17 +86,16 @@ static void *xalloc(size_t n) {
     return p;
 }
 
+static void *xalloc(size_t n) { return xalloc_aligned(64, n); }
+
 /* A weight buffer in 2 MiB-aligned memory advised MADV_HUGEPAGE, as the
- * engine's packed weights are (cpu_backend.c): on 4 KiB pages every panel
- * stream crosses a page - a TLB miss and a restarted hardware prefetch -
- * every 64 pairs, which the engine never sees. */
+ * engine's packed weights are (cpu_backend.c), so that both read their
+ * weights through the same kind of pages. (Advice only: with THP off or
+ * memory fragmented the kernel may still give 4 KiB pages. On the Zen 5
+ * of docs/benchmarks.md it changed no figure.) */
 static void *walloc(size_t n) {
     const size_t huge = (size_t)2 << 20;
-    void *p = aligned_alloc(huge, (n + huge - 1) & ~(huge - 1));
-    if (!p) {
-        fprintf(stderr, "qw-qbench: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
+    void *p = xalloc_aligned(huge, n);
 #ifdef MADV_HUGEPAGE
     madvise(p, (n + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);
 #endif
