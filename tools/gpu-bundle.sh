@@ -15,8 +15,10 @@
 set -eu
 DIR=${1:-gpu-deps}
 # headers + the unversioned .so link (-dev) and the shared objects (runtime)
+# plus GNU make, in case the machine's image lacks it (tests/gpu/run.sh then
+# runs gpu-deps/usr/bin/make; it needs only libc)
 PKGS="libjansson-dev libjansson4 libxxhash-dev libxxhash0 libpcre2-dev libpcre2-8-0
-libutf8proc-dev libutf8proc2"
+libutf8proc-dev libutf8proc2 make"
 
 command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
     echo "gpu-bundle: needs apt-get and dpkg-deb (a Debian or Ubuntu machine)" >&2; exit 1; }
@@ -44,6 +46,7 @@ LIBDIR=$(dirname "$(find "$DIR.new/usr/lib" -name 'libjansson.so' | head -n 1)")
 for f in include/jansson.h include/xxhash.h include/pcre2.h include/utf8proc.h; do
     [ -f "$DIR.new/usr/$f" ] || { echo "gpu-bundle: $f missing from the packages" >&2; exit 1; }
 done
+[ -x "$DIR.new/usr/bin/make" ] || { echo "gpu-bundle: make missing from the packages" >&2; exit 1; }
 for l in jansson xxhash pcre2-8 utf8proc; do
     [ -e "$LIBDIR/lib$l.so" ] || { echo "gpu-bundle: lib$l.so missing from the packages" >&2; exit 1; }
 done

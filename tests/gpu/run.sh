@@ -3,7 +3,9 @@
 # sm_90a, check every CUDA kernel against its reference, end-to-end parity
 # with the CPU engine (when the engine routes cuda:N to the CUDA backend),
 # then benchmarks. Logs under $OUT (or ./gpu-out); a short table last.
-# Budget: < 9 minutes on one H200 (the device tool allows 10 per command).
+# Budget: RUN_BUDGET seconds in all (default 530, < 9 minutes on one H200;
+# the device tool allows 10 per command): every step's timeout is cut to
+# what is left of it, so the table always prints.
 # Env: E2E_8B_LAYERS (default 36 = the full 8B shape when the disk has room,
 # else 12), E2E_SECONDS (timed decode seconds per point, default 2),
 # PACK_LOGS=1 (one logs.tgz instead of a folder of logs: the device tool
@@ -14,12 +16,21 @@ LOG=$OUT/logs       # every log; PACK_LOGS=1 packs them into $OUT/logs.tgz at th
 mkdir -p "$OUT" "$LOG"
 B=build-gpu
 T0=$(date +%s)
+BUDGET=${RUN_BUDGET:-530}
+# seconds left of the budget, less $1 kept for the steps after this one (>= 10)
+left() { local l=$(( BUDGET - ($(date +%s) - T0) - ${1:-0} )); [ $l -lt 10 ] && l=10; echo $l; }
+# the smaller of a step's own limit and what the budget leaves it
+cap() { local l; l=$(left "${2:-0}"); [ "$1" -lt "$l" ] && l=$1; echo $l; }
 declare -a ROWS
 row() { ROWS+=("$(printf '%-34s %s' "$1" "$2")"); }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$LOG/gpu.txt" 2>&1 ||
     echo "no GPU (nvidia-smi failed)" >"$LOG/gpu.txt"
 git rev-parse HEAD >"$LOG/commit.txt" 2>/dev/null || echo unknown >"$LOG/commit.txt"
+# the machine as found (the first run on a lent machine reads these first)
+{ uname -a; nproc; free -g | head -n 2; df -h . | tail -n 1
+  for t in nvcc cc gcc make ar nm python3 compute-sanitizer; do printf '%s: %s\n' "$t" "$(command -v $t || echo missing)"; done
+  nvidia-smi 2>&1 | head -n 15; } >"$LOG/machine.txt" 2>&1
 
 # 0. toolchain and dependencies on a bare machine (docs/cuda.md): nvcc may
 # not be on PATH, and our -dev packages and pkg-config may be missing, in
@@ -32,6 +43,15 @@ if ! command -v nvcc >/dev/null 2>&1; then
     done
 fi
 command -v nvcc >/dev/null 2>&1 || fail toolkit "no nvcc on PATH or in /usr/local/cuda*/bin"
+# an image without GNU make or a plain 'cc': the bundle's make (libc only), gcc
+if ! command -v make >/dev/null 2>&1 && [ -x gpu-deps/usr/bin/make ]; then
+    mkdir -p "$B/tools-bin"; ln -sf "$PWD/gpu-deps/usr/bin/make" "$B/tools-bin/make"; PATH="$PWD/$B/tools-bin:$PATH"
+fi
+command -v make >/dev/null 2>&1 || fail toolkit "no make (and no gpu-deps/usr/bin/make: rerun 'make gpu-bundle')"
+if ! command -v cc >/dev/null 2>&1; then
+    command -v gcc >/dev/null 2>&1 || fail toolkit "no C compiler (cc or gcc)"
+    export CC=gcc
+fi
 CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
 export PATH CUDA_HOME
 export LD_LIBRARY_PATH="$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -44,7 +64,7 @@ esac
 
 # 1. build: only sm_90a SASS here, to stay inside the budget
 ARCH='-gencode arch=compute_90a,code=sm_90a'
-if ! timeout 300 make -j"${JOBS:-16}" BUILD=$B CUDA=1 NVCC="$(command -v nvcc)" CUDA_ARCHS="$ARCH" lib tools >"$LOG/build.log" 2>&1; then
+if ! timeout "$(cap 300 60)" make -j"${JOBS:-16}" BUILD=$B ${CC:+CC=$CC} CUDA=1 NVCC="$(command -v nvcc)" CUDA_ARCHS="$ARCH" lib tools >"$LOG/build.log" 2>&1; then
     row build FAIL; tail -n 30 "$LOG/build.log"
     printf '%s\n' "${ROWS[@]}"; exit 1
 fi
@@ -93,13 +113,12 @@ nvcc -O2 -std=c++17 $ARCH -Iinclude -Ilib tests/gpu/check_quant.cu $B/libqwinfer
 
 # 2. kernel checks and micro-benchmarks, one process per group so that a
 #    CUDA fault in one group does not hide the others; the first CUDA error
-#    string of a group that crashed goes into the table. Then the small
-#    shapes once more under compute-sanitizer's memcheck.
+#    string of a group that crashed goes into the table.
 : >"$LOG/kernels.log"
 if [ -x $B/check_kernels ]; then
     for g in $($B/check_kernels list); do
         lim=120; [ "$g" = bench ] && lim=150
-        timeout $lim $B/check_kernels "$g" >"$LOG/kernels_$g.log" 2>&1
+        timeout "$(cap $lim 240)" $B/check_kernels "$g" >"$LOG/kernels_$g.log" 2>&1
         rc=$?
         cat "$LOG/kernels_$g.log" >>"$LOG/kernels.log"
         nrun=$(grep -c '^CHECK' "$LOG/kernels_$g.log")
@@ -115,7 +134,7 @@ fi
 # the copy bandwidth just measured
 if [ -x $B/check_quant ]; then
     COPY0=$(awk '$1=="BENCH" && $2=="copy_d2d" {print $3; exit}' "$LOG/kernels.log" 2>/dev/null)
-    timeout 120 $B/check_quant --copy-gbs "${COPY0:-0}" >"$LOG/quant.log" 2>&1
+    timeout "$(cap 120 240)" $B/check_quant --copy-gbs "${COPY0:-0}" >"$LOG/quant.log" 2>&1
     rc=$?
     nrun=$(grep -c '^CHECK' "$LOG/quant.log"); nf=$(grep -c '^CHECK.*FAIL' "$LOG/quant.log")
     err=$(grep -m1 -o 'CUDA error .*\|no device.*' "$LOG/quant.log")
@@ -124,27 +143,6 @@ if [ -x $B/check_quant ]; then
     grep '^CHECK.*FAIL' "$LOG/quant.log" | head -n 4
     while read -r _ name val unit pct; do row "$name" "$val $unit $pct"; done < <(grep '^BENCH' "$LOG/quant.log")
 fi
-if [ -x $B/check_kernels ]; then
-    SAN=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer \
-          "$CUDA_HOME"/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
-    if [ -n "$SAN" ]; then
-        timeout 240 "$SAN" --tool memcheck --error-exitcode 3 $B/check_kernels --small \
-            attention norms rope_kv gemm embed_copy penalties >"$LOG/memcheck.log" 2>&1
-        rc=$?
-        nerr=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$LOG/memcheck.log")
-        row "memcheck (small shapes)" "rc $rc, ${nerr:-no summary}"
-        if [ -x $B/check_quant ]; then
-            timeout 120 "$SAN" --tool memcheck --error-exitcode 3 $B/check_quant --small check \
-                >"$LOG/memcheck_quant.log" 2>&1
-            rc=$?
-            nerr=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$LOG/memcheck_quant.log")
-            row "memcheck quant (small shapes)" "rc $rc, ${nerr:-no summary}"
-        fi
-    else
-        row "memcheck" "compute-sanitizer not found"
-    fi
-fi
-
 # 3. end-to-end parity and decode/prefill throughput through the engine
 #    (tests/gpu/e2e.c, public API only; linked against the shared library).
 #    It gets the copy bandwidth and the GEMM peak measured in step 2.
@@ -167,10 +165,10 @@ if [ -f tests/gpu/e2e.c ]; then
         [ -f "$M/0.6b/config.json" ] && ARGS+=(--parity-kv-fp8 "0.6b_fp8kv=$M/0.6b")
         # f32 KV refused naming the option, fp8 KV created
         [ -f "$M/tiny/config.json" ] && ARGS+=(--kv-refusal "$M/tiny")
-        # what is left of the 9 minutes, less ~100 s for the oracle and the
-        # table, bounds e2e; it needs ~1.5 min with both benchmarks, ~30 s for
+        # what is left of the budget, less ~90 s for the oracle and memcheck,
+        # bounds e2e; it needs ~1.5 min with both benchmarks, ~30 s for
         # parity alone (estimates: never run on a device yet)
-        LEFT=$(( 440 - ($(date +%s) - T0) )); [ $LEFT -gt 240 ] && LEFT=240
+        LEFT=$(cap 240 90)
         if [ $LEFT -ge 120 ]; then
             [ -f "$M/0.6b/config.json" ] && ARGS+=(--bench "0.6b=$M/0.6b")
             [ -f "$M/$N8/config.json" ] && ARGS+=(--bench "$N8=$M/$N8")
@@ -208,14 +206,36 @@ kill $GEN_PID 2>/dev/null
 if ls "$B"/dump/*_cpu.bin >/dev/null 2>&1; then
     OARGS=()
     for n in tiny 0.6b; do [ -f "$B/dump/${n}_cpu.bin" ] && OARGS+=(--model "$n=$M/$n"); done
-    OLEFT=$(( 530 - ($(date +%s) - T0) )); [ $OLEFT -lt 30 ] && OLEFT=30
-    timeout $OLEFT python3 tests/gpu/hf_oracle.py "${OARGS[@]}" --dump "$B/dump" >"$LOG/oracle.log" 2>&1
+    timeout "$(cap 180 30)" python3 tests/gpu/hf_oracle.py "${OARGS[@]}" --dump "$B/dump" >"$LOG/oracle.log" 2>&1
     rc=$?
     if [ $rc -eq 77 ]; then row "hf oracle" "skipped: $(head -n1 "$LOG/oracle.log")"
     else
         while read -r _ name engine verdict rest; do row "hf oracle $name $engine" "$verdict ${rest:0:60}"; done \
             < <(grep '^ORACLE ' "$LOG/oracle.log")
         grep -q '^ORACLE ' "$LOG/oracle.log" || { row "hf oracle" "FAIL (rc $rc)"; tail -n 5 "$LOG/oracle.log"; }
+    fi
+fi
+
+# 5. last, with what is left of the budget: the small shapes once more under
+#    compute-sanitizer's memcheck (slow; a timeout reads "rc 124")
+if [ -x $B/check_kernels ]; then
+    SAN=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer \
+          "$CUDA_HOME"/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
+    if [ -n "$SAN" ]; then
+        timeout "$(cap 240 40)" "$SAN" --tool memcheck --error-exitcode 3 $B/check_kernels --small \
+            attention norms rope_kv gemm embed_copy penalties >"$LOG/memcheck.log" 2>&1
+        rc=$?
+        nerr=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$LOG/memcheck.log")
+        row "memcheck (small shapes)" "rc $rc, ${nerr:-no summary}"
+        if [ -x $B/check_quant ]; then
+            timeout "$(cap 120 0)" "$SAN" --tool memcheck --error-exitcode 3 $B/check_quant --small check \
+                >"$LOG/memcheck_quant.log" 2>&1
+            rc=$?
+            nerr=$(grep -m1 -o 'ERROR SUMMARY: [0-9]* error' "$LOG/memcheck_quant.log")
+            row "memcheck quant (small shapes)" "rc $rc, ${nerr:-no summary}"
+        fi
+    else
+        row "memcheck" "compute-sanitizer not found"
     fi
 fi
 
