@@ -227,15 +227,25 @@ BF16_INLINE void bf16_one_tile(const uint32_t *xb, int64_t mb, int64_t KP, const
  * GFLOP/s on one Zen 5 thread (in cache: ~490; qw-qbench --k 1024 --n 3072
  * --layers 42); prefetch from the first tile alone, all at once, did not
  * help. Prefetches never fault, so a smaller next group only wastes a
- * few past its end. */
+ * few past its end. In the last k block each tile also pulls its rows'
+ * output lines (ob, row stride ldo; NULL: none) into L1, where the stores
+ * after the block find them: with only the T1 prefetch before the block,
+ * which the block's weight stream through L2 evicts again, those stores
+ * and the residual loads were ~5% of a 32-sequence decode step; ~2% after
+ * (perf, qw-bench 32 x 16+48). Full 48-row blocks keep their output out
+ * of L1, where their 32 KiB k block lives. */
 BF16_INLINE void bf16_block_many(const uint32_t *xb, const int *rows, int nt, int64_t kc,
                                  int64_t KP, const uint32_t *wp, const uint32_t *next,
-                                 float *part, const int np) {
+                                 float *part, const float *ob, int64_t ldo, const int np) {
     for (int64_t j0 = 0; j0 < KP; j0 += kc) {
         const int64_t j1 = QWI_MIN(KP, j0 + kc);
         const uint32_t *pf = j1 < KP ? wp + j1 * 16 : next;
         int64_t r = 0;
         for (int i = 0; i < nt; i++) {
+            if (ob && j1 >= KP)
+                for (int rr = 0; rr < rows[i]; rr++)
+                    for (int q = 0; q < np; q++)
+                        _mm_prefetch((const char *)(ob + (r + rr) * ldo + 16 * q), _MM_HINT_T0);
             int qa = 0, qb = 0;
             if (pf && nt >= np) { qa = QWI_MIN(i, np); qb = QWI_MIN(i + 1, np); }
             else if (pf) { qa = i * np / nt; qb = (i + 1) * np / nt; }
@@ -262,8 +272,8 @@ BF16_INLINE void bf16_block_many(const uint32_t *xb, const int *rows, int nt, in
     }                                                                                        \
     static __attribute__((noinline, target("avx512f,avx512bf16"))) void bf16_many_##NP(      \
         const uint32_t *xb, const int *rows, int nt, int64_t kc, int64_t KP,                 \
-        const uint32_t *wp, const uint32_t *next, float *part) {                             \
-        bf16_block_many(xb, rows, nt, kc, KP, wp, next, part, NP);                           \
+        const uint32_t *wp, const uint32_t *next, float *part, const float *ob, int64_t ldo) { \
+        bf16_block_many(xb, rows, nt, kc, KP, wp, next, part, ob, ldo, NP);                  \
     }
 BF16_BLOCK_FNS(1)
 BF16_BLOCK_FNS(2)
@@ -276,7 +286,7 @@ BF16_BLOCK_FNS(4)
  * rows: M = 8 ran at ~0.9x of M = 6 or 16). */
 static inline __attribute__((target("avx512f,avx512bf16"))) void
 bf16_block(const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, const uint32_t *next,
-           float *part, int64_t np) {
+           float *part, const float *ob, int64_t ldo, int64_t np) {
     if (mb <= 6) {
         switch (np) {
         case 4: bf16_one_4(xb, mb, KP, wp, part); break;
@@ -293,11 +303,12 @@ bf16_block(const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, const
     if (mb - r > 6) { rows[nt++] = 4; r += 4; }
     if (mb > r) rows[nt++] = (int)(mb - r);
     const int64_t kc = mb == BF16_MB ? BF16_KC : BF16_KC_SHORT;
+    if (mb == BF16_MB) ob = NULL;
     switch (np) {
-    case 4: bf16_many_4(xb, rows, nt, kc, KP, wp, next, part); break;
-    case 3: bf16_many_3(xb, rows, nt, kc, KP, wp, next, part); break;
-    case 2: bf16_many_2(xb, rows, nt, kc, KP, wp, next, part); break;
-    default: bf16_many_1(xb, rows, nt, kc, KP, wp, next, part); break;
+    case 4: bf16_many_4(xb, rows, nt, kc, KP, wp, next, part, ob, ldo); break;
+    case 3: bf16_many_3(xb, rows, nt, kc, KP, wp, next, part, ob, ldo); break;
+    case 2: bf16_many_2(xb, rows, nt, kc, KP, wp, next, part, ob, ldo); break;
+    default: bf16_many_1(xb, rows, nt, kc, KP, wp, next, part, ob, ldo); break;
     }
 }
 
@@ -326,7 +337,7 @@ void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, con
                 for (int64_t q = 0; q < np; q++)
                     _mm_prefetch((const char *)(out + (m0 + r) * ldo + n0 + 16 * q), _MM_HINT_T1);
             const uint32_t *next = m0 + mb >= M && p + np < np_all ? wp + np * KP * 16 : NULL;
-            bf16_block(xb, mb, KP, wp, next, part, np);
+            bf16_block(xb, mb, KP, wp, next, part, out + m0 * ldo + n0, ldo, np);
             for (int64_t r = 0; r < mb; r++)
                 for (int64_t q = 0; q < np; q++)
                     qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
