@@ -37,8 +37,9 @@
  * top-k is one pass with a size-k min-heap (most ids cost one compare).
  * top-p and plain sampling need a prefix of O: a histogram of e_i by its
  * bit pattern (8 buckets per octave) picks a threshold whose bucket mass
- * reaches the target, only the ids at or above it are sorted, and the
- * running sum is then taken exactly as the definition says. Because the
+ * reaches the target, only the ids at or above it are collected (found in
+ * the logits again: no per-id candidate list is written) and sorted, and
+ * the running sum is then taken exactly as the definition says. Because the
  * sorted ids are exactly the first ones of O, the result is the full-sort
  * result; if rounding leaves the target unreached, the threshold is
  * lowered and the prefix sorted again.
@@ -186,18 +187,72 @@ static inline int reached(double cum, double t, int strict) {
     return strict ? cum > t : cum >= t;
 }
 
-/* Sort into s->sorted the shortest prefix of order O over list[0..n) whose
- * running sum (in O order) reaches t (cum > t if strict, else cum >= t).
- * Returns its length; *found is 0 when the whole list was sorted and the
- * sum never reached t. n > 0. have_hist: s->hist already holds the
- * list's bucket sums, added in list order (transform's candidate loop
- * builds them as it goes: the same sums as this pass would). */
-static int32_t prefix_o(qwi_sample_scratch *s, int32_t n, double t, int strict, int have_hist,
-                        int *found) {
-    const cand *list = s->list;
+/* Where prefix_o finds the candidates: s->list[0..n) (list != NULL), or,
+ * for plain sampling and top-p, which never build that list, the logits
+ * themselves: every present id whose weight (m, temp) is > 0. */
+typedef struct cand_source {
+    const cand *list;
+    const float *logits;
+    const uint8_t *banned;
+    int32_t vocab;
+    double m, temp;
+} cand_source;
+
+/* The smallest e that bucket b holds (bucket 0 also holds every smaller e). */
+static double bucket_floor(int b) {
+    if (b <= 0) return 0;
+    uint64_t bits = (uint64_t)(b + TOP_BUCKET_KEY - (NBUCKETS - 1)) << 49;
+    double e;
+    memcpy(&e, &bits, sizeof e);
+    return e;
+}
+
+static inline double weight(float x, double m, double temp);
+
+/* The candidates of bucket >= lowest into s->sorted, in id order; returns
+ * how many. From the logits: a weight >= bucket_floor(lowest) needs
+ * (x - m) / temp >= log(floor) less rounding, so ids whose logit lies
+ * under a bound with a generous slack (1e-6 relative) below that cannot
+ * qualify and are skipped, 256 at a time where their maximum is under it;
+ * the rest get their exact weight (the same bits as transform's) and the
+ * exact bucket test. */
+static int32_t collect(qwi_sample_scratch *s, const cand_source *src, int32_t n, int lowest) {
+    int32_t k = 0;
+    if (src->list) {
+        for (int32_t i = 0; i < n; i++)
+            if (bucket_of(src->list[i].e) >= lowest) s->sorted[k++] = src->list[i];
+        return k;
+    }
+    double x_lo = -INFINITY;
+    if (lowest > 0) {
+        double b = src->m + src->temp * (log(bucket_floor(lowest)) - 1e-6);
+        x_lo = b - 1e-6 * (fabs(src->m) + fabs(b));
+    }
+    for (int32_t i0 = 0; i0 < src->vocab; i0 += 256) {
+        const int32_t c = QWI_MIN(src->vocab - i0, 256);
+        if (lowest > 0 && !((double)qwi_logit_max(src->logits + i0, c) >= x_lo)) continue;
+        for (int32_t i = i0; i < i0 + c; i++) {
+            const float x = src->logits[i];
+            if (!((double)x >= x_lo) || (src->banned && src->banned[i])) continue;
+            const double e = weight(x, src->m, src->temp);
+            if (e > 0 && bucket_of(e) >= lowest) s->sorted[k++] = (cand){e, i};
+        }
+    }
+    return k;
+}
+
+/* Sort into s->sorted the shortest prefix of order O over the n candidates
+ * of src whose running sum (in O order) reaches t (cum > t if strict, else
+ * cum >= t). Returns its length; *found is 0 when every candidate was
+ * sorted and the sum never reached t. n > 0. have_hist: s->hist already
+ * holds the candidates' bucket sums, added in id order (transform's
+ * candidate loop builds them as it goes: the same sums as this pass would);
+ * a list-free source always has them. */
+static int32_t prefix_o(qwi_sample_scratch *s, const cand_source *src, int32_t n, double t,
+                        int strict, int have_hist, int *found) {
     if (!have_hist) {
         memset(s->hist, 0, sizeof s->hist);
-        for (int32_t i = 0; i < n; i++) s->hist[bucket_of(list[i].e)] += list[i].e;
+        for (int32_t i = 0; i < n; i++) s->hist[bucket_of(src->list[i].e)] += src->list[i].e;
     }
     /* The bucket sums are rounded differently from the exact walk, so aim
      * a little past t; a miss only costs one more collection below. */
@@ -209,9 +264,7 @@ static int32_t prefix_o(qwi_sample_scratch *s, int32_t n, double t, int strict, 
         if (run > aim) break;
     }
     for (;;) {
-        int32_t m = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (bucket_of(list[i].e) >= lowest) s->sorted[m++] = list[i];
+        int32_t m = collect(s, src, n, lowest);
         sort_o(s->sorted, s->tmp, m);
         double cum = 0;
         for (int32_t j = 0; j < m; j++) {
@@ -304,15 +357,16 @@ static int32_t top_k_select(const float *logits, int32_t vocab, const uint8_t *b
 }
 
 /* The result of the transforms: either the final candidates sorted in O
- * (sorted = 1, in s->sorted[0..n)) or, for plain sampling, all candidates
- * unsorted in s->list[0..n) (sorted = 0). z is Z'. n == 0: nothing present. */
+ * (sorted = 1, in s->sorted[0..n)) or, for plain sampling, all n
+ * candidates unsorted in src (sorted = 0). z is Z'. n == 0: nothing present. */
 typedef struct outcome {
     int32_t n;
     int sorted;
     double z;
     int32_t fallback;   /* the id to return when n == 0 */
-    int have_hist;      /* s->hist and z hold the list's bucket sums and sum
-                           (every path but top-k's) */
+    int have_hist;      /* s->hist and z hold the candidates' bucket sums and
+                           sum (every path but top-k's) */
+    cand_source src;    /* where the candidates are (s->list or the logits) */
 } outcome;
 
 /* e of one logit (sample_exp.h: 0 for -inf, NaN and underflow) */
@@ -324,11 +378,40 @@ static inline double weight(float x, double m, double temp) {
 /* ids per qwi_sample_weights call: its output stays in L1 */
 #define WEIGHT_CHUNK 256
 
+/* Z' of the definition: the e of s->sorted[0..kept) added in ascending id
+ * order. The ids are distinct and < vocab, so no sort is needed: each e
+ * goes to its id's place in a dense array and its id into a bitmap, both in
+ * s->list's memory (no longer needed once the kept set is in s->sorted;
+ * the list-free paths never filled it), and the bitmap is walked in id
+ * order. O(kept + vocab / 64), where sorting the kept ids was up to
+ * ~140,000 of them (top-p 0.9 over a flat distribution). */
+static double sum_in_id_order(qwi_sample_scratch *s, int32_t kept, int32_t vocab) {
+    double *dense = (double *)s->list;
+    uint64_t *mark = (uint64_t *)(dense + vocab);
+    const int32_t words = (vocab + 63) / 64;
+    memset(mark, 0, (size_t)words * sizeof *mark);
+    for (int32_t j = 0; j < kept; j++) {
+        const int32_t id = s->sorted[j].id;
+        dense[id] = s->sorted[j].e;
+        mark[id >> 6] |= 1ull << (id & 63);
+    }
+    double z = 0;
+    for (int32_t w = 0; w < words; w++)
+        for (uint64_t b = mark[w]; b; b &= b - 1) z += dense[w * 64 + __builtin_ctzll(b)];
+    return z;
+}
+
+/* The transforms of the definition over one row. need_list: the caller
+ * reads every candidate of plain sampling from s->list (qwi_sample_probs);
+ * otherwise top-p and plain sampling leave the list unbuilt - a 16-byte
+ * write per vocabulary id, 2.4 MB a row for Qwen3 - and prefix_o finds
+ * the few ids it sorts in the logits again. */
 static outcome transform(const float *logits, int32_t vocab, const qwi_sampling *p,
-                         qwi_sample_scratch *s) {
-    outcome o = {0, 1, 0, 0, 0};
+                         qwi_sample_scratch *s, int need_list) {
+    outcome o = {0, 1, 0, 0, 0, {0}};
     const uint8_t *banned = p->num_banned > 0 && p->banned ? s->banned : NULL;
     double temp = (double)p->temperature;
+    o.src.list = s->list;
     int32_t n = 0;
     int use_k = p->top_k > 0 && p->top_k < vocab;   /* k >= vocab keeps all */
     if (use_k) {
@@ -356,7 +439,26 @@ static outcome transform(const float *logits, int32_t vocab, const qwi_sampling 
         double floor_e = 0;
         if (!(p->top_p < 1.0f) && p->min_p > 0.0f)
             floor_e = 0.5 * (p->min_p < 1.0f ? (double)p->min_p : 1.0);
-        if (m != -INFINITY) {
+        const int list_free = !need_list && floor_e == 0;
+        if (list_free)
+            o.src = (cand_source){NULL, logits, banned, vocab, (double)m, temp};
+        if (m != -INFINITY && list_free) {
+            /* the same loop without the list: n counts the candidates */
+            double w[WEIGHT_CHUNK];
+            memset(s->hist, 0, sizeof s->hist);
+            o.have_hist = 1;
+            for (int32_t i0 = 0; i0 < vocab; i0 += WEIGHT_CHUNK) {
+                const int32_t c = vocab - i0 < WEIGHT_CHUNK ? vocab - i0 : WEIGHT_CHUNK;
+                qwi_sample_weights(logits + i0, c, (double)m, temp, w);
+                for (int32_t j = 0; j < c; j++) {
+                    const double e = w[j];
+                    if (!(e > 0) || (banned && banned[i0 + j])) continue;
+                    n++;
+                    s->hist[bucket_of(e)] += e;
+                    o.z += e;
+                }
+            }
+        } else if (m != -INFINITY) {
             /* the weights of a chunk in one vector pass (the same bits as
              * weight()), then the candidates from them in id order, with Z
              * and prefix_o's bucket sums taken in the same loop: the same
@@ -389,7 +491,7 @@ static outcome transform(const float *logits, int32_t vocab, const qwi_sampling 
         if (!o.have_hist)
             for (int32_t i = 0; i < n; i++) z += s->list[i].e;
         int found;
-        kept = prefix_o(s, n, (double)p->top_p * z, 0, o.have_hist, &found);
+        kept = prefix_o(s, &o.src, n, (double)p->top_p * z, 0, o.have_hist, &found);
     } else if (min_p || use_k) {
         /* small sets (top-k, or min-p's few survivors): sort them whole */
         memcpy(s->sorted, s->list, (size_t)n * sizeof(cand));
@@ -419,14 +521,8 @@ static outcome transform(const float *logits, int32_t vocab, const qwi_sampling 
         while (j < kept && s->sorted[j].e >= th) j++;
         kept = j;
     }
-    /* Z' in ascending id order: list is in id order and the kept set is the
-     * O-prefix ending at `last`, so membership is one comparison. */
-    const cand *last = &s->sorted[kept - 1];
-    double z = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (!before(last, &s->list[i])) z += s->list[i].e;
     o.n = kept;
-    o.z = z;
+    o.z = sum_in_id_order(s, kept, vocab);
     return o;
 }
 
@@ -482,7 +578,7 @@ int32_t qwi_sample(const float *logits, int32_t vocab, const qwi_sampling *p,
     if (!(p->temperature > 0.0f)) {
         tok = argmax(logits, vocab, banned);
     } else {
-        outcome o = transform(logits, vocab, p, scratch);
+        outcome o = transform(logits, vocab, p, scratch, 0);
         if (o.n == 0) {
             tok = o.fallback;
         } else {
@@ -491,7 +587,7 @@ int32_t qwi_sample(const float *logits, int32_t vocab, const qwi_sampling *p,
             int32_t len = o.n;
             if (!o.sorted) {
                 int found;
-                len = prefix_o(scratch, o.n, target, 1, o.have_hist, &found);
+                len = prefix_o(scratch, &o.src, o.n, target, 1, o.have_hist, &found);
             }
             double cum = 0;
             tok = c[len - 1].id;
@@ -523,7 +619,7 @@ int32_t qwi_sample_probs(const float *logits, int32_t vocab, const qwi_sampling 
     if (!(p->temperature > 0.0f)) {
         probs[argmax(logits, vocab, banned)] = 1.0f;
     } else {
-        outcome o = transform(logits, vocab, p, scratch);
+        outcome o = transform(logits, vocab, p, scratch, 1);
         if (o.n == 0) {
             probs[o.fallback] = 1.0f;
         } else {

@@ -594,5 +594,57 @@ Test(sample, fast_paths_equal_full_sort, .timeout = 120) {
         check_exact(l, V, params(1, 0, 1, 0), 100);
         check_exact(l, V, params(1.2f, 1000, 0.95f, 0.01f), 50);
     }
+    /* Plain sampling and top-p find their sorted prefix in the logits again
+     * through a bound derived from log(): extreme temperatures (nearly
+     * everything underflows; nearly flat), a huge max, and absent ids
+     * (-inf, NaN) mixed in must still give the definition's draws. */
+    for (int i = 0; i < V; i++) l[i] = (float)(gauss(&st) * 2.5);
+    for (int i = 0; i < V; i += 97) l[i] = NEG_INF;
+    for (int i = 5; i < V; i += 211) l[i] = NAN;
+    const float temps[] = {0.02f, 0.3f, 40.0f};
+    for (int t = 0; t < 3; t++) {
+        check_exact(l, V, params(temps[t], 0, 1, 0), 100);
+        check_exact(l, V, params(temps[t], 0, 0.8f, 0), 50);
+    }
+    for (int i = 0; i < V; i++) l[i] = 3.0e4f + (float)(gauss(&st) * 3.0);
+    check_exact(l, V, params(1, 0, 1, 0), 100);
+    check_exact(l, V, params(0.7f, 0, 0.9f, 0), 50);
     free(l);
+}
+
+/* A banned id is absent, exactly as if its logit were -inf: the same probs
+ * and the same draws, on every path (the list-free ones look bans up while
+ * collecting from the logits). */
+Test(sample, bans_equal_minus_inf, .timeout = 60) {
+    enum { V = 151936, NB = 500 };
+    float *l = malloc(V * sizeof *l), *lm = malloc(V * sizeof *lm);
+    float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
+    int32_t ban[NB];
+    uint64_t st = 77;
+    for (int i = 0; i < V; i++) l[i] = lm[i] = (float)(gauss(&st) * 2.0);
+    for (int i = 0; i < NB; i++) {
+        /* the 20 first bans hit the largest logits, the rest anywhere */
+        ban[i] = i < 20 ? i * 31 : (int32_t)(mix(&st) % V);
+        if (i < 20) l[ban[i]] = lm[ban[i]] = 9.0f + (float)i * 0.1f;
+    }
+    for (int i = 0; i < NB; i++) lm[ban[i]] = NEG_INF;
+    qwi_sample_scratch *s = qwi_sample_scratch_create(V);
+    const qwi_sampling cases[] = {params(1, 0, 1, 0), params(0.7f, 0, 0.9f, 0), params(1, 40, 1, 0),
+                                  params(1, 0, 1, 0.1f)};
+    for (int c = 0; c < 4; c++) {
+        qwi_sampling pb = cases[c], pm = cases[c];
+        pb.banned = ban;
+        pb.num_banned = NB;
+        qwi_sample_probs(l, V, &pb, a, s);
+        qwi_sample_probs(lm, V, &pm, b, s);
+        cr_assert(memcmp(a, b, V * sizeof *a) == 0, "case %d: probs differ", c);
+        for (int64_t pos = 0; pos < 100; pos++)
+            cr_assert_eq(qwi_sample(l, V, &pb, pos, s), qwi_sample(lm, V, &pm, pos, s), "case %d pos %d",
+                         c, (int)pos);
+    }
+    qwi_sample_scratch_free(s);
+    free(l);
+    free(lm);
+    free(a);
+    free(b);
 }
