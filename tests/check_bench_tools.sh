@@ -1,0 +1,20 @@
+#!/bin/sh
+# The kernel benchmarks still run and still check what they check, on tiny
+# shapes (seconds, not a measurement): qw-abench (decode attention; exits 1
+# when the batched result differs from row by row) in fast and exact
+# numerics, with the table's block size and with one its direct kernels do
+# not take, qw-qbench (quantized matmuls) and qw-samplebench (the sampler).
+#   tests/check_bench_tools.sh BUILD
+set -eu
+b=${1:-build}/bin
+fail() { echo "check_bench_tools: $*"; exit 1; }
+for t in qw-abench qw-qbench qw-samplebench; do [ -x "$b/$t" ] || fail "missing $b/$t"; done
+out=$("$b/qw-abench" --seqs 5 --ctx 300 --layers 1 --seconds 0.01) || fail "qw-abench (fast): $out"
+echo "$out" | grep -q '^decode attention: .* GB/s of K+V' || fail "qw-abench printed no result: $out"
+"$b/qw-abench" --seqs 3 --ctx 40 --layers 1 --seconds 0.01 --exact >/dev/null || fail "qw-abench --exact"
+"$b/qw-abench" --seqs 3 --ctx 77 --layers 2 --seconds 0.01 --block-size 8 --heads 6 --kv-heads 2 \
+    --head-dim 64 --threads 1 >/dev/null || fail "qw-abench, block size 8, group 3"
+"$b/qw-abench" --seqs 0 >/dev/null 2>&1 && fail "qw-abench accepted --seqs 0"
+"$b/qw-qbench" --k 256 --n 256 --ms 1,8 --seconds 0.01 --layers 2 >/dev/null || fail "qw-qbench"
+"$b/qw-samplebench" --vocab 4096 --rows 5 >/dev/null || fail "qw-samplebench"
+echo "check_bench_tools: qw-abench, qw-qbench and qw-samplebench ran"

@@ -1,0 +1,230 @@
+/*
+ * qw-abench - decode attention over the bf16 KV cache (issue 11's attention
+ * benchmark): one decode step's attention for every layer (each sequence one
+ * query row at its last position, the kv heads of a sequence in one task, as
+ * a decode step runs it) through qwi_cpu_attention and the machine's kernel
+ * table, in GB/s of the K and V bytes a step must read, against a read
+ * bandwidth probe run by the same thread pool in the same process.
+ *
+ *   qw-abench [--seqs N] [--ctx N] [--threads N] [--layers N] [--seconds S]
+ *             [--heads N] [--kv-heads N] [--head-dim N] [--block-size N]
+ *             [--contiguous] [--exact]
+ *
+ * Defaults: the 0.6B shape (16 heads, 8 kv heads, head dim 128), 32
+ * sequences of 512 positions, block size 16, 2 threads, fast numerics'
+ * bf16 dot products (--exact: the f32 kernels over the same bf16 cache).
+ * Each layer has its own K and V pool (the engine's layout: K planes, V
+ * rows); --layers defaults to enough layers for >= 512 MiB of KV, so the
+ * reads come from memory. Blocks are handed out in a seeded random order
+ * (a pool after some churn; --contiguous: in order). Every K/V element is a
+ * random bf16 value (uniform in [-2, 2)). Before timing, the batched result is checked bit for
+ * bit against qwr_attention_row row by row (the design's batched == alone).
+ * Best of 3 timings of --seconds each, wall time.
+ * Links the library's internals (the lib/cpu headers), as qw-bench does.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "cpu/attention.h"
+#include "cpu/kernels.h"
+#include "cpu/kv_bf16.h"
+#include "cpu/threadpool.h"
+#include "dtype.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return rs;
+}
+
+static double unif(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }
+
+static void die(const char *what) {
+    fprintf(stderr, "qw-abench: %s\n", what);
+    exit(1);
+}
+
+/* Anonymous memory advised MADV_HUGEPAGE, as the engine's KV pool gets
+ * from THP. */
+static void *big_alloc(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) die("out of memory");
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+/* ---- the read-bandwidth probe: each task sums one 1 MiB slice ---------- */
+
+typedef struct probe {
+    const uint64_t *buf;
+    uint64_t sums[64];
+} probe;
+
+static void probe_task(void *p, int64_t t, int thread) {
+    probe *pr = p;
+    const uint64_t *s = pr->buf + (size_t)t * (1u << 17);
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (size_t i = 0; i < (1u << 17); i += 4) {
+        a0 += s[i];
+        a1 += s[i + 1];
+        a2 += s[i + 2];
+        a3 += s[i + 3];
+    }
+    pr->sums[thread & 63] += a0 + a1 + a2 + a3;
+}
+
+/* Best of 5 passes over 512 MiB, bytes per second. */
+static double read_bandwidth(qwi_cpu_pool *pool) {
+    const size_t bytes = (size_t)512 << 20;
+    probe pr = { big_alloc(bytes), { 0 } };
+    memset((void *)pr.buf, 1, bytes);
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now();
+        qwi_cpu_pool_run(pool, (int64_t)(bytes >> 20), probe_task, &pr);
+        double dt = now() - t0;
+        if (bytes / dt > best) best = bytes / dt;
+    }
+    munmap((void *)pr.buf, bytes);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int32_t seqs = 32, ctx = 512, threads = 2, layers = 0, heads = 16, kv_heads = 8, hd = 128, bs = 16;
+    int contiguous = 0, exact = 0;
+    double seconds = 0.5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--contiguous")) { contiguous = 1; continue; }
+        if (!strcmp(a, "--exact")) { exact = 1; continue; }
+        const char *v = i + 1 < argc ? argv[++i] : NULL;
+        if (!v) { fprintf(stderr, "qw-abench: %s needs a value\n", a); return 2; }
+        if (!strcmp(a, "--seqs")) seqs = atoi(v);
+        else if (!strcmp(a, "--ctx")) ctx = atoi(v);
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--layers")) layers = atoi(v);
+        else if (!strcmp(a, "--seconds")) seconds = atof(v);
+        else if (!strcmp(a, "--heads")) heads = atoi(v);
+        else if (!strcmp(a, "--kv-heads")) kv_heads = atoi(v);
+        else if (!strcmp(a, "--head-dim")) hd = atoi(v);
+        else if (!strcmp(a, "--block-size")) bs = atoi(v);
+        else { fprintf(stderr, "qw-abench: unknown option %s\n", a); return 2; }
+    }
+    if (seqs < 1 || ctx < 1 || threads < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads ||
+        hd < 2 || hd % 2 || bs < 1 || !(seconds > 0)) {
+        fprintf(stderr, "qw-abench: bad option values\n");
+        return 2;
+    }
+    const int64_t kvd = (int64_t)kv_heads * hd, qd = (int64_t)heads * hd;
+    const int32_t nbs = (ctx + bs - 1) / bs;        /* blocks per sequence */
+    const int64_t nblocks = (int64_t)seqs * nbs;    /* blocks per layer    */
+    const size_t layer_elems = (size_t)nblocks * (size_t)bs * (size_t)kvd;   /* K (or V) of a layer */
+    const double step_bytes = (double)seqs * ctx * (double)kvd * 2.0 * sizeof(uint16_t);   /* per layer */
+    if (layers <= 0) layers = (int32_t)fmax(2.0, ceil((double)(512 << 20) / step_bytes));
+
+    qwi_cpu_pool *pool = NULL;
+    if (qwi_cpu_pool_create(threads, &pool) != QW_OK) die("thread pool");
+    threads = qwi_cpu_pool_size(pool);
+    const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
+    const qwi_cpu_kv_bf16_kernels *kb = qwi_cpu_kv_bf16_for(kt);
+
+    /* the pool: layer l's K planes, then its V rows, random bf16 values */
+    uint16_t *kv = big_alloc((size_t)layers * 2 * layer_elems * sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)layers * 2 * layer_elems; i++)
+        kv[i] = qwi_f32_to_bf16((float)((int32_t)(rnd() >> 32)) * 0x1.0p-30f);   /* uniform in [-2, 2) */
+    /* block tables: a permutation of the pool's blocks (or the identity) */
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)nblocks);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)nblocks);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)seqs), *row_seq = malloc(sizeof(int32_t) * (size_t)seqs);
+    float *q = malloc(sizeof(float) * (size_t)(seqs * qd));
+    float *out = malloc(sizeof(float) * (size_t)(seqs * qd)), *ref = malloc(sizeof(float) * (size_t)(seqs * qd));
+    float **scr = malloc(sizeof(float *) * (size_t)threads);
+    if (!perm || !bt || !pos || !row_seq || !q || !out || !ref || !scr) die("out of memory");
+    for (int64_t i = 0; i < nblocks; i++) perm[i] = (int32_t)i;
+    for (int64_t i = nblocks - 1; i > 0 && !contiguous; i--) {
+        int64_t j = (int64_t)(rnd() % (uint64_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    memcpy(bt, perm, sizeof(int32_t) * (size_t)nblocks);
+    for (int32_t s = 0; s < seqs; s++) {
+        pos[s] = ctx - 1;
+        row_seq[s] = s;
+    }
+    for (int64_t i = 0; i < seqs * qd; i++) q[i] = (float)(2.0 * unif() - 1.0);
+    for (int t = 0; t < threads; t++) {
+        scr[t] = malloc(qwi_cpu_attn_scratch_floats(heads, kv_heads, hd) * sizeof(float));
+        if (!scr[t]) die("out of memory");
+    }
+
+    qwi_cpu_attn a = {
+        .q = q, .kb = kb, .bf16_dot = !exact, .out = out, .positions = pos, .row_seq = row_seq,
+        .block_tables = bt, .max_blocks_per_seq = nbs, .block_size = bs, .num_tokens = seqs,
+        .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = hd,
+        .scale = (float)(1.0 / sqrt((double)hd)),
+    };
+    /* batched == alone, on layer 0 */
+    a.k_bf16 = kv;
+    a.v_bf16 = kv + layer_elems;
+    qwi_cpu_attention(pool, kt, scr, &a);
+    a.out = ref;
+    for (int32_t r = 0; r < seqs; r++)
+        for (int32_t g = 0; g < kv_heads; g++) qwr_attention_row(&a, kt, r, g, scr[0]);
+    a.out = out;
+    if (memcmp(out, ref, sizeof(float) * (size_t)(seqs * qd)) != 0) die("batched attention differs from row by row");
+    for (int64_t i = 0; i < seqs * qd; i++)
+        if (!isfinite(out[i])) die("non-finite attention output");
+
+    /* time whole steps (every layer once), best of 3 */
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        int64_t calls = 0;
+        double t0 = now(), t = t0;
+        while (t - t0 < seconds) {
+            for (int32_t l = 0; l < layers; l++) {
+                a.k_bf16 = kv + (size_t)l * 2 * layer_elems;
+                a.v_bf16 = a.k_bf16 + layer_elems;
+                qwi_cpu_attention(pool, kt, scr, &a);
+            }
+            calls += layers;
+            t = now();
+        }
+        best = fmin(best, (t - t0) / (double)calls);
+    }
+    const double bw = read_bandwidth(pool);
+    const double gbs = step_bytes / best;
+    printf("qw-abench: kernel table %s, %s, %d threads; %d seqs x %d positions, heads %d/%d x %d, "
+           "block %d (%s), %d layers (%.1f MiB of KV)\n",
+           kt->name, exact ? "exact (f32 kernels)" : "fast (bf16 dot products)", threads, seqs, ctx, heads,
+           kv_heads, hd, bs, contiguous ? "contiguous" : "shuffled", layers,
+           step_bytes * layers / (1 << 20));
+    printf("decode attention: %.1f us per layer, %.2f GB/s of K+V = %.1f%% of read bandwidth (%.2f GB/s)\n",
+           best * 1e6, gbs / 1e9, 100.0 * gbs / bw, bw / 1e9);
+    munmap(kv, (size_t)layers * 2 * layer_elems * sizeof(uint16_t));
+    for (int t = 0; t < threads; t++) free(scr[t]);
+    free(scr);
+    free(perm);
+    free(bt);
+    free(pos);
+    free(row_seq);
+    free(q);
+    free(out);
+    free(ref);
+    qwi_cpu_pool_destroy(pool);
+    return 0;
+}
