@@ -242,7 +242,7 @@ static void block_case(const char *kt_name, bool dot, int nseq, const int32_t *c
             kf[i] = 3 * frand();   /* peaked softmax: rescales between tiles */
             vf[i] = frand();
         }
-        qwi_cpu_kv_write_bf16(kc, vc, kf, vf, slots, ctx[s], kvd, BS);
+        qwi_cpu_kv_write_bf16(kc, vc, kf, vf, slots, ctx[s], kvd, BS, HD);
         for (int i = 0; i < ctx[s] * kvd; i++) {
             kseq[s][i] = qwi_bf16_to_f32(qwi_f32_to_bf16(kf[i]));
             vseq[s][i] = qwi_bf16_to_f32(qwi_f32_to_bf16(vf[i]));

@@ -274,11 +274,11 @@ static void attention_case(const char *kt_name) {
             kseq[s][i] = 2 * frand();
             vseq[s][i] = frand();
         }
-        qwi_cpu_kv_write_bf16(kc, vc, kseq[s], vseq[s], slots, ctx[s], kvd, BS);
+        qwi_cpu_kv_write_bf16(kc, vc, kseq[s], vseq[s], slots, ctx[s], kvd, BS, HD);
         for (int p = 0; p < ctx[s]; p++)
             for (int i = 0; i < kvd; i++) {
                 krd[s][p * kvd + i] = qwi_bf16_to_f32(kc[KPLANE(slots[p], i)]);
-                vrd[s][p * kvd + i] = qwi_bf16_to_f32(vc[(int64_t)slots[p] * kvd + i]);
+                vrd[s][p * kvd + i] = qwi_bf16_to_f32(vc[qwi_cpu_vhead_index(slots[p], BS, NKV, HD, i / HD, i % HD)]);
                 cr_assert_eq(kc[KPLANE(slots[p], i)], qwi_f32_to_bf16(kseq[s][p * kvd + i]));
             }
         free(slots);

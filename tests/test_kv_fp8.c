@@ -289,10 +289,10 @@ static void attention_case(const char *kt_name) {
             kseq[s][i] = 2 * frand();
             vseq[s][i] = frand();
         }
-        qwi_cpu_kv_write_fp8(kc, vc, kseq[s], vseq[s], slots, ctx[s], kvd, BS, k_scale, v_scale);
+        qwi_cpu_kv_write_fp8(kc, vc, kseq[s], vseq[s], slots, ctx[s], kvd, BS, HD, k_scale, v_scale);
         for (int p = 0; p < ctx[s]; p++)
             for (int i = 0; i < kvd; i++) {
-                const uint8_t kb = kc[KPLANE(slots[p], i)], vb = vc[(int64_t)slots[p] * kvd + i];
+                const uint8_t kb = kc[KPLANE(slots[p], i)], vb = vc[qwi_cpu_vhead_index(slots[p], BS, NKV, HD, i / HD, i % HD)];
                 cr_assert_eq(kb, qwi_f32_to_e4m3(kseq[s][p * kvd + i] / k_scale));
                 cr_assert_eq(vb, qwi_f32_to_e4m3(vseq[s][p * kvd + i] / v_scale));
                 krd[s][p * kvd + i] = (float)((double)qwi_e4m3_to_f32(kb) * k_scale);

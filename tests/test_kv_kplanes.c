@@ -55,9 +55,9 @@ static void check_block_size(int32_t bs, bool fp8) {
     uint8_t *kc8 = calloc(pool_elems, 1), *vc8 = calloc(pool_elems, 1);
     const float k_scale = 0.75f;
     if (fp8)
-        qwi_cpu_kv_write_fp8(kc8, vc8, k, v, slots, CTX, KVD, bs, k_scale, 1.0f);
+        qwi_cpu_kv_write_fp8(kc8, vc8, k, v, slots, CTX, KVD, bs, HD, k_scale, 1.0f);
     else
-        qwi_cpu_kv_write_bf16(kc, vc, k, v, slots, CTX, KVD, bs);
+        qwi_cpu_kv_write_bf16(kc, vc, k, v, slots, CTX, KVD, bs, HD);
     /* the same K as rows, for the dstride-1 transpose */
     uint16_t *rows = malloc(sizeof(uint16_t) * CTX * KVD);
     uint8_t *rows8 = malloc(CTX * KVD);

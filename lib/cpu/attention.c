@@ -202,8 +202,8 @@ static void tile_rows(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32
     const size_t elem = a->k_fp8 ? 1 : sizeof(uint16_t), bytes = (size_t)a->head_dim * elem;
     int32_t b = t0 / bs, o = t0 % bs;
     for (int32_t i = 0; i < t1 - t0; i++) {
-        const int64_t slot = (int64_t)bt[b] * bs + o;
-        const int64_t voff = slot * kv_stride + ke;
+        /* qwi_cpu_vhead_index(slot, bs, num_kv_heads, head_dim, g, 0) */
+        const int64_t voff = (((int64_t)bt[b] * a->num_kv_heads + g) * bs + o) * a->head_dim;
         /* qwi_cpu_kplane_index(slot, bs, kv_stride, ke), from the block
          * and offset already in hand (no division per position) */
         const int64_t koff = (int64_t)bt[b] * bs * kv_stride + ke * bs + o;
@@ -534,10 +534,10 @@ int32_t qwi_cpu_attn_run_end(const qwi_cpu_attn *a, int32_t run_rows, int32_t r)
     return e;
 }
 
-/* Prefetch the first tile's K and V rows of kv head g for the rows of a
- * run starting at r0 (bf16 or fp8 cache): the next head's slices lie in
- * the same pages and cache-line rows as this head's, so they arrive while
- * this head computes. */
+/* Prefetch the first tile's K planes and V head slices of kv head g for
+ * the rows of a run starting at r0 (bf16 or fp8 cache), one contiguous run
+ * of each per block: called for the next head while this one computes, so
+ * they arrive in the meantime (the heads of a block share its pages). */
 static void prefetch_head(const qwi_cpu_attn *a, int32_t r0, int32_t r1, int32_t g) {
     int32_t ctx = 0;
     for (int32_t r = r0; r < r1; r++) ctx = QWI_MAX(ctx, a->positions[r] + 1);
@@ -551,8 +551,8 @@ static void prefetch_head(const qwi_cpu_attn *a, int32_t r0, int32_t r1, int32_t
         const int64_t slot0 = (int64_t)bt[b] * bs;
         prefetch_slice(kc + qwi_cpu_kplane_index(slot0, bs, kv_stride, ke) * (int64_t)elem,
                        bytes * (size_t)bs);
-        for (int32_t o = 0; o < bs && b * bs + o < n; o++)
-            prefetch_slice(vc + ((slot0 + o) * kv_stride + ke) * (int64_t)elem, bytes);
+        prefetch_slice(vc + qwi_cpu_vhead_index(slot0, bs, a->num_kv_heads, a->head_dim, g, 0) * (int64_t)elem,
+                       bytes * (size_t)QWI_MIN(bs, n - b * bs));
     }
 }
 
@@ -614,23 +614,40 @@ void qwi_cpu_kv_put_k_fp8(uint8_t *k_cache, const float *k_row, int64_t slot, in
     for (int64_t e = e0; e < e1; e++) dst[e * block_size] = qwi_f32_to_e4m3(k_row[e] / k_scale);
 }
 
+void qwi_cpu_kv_put_v_bf16(uint16_t *v_cache, const float *v_row, int64_t slot, int32_t block_size,
+                           int64_t row_floats, int32_t head_dim) {
+    const int32_t nkv = (int32_t)(row_floats / head_dim);
+    for (int32_t g = 0; g < nkv; g++)
+        qwi_cpu_kv_bf16_round(v_row + (int64_t)g * head_dim,
+                              v_cache + qwi_cpu_vhead_index(slot, block_size, nkv, head_dim, g, 0), head_dim);
+}
+
+void qwi_cpu_kv_put_v_fp8(uint8_t *v_cache, const float *v_row, int64_t slot, int32_t block_size,
+                          int64_t row_floats, int32_t head_dim, float v_scale) {
+    const int32_t nkv = (int32_t)(row_floats / head_dim);
+    for (int32_t g = 0; g < nkv; g++)
+        qwi_cpu_kv_fp8_round(v_row + (int64_t)g * head_dim,
+                             v_cache + qwi_cpu_vhead_index(slot, block_size, nkv, head_dim, g, 0), head_dim,
+                             v_scale);
+}
+
 void qwi_cpu_kv_write_fp8(uint8_t *k_cache, uint8_t *v_cache, const float *k, const float *v,
                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
-                          int32_t block_size, float k_scale, float v_scale) {
+                          int32_t block_size, int32_t head_dim, float k_scale, float v_scale) {
     for (int32_t r = 0; r < num_tokens; r++) {
         int64_t s = slot_mapping[r];
         qwi_cpu_kv_put_k_fp8(k_cache, k + r * row_floats, s, block_size, row_floats, k_scale, 0,
                              row_floats);
-        qwi_cpu_kv_fp8_round(v + r * row_floats, v_cache + s * row_floats, row_floats, v_scale);
+        qwi_cpu_kv_put_v_fp8(v_cache, v + r * row_floats, s, block_size, row_floats, head_dim, v_scale);
     }
 }
 
 void qwi_cpu_kv_write_bf16(uint16_t *k_cache, uint16_t *v_cache, const float *k, const float *v,
                            const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
-                           int32_t block_size) {
+                           int32_t block_size, int32_t head_dim) {
     for (int32_t r = 0; r < num_tokens; r++) {
         int64_t s = slot_mapping[r];
         qwi_cpu_kv_put_k_bf16(k_cache, k + r * row_floats, s, block_size, row_floats, 0, row_floats);
-        qwi_cpu_kv_bf16_round(v + r * row_floats, v_cache + s * row_floats, row_floats);
+        qwi_cpu_kv_put_v_bf16(v_cache, v + r * row_floats, s, block_size, row_floats, head_dim);
     }
 }

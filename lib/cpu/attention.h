@@ -9,7 +9,12 @@
  * p%block_size (slot b*block_size + o). Every block is one contiguous run
  * of block_size * num_kv_heads * head_dim elements (what block copies
  * move), laid out as:
- *   V, and K of the f32 cache: [block_size][num_kv_heads][head_dim] (rows);
+ *   K and V of the f32 cache: [block_size][num_kv_heads][head_dim] (rows);
+ *   V of the bf16 and fp8 caches: [num_kv_heads][block_size][head_dim]
+ *   ("V head slices", qwi_cpu_vhead_index): a (block, kv head) pair's V is
+ *   one contiguous run, as its K plane is, so a decode task reading one
+ *   head streams whole 4 KiB runs instead of a head_dim slice out of every
+ *   position's row (qw-abench: ~+5% of K+V bandwidth on Zen 5);
  *   K of the bf16 and fp8 caches: [num_kv_heads][head_dim][block_size]
  *   ("K planes", qwi_cpu_kplane_index): the scores take positions as SIMD
  *   lanes (kv_bf16.h, tscores), so a K tile must become [head_dim][positions];
@@ -28,8 +33,8 @@
  * chunk's rows share each K/V tile within a run. A decode step with at
  * least 8 rows per thread, every row a different sequence, is split by
  * sequence instead (all kv heads of one sequence per task, the next head's
- * K/V prefetched while one computes: the heads' slices share cache rows
- * and pages) - 32 sequences are 32 tasks, handed out dynamically; fewer
+ * K/V prefetched while one computes: the heads of a block share its pages)
+ * - 32 sequences are 32 tasks, handed out dynamically; fewer
  * decode rows keep the (sequence, kv head) split, so one sequence still
  * uses every thread.
  */
@@ -106,6 +111,16 @@ static inline int64_t qwi_cpu_kplane_index(int64_t slot, int32_t block_size, int
     return (slot / block_size) * block_size * row_elems + e * block_size + slot % block_size;
 }
 
+/* Index, in a layer's V pool of a bf16 or fp8 cache, of element d of kv
+ * head g of slot `slot` ("V head slices"): a block holds, per kv head,
+ * block_size rows of head_dim elements, so a (block, head) slice is one
+ * contiguous run, as its K plane is. */
+static inline int64_t qwi_cpu_vhead_index(int64_t slot, int32_t block_size, int32_t num_kv_heads,
+                                          int32_t head_dim, int32_t g, int64_t d) {
+    const int64_t b = slot / block_size, o = slot % block_size;
+    return ((b * num_kv_heads + g) * block_size + o) * head_dim + d;
+}
+
 /* Elements [e0, e1) of one K row (row_elems = num_kv_heads*head_dim f32)
  * into slot `slot` of the bf16 (fp8) K plane pool k_cache, each rounded as
  * qwi_cpu_kv_bf16_round (qwi_cpu_kv_fp8_round with k_scale) does. The slot
@@ -118,17 +133,28 @@ void qwi_cpu_kv_put_k_fp8(uint8_t *k_cache, const float *k_row, int64_t slot, in
                           int64_t row_elems, float k_scale, int64_t e0, int64_t e1);
 
 /* The same as qwi_cpu_kv_write into an fp8 cache of block_size-slot
- * blocks: K elements stored as qwi_f32_to_e4m3(x / k_scale) in K planes,
- * V ones as qwi_f32_to_e4m3(x / v_scale) in rows. */
+ * blocks with heads of head_dim elements (row_floats = num_kv_heads *
+ * head_dim): K elements stored as qwi_f32_to_e4m3(x / k_scale) in K
+ * planes, V ones as qwi_f32_to_e4m3(x / v_scale) in V head slices. */
 void qwi_cpu_kv_write_fp8(uint8_t *k_cache, uint8_t *v_cache, const float *k, const float *v,
                           const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
-                          int32_t block_size, float k_scale, float v_scale);
+                          int32_t block_size, int32_t head_dim, float k_scale, float v_scale);
+
+/* One V row (row_floats = num_kv_heads * head_dim f32) into slot `slot` of
+ * a bf16 (fp8, with v_scale) V pool, head by head into its V head slices,
+ * each element rounded as qwi_cpu_kv_bf16_round (qwi_cpu_kv_fp8_round)
+ * does. The slot is checked by the caller. */
+void qwi_cpu_kv_put_v_bf16(uint16_t *v_cache, const float *v_row, int64_t slot, int32_t block_size,
+                           int64_t row_floats, int32_t head_dim);
+void qwi_cpu_kv_put_v_fp8(uint8_t *v_cache, const float *v_row, int64_t slot, int32_t block_size,
+                          int64_t row_floats, int32_t head_dim, float v_scale);
 
 /* The same as qwi_cpu_kv_write into a bf16 cache of block_size-slot
- * blocks, each element rounded to nearest even, K in K planes. */
+ * blocks with heads of head_dim elements, each element rounded to nearest
+ * even, K in K planes, V in V head slices. */
 void qwi_cpu_kv_write_bf16(uint16_t *k_cache, uint16_t *v_cache, const float *k, const float *v,
                            const int32_t *slot_mapping, int32_t num_tokens, int64_t row_floats,
-                           int32_t block_size);
+                           int32_t block_size, int32_t head_dim);
 
 /* Copy row r of k and v ([num_tokens][row_floats]) to slot slot_mapping[r]
  * of k_cache/v_cache, for every row (slots checked by the caller). */

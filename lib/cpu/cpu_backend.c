@@ -857,9 +857,9 @@ static void qk_rope_task(void *arg, int64_t r, int thread) {
     int64_t slot = c->p->slot_mapping[r];
     if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3) {
         /* K: kplane_task, after every row's RoPE */
-        qwi_cpu_kv_fp8_round(c->v + r * kvd, (uint8_t *)c->v_cache + slot * kvd, kvd, c->v_scale);
+        qwi_cpu_kv_put_v_fp8((uint8_t *)c->v_cache, c->v + r * kvd, slot, b->bc.block_size, kvd, hd, c->v_scale);
     } else if (b->kv_dtype == QW_KV_CACHE_BF16) {
-        qwi_cpu_kv_bf16_round(c->v + r * kvd, (uint16_t *)c->v_cache + slot * kvd, kvd);
+        qwi_cpu_kv_put_v_bf16((uint16_t *)c->v_cache, c->v + r * kvd, slot, b->bc.block_size, kvd, hd);
     } else {
         memcpy((float *)c->k_cache + slot * kvd, k, (size_t)kvd * sizeof(float));
         memcpy((float *)c->v_cache + slot * kvd, c->v + r * kvd, (size_t)kvd * sizeof(float));
