@@ -33,11 +33,15 @@
 
 /* An MR x NP tile (MR <= 4, NP <= 8, MR * NP <= 16: at most 16 accumulators,
  * 2 * NP widened weights and 2 widened broadcasts, within the 32 zmm) over
- * pairs [j0, j1). The accumulators start at zero (first) or at the partial
- * sums in part (row stride ldp floats) and end there: an f32 store and load
+ * pairs [j0, j1); with prefetch (a constant: without it the GEMV loop of
+ * z_small_m compiled ~7% slower), panels [qa, qb) of the block at pf (same
+ * panel stride) get one line per pair prefetched. The accumulators
+ * start at zero (first) or at the partial sums in part (row stride ldp
+ * floats) and end there: an f32 store and load
  * change no bit, so each output's chain is one unbroken loop over all pairs. */
 Z_INLINE void z_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j0, int64_t j1,
-                     float *part, int64_t ldp, int first, const int mr, const int np) {
+                     float *part, int64_t ldp, int first, const int mr, const int np,
+                     const int prefetch, const uint32_t *pf, int qa, int qb) {
     __m512 acc[4][8];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -50,6 +54,9 @@ Z_INLINE void z_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j
             wo[q] = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
             we[q] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
         }
+        if (prefetch)
+            for (int q = qa; q < qb; q++)
+                _mm_prefetch((const char *)(pf + (q * KP + j - j0) * 16), _MM_HINT_T1);
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
             __m512i b = _mm512_set1_epi32((int)x[r * KP + j]);
             __m512 xo = _mm512_castsi512_ps(_mm512_and_si512(b, hi));
@@ -66,24 +73,58 @@ Z_INLINE void z_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j
 }
 
 /* One row block [0, mb) of xb x one group of NP (<= 4) panels: k blocks
- * outside, row tiles of 4 inside, the 1-3 rows left in one tile. */
+ * outside, row tiles of 4 inside, the 1-3 rows left in one tile. With two
+ * tiles or more, each prefetches its share of the next k block (or of the
+ * next group's first block, next, after the last one) while it computes,
+ * and, in a block shorter than Z_MB, pulls its rows' output lines (ob,
+ * stride ldo) into L1 in the last k block (a full block's k block fills
+ * L1). Without this the first tile of a k block waited for the block from
+ * memory while the others, running from L1, had nothing in flight - as in
+ * kernels_bf16dot.c's bf16_block_many. One Zen 5 thread, table forced
+ * (QWINFER_CPU_KERNELS=avx512), weights from memory (qw-qbench --k 1024
+ * --n 3072 --layers 42): M = 8 148-152 -> 201-202 GFLOP/s, M = 32 216-220
+ * -> 246-250 (in cache ~245-255). */
 #define Z_BLOCK(NP)                                                                       \
     do {                                                                                  \
+        const int nt_ = (int)((mb + 3) / 4);                                              \
         for (int64_t j0 = 0; j0 < KP; j0 += Z_KC) {                                       \
             const int64_t j1 = QWI_MIN(KP, j0 + Z_KC);                                    \
+            const uint32_t *pf_ = nt_ < 2 ? NULL : j1 < KP ? wp + j1 * 16 : next;         \
             int64_t r = 0;                                                                \
-            for (; r + 4 <= mb; r += 4)                                                   \
-                z_tile(xb + r * KP, KP, wp, j0, j1, part + r * 64, 64, j0 == 0, 4, NP);   \
-            const uint32_t *xr = xb + r * KP;                                             \
-            float *pr = part + r * 64;                                                    \
-            switch (mb - r) {                                                             \
-            case 3: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 3, NP); break;            \
-            case 2: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 2, NP); break;            \
-            case 1: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 1, NP); break;            \
-            default: break;                                                               \
+            for (int i_ = 0; r < mb; i_++, r += 4) {                                      \
+                int qa_ = 0, qb_ = 0;                                                     \
+                if (pf_ && nt_ >= (NP)) { qa_ = QWI_MIN(i_, (NP)); qb_ = QWI_MIN(i_ + 1, (NP)); } \
+                else if (pf_) { qa_ = i_ * (NP) / nt_; qb_ = (i_ + 1) * (NP) / nt_; }      \
+                const int mr_ = (int)QWI_MIN((int64_t)4, mb - r);                         \
+                if (nt_ >= 2 && mb < Z_MB && j1 >= KP)                                    \
+                    for (int rr_ = 0; rr_ < mr_; rr_++)                                   \
+                        for (int q_ = 0; q_ < (NP); q_++)                                 \
+                            _mm_prefetch((const char *)(ob + (r + rr_) * ldo + 16 * q_), _MM_HINT_T0); \
+                const uint32_t *xr = xb + r * KP;                                         \
+                float *pr = part + r * 64;                                                \
+                switch (mr_) {                                                            \
+                case 4: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 4, NP, 1, pf_, qa_, qb_); break; \
+                case 3: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 3, NP, 1, pf_, qa_, qb_); break; \
+                case 2: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 2, NP, 1, pf_, qa_, qb_); break; \
+                default: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 1, NP, 1, pf_, qa_, qb_); break; \
+                }                                                                         \
             }                                                                             \
         }                                                                                 \
     } while (0)
+
+/* Z_BLOCK out of line, one function per panel count: expanded inside the
+ * driver, the prefetching row-block code changed GCC's registers for the
+ * inlined z_small_m loops (M = 1 from memory ~7% slower). */
+#define Z_BLOCK_FN(NP)                                                                    \
+    static __attribute__((noinline, target("avx512f"))) void z_block_##NP(                \
+        const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, const uint32_t *next, \
+        float *part, const float *ob, int64_t ldo) {                                      \
+        Z_BLOCK(NP);                                                                      \
+    }
+Z_BLOCK_FN(1)
+Z_BLOCK_FN(2)
+Z_BLOCK_FN(3)
+Z_BLOCK_FN(4)
 
 /* One or two rows (decode): the weights stream once, so no k blocking;
  * groups of 8 (one row) or 4 (two rows) panels give 8 independent FMA
@@ -99,21 +140,21 @@ Z_INLINE void z_small_m(const uint32_t *x, int64_t M, int64_t KP, const uint32_t
         const int64_t np = QWI_MIN(np_all - p, g);
         if (M == 1) {
             switch (np) {
-            case 8: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 8); break;
-            case 7: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 7); break;
-            case 6: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 6); break;
-            case 5: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 5); break;
-            case 4: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 4); break;
-            case 3: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 3); break;
-            case 2: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 2); break;
-            default: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 1); break;
+            case 8: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 8, 0, NULL, 0, 0); break;
+            case 7: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 7, 0, NULL, 0, 0); break;
+            case 6: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 6, 0, NULL, 0, 0); break;
+            case 5: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 5, 0, NULL, 0, 0); break;
+            case 4: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 4, 0, NULL, 0, 0); break;
+            case 3: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 3, 0, NULL, 0, 0); break;
+            case 2: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 2, 0, NULL, 0, 0); break;
+            default: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 1, 0, NULL, 0, 0); break;
             }
         } else {
             switch (np) {
-            case 4: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 4); break;
-            case 3: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 3); break;
-            case 2: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 2); break;
-            default: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 1); break;
+            case 4: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 4, 0, NULL, 0, 0); break;
+            case 3: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 3, 0, NULL, 0, 0); break;
+            case 2: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 2, 0, NULL, 0, 0); break;
+            default: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 1, 0, NULL, 0, 0); break;
             }
         }
         for (int64_t r = 0; r < M; r++)
@@ -143,11 +184,13 @@ void qwi_bf16dot_matmul_avx512(const uint32_t *x, int64_t M, int64_t KP, const u
         for (int64_t m0 = 0; m0 < M; m0 += Z_MB) {
             const int64_t mb = QWI_MIN((int64_t)Z_MB, M - m0);
             const uint32_t *xb = x + m0 * KP;
+            const uint32_t *next = m0 + mb >= M && p + np < np_all ? wp + np * KP * 16 : NULL;
+            const float *ob = out + m0 * ldo + n0;
             switch (np) {
-            case 4: Z_BLOCK(4); break;
-            case 3: Z_BLOCK(3); break;
-            case 2: Z_BLOCK(2); break;
-            default: Z_BLOCK(1); break;
+            case 4: z_block_4(xb, mb, KP, wp, next, part, ob, ldo); break;
+            case 3: z_block_3(xb, mb, KP, wp, next, part, ob, ldo); break;
+            case 2: z_block_2(xb, mb, KP, wp, next, part, ob, ldo); break;
+            default: z_block_1(xb, mb, KP, wp, next, part, ob, ldo); break;
             }
             for (int64_t r = 0; r < mb; r++)
                 for (int64_t q = 0; q < np; q++)
