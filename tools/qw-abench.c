@@ -147,21 +147,19 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)layers * 2 * layer_elems; i++)
         kv[i] = qwi_f32_to_bf16((float)((int32_t)(rnd() >> 32)) * 0x1.0p-30f);   /* uniform in [-2, 2) */
     /* block tables: a permutation of the pool's blocks (or the identity) */
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)nblocks);
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)nblocks);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)seqs), *row_seq = malloc(sizeof(int32_t) * (size_t)seqs);
     float *q = malloc(sizeof(float) * (size_t)(seqs * qd));
     float *out = malloc(sizeof(float) * (size_t)(seqs * qd)), *ref = malloc(sizeof(float) * (size_t)(seqs * qd));
     float **scr = malloc(sizeof(float *) * (size_t)threads);
-    if (!perm || !bt || !pos || !row_seq || !q || !out || !ref || !scr) die("out of memory");
-    for (int64_t i = 0; i < nblocks; i++) perm[i] = (int32_t)i;
+    if (!bt || !pos || !row_seq || !q || !out || !ref || !scr) die("out of memory");
+    for (int64_t i = 0; i < nblocks; i++) bt[i] = (int32_t)i;
     for (int64_t i = nblocks - 1; i > 0 && !contiguous; i--) {
         int64_t j = (int64_t)(rnd() % (uint64_t)(i + 1));
-        int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
+        int32_t t = bt[i];
+        bt[i] = bt[j];
+        bt[j] = t;
     }
-    memcpy(bt, perm, sizeof(int32_t) * (size_t)nblocks);
     for (int32_t s = 0; s < seqs; s++) {
         pos[s] = ctx - 1;
         row_seq[s] = s;
@@ -218,7 +216,6 @@ int main(int argc, char **argv) {
     munmap(kv, (size_t)layers * 2 * layer_elems * sizeof(uint16_t));
     for (int t = 0; t < threads; t++) free(scr[t]);
     free(scr);
-    free(perm);
     free(bt);
     free(pos);
     free(row_seq);
