@@ -512,3 +512,55 @@ Test(quant_kernels, q4i_activations_follow_the_contract) {
     free(s1);
     free(s2);
 }
+
+/* Every table's batch-1 and batch-2 kernels (the paths that prefetch,
+ * cpu/gemv_prefetch.h) give the generic table's bits at the prefetch
+ * distance QWINFER_GEMV_PREFETCH sets - prefetches past the end of the
+ * codes never fault and change no result. Each Criterion test is its own
+ * process, so the distance (read once) is the one set here. */
+static void gemv_matches_generic_at(const char *distance) {
+    setenv("QWINFER_GEMV_PREFETCH", distance, 1);
+    const qwi_cpu_kernels *gen = qwi_cpu_kernels_generic();
+    const int64_t N = 80, K = 512, GK = 128, KP = qwi_pair_kp(K);
+    float *x = malloc(sizeof(float) * 2 * K), *o_gen = malloc(sizeof(float) * 2 * N),
+          *o_tab = malloc(sizeof(float) * 2 * N);
+    uint32_t *xp = malloc(sizeof(uint32_t) * 2 * KP);
+    cr_assert(x && o_gen && o_tab && xp);
+    for (int64_t i = 0; i < 2 * K; i++) x[i] = urand();
+    qwi_pair_round_rows(x, 0, 2, K, xp);
+    qwi_q4act a = make_q4act(x, 2, K, GK);
+    int compared = 0;
+    for (size_t t = 1; t < sizeof tables / sizeof tables[0]; t++) {
+        const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
+        if (!kt) continue;
+        for (int f = 0; f < 3; f++) {
+            qdata d = make_qdata(fmts[f], N, K, GK);
+            for (int lay = 0; lay < 2; lay++) {
+                qwi_qpanel qp;
+                void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
+                for (int64_t M = 1; M <= 2; M++) {
+                    run(gen, &qp, x, xp, &a, M, 0, N, NULL, o_gen, N, 0);
+                    run(kt, &qp, x, xp, &a, M, 0, N, NULL, o_tab, N, 0);
+                    cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
+                              "%s %s layout %d M %lld, prefetch %s: differs from generic",
+                              tables[t], fmt_names[fmts[f]], lay, (long long)M, distance);
+                    compared++;
+                }
+                free(buf);
+            }
+            free_qdata(&d);
+        }
+    }
+    if (!compared) cr_skip_test("no ISA table on this CPU");
+    free_q4act(&a);
+    free(x);
+    free(xp);
+    free(o_gen);
+    free(o_tab);
+}
+
+Test(quant_kernels, gemv_without_prefetch_distance_matches_generic) { gemv_matches_generic_at("0"); }
+
+Test(quant_kernels, gemv_prefetching_64_kib_past_the_codes_matches_generic) {
+    gemv_matches_generic_at("65536");
+}

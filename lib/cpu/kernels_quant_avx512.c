@@ -26,6 +26,7 @@
  */
 #include <string.h>
 
+#include "cpu/gemv_prefetch.h"
 #include "cpu/kernels.h"
 #include "cpu/qpanel.h"
 #include "cpu/tile_out.h"
@@ -40,7 +41,7 @@
 
 #define QKC 128      /* input columns per decoded chunk (a multiple of every block) */
 #define QMB 48       /* rows per row block of the chunked path                      */
-#define QPF 256      /* prefetch distance of the M <= 2 path, bytes ahead per panel  */
+#define QPF 256      /* prefetch distance of the M <= 2 path on Zen 4 (gemv_prefetch.h) */
 
 /* ---- decoding ------------------------------------------------------------ */
 
@@ -139,6 +140,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
     const int KB = fmt == QWI_QFMT_U4 ? 8 : fmt == QWI_QFMT_U8 ? 4 : 2;
     const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
     const __m512 magic = _mm512_set1_ps(0x1p23f);
+    const int64_t pf = qwi_cpu_gemv_prefetch(QPF);
     __m512 tot[2][4], acc[2][4], zm[4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps();
@@ -156,7 +158,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
                 /* decoding keeps the core busy enough that the hardware
                  * prefetchers alone leave the loads waiting on memory */
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                    _mm_prefetch((const char *)(blk + q * pb + QPF), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);
                 _Pragma("GCC unroll 8") for (int i = 0; i < KB; i++) {
                     __m512 c[4];
                     _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -197,6 +199,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
         const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k); \
         const int PB = fmt == QWI_QFMT_U8 ? 2 : 1; /* pairs / block (U8, E4M3) */                \
         const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;                                           \
+        const int64_t pf = qwi_cpu_gemv_prefetch(QPF);                                           \
         __m512 tot[2][4], acc[2][4], zb[4], za[4];                                               \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                     \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps(); \
@@ -211,7 +214,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
                 for (; j + PB <= je; j += PB) {                                                  \
                     const uint8_t *blk = w->codes + p0 * pb + (j / PB) * BB;                     \
                     _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                         \
-                        _mm_prefetch((const char *)(blk + q * pb + QPF), _MM_HINT_T0);           \
+                        _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);           \
                     _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++)                      \
                         STEP(blk, jj, j + jj);                                                   \
                 }                                                                                \
@@ -636,8 +639,9 @@ void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const
 
 #define QV_TARGET QB_TARGET ",avx512bw,avx512vbmi"
 #define QV_INLINE static inline __attribute__((always_inline, target(QV_TARGET)))
-/* Prefetch distance per panel: with the cheaper decode, 512 bytes ahead
- * streamed best on Zen 4 (1024: about 15% slower, none: 25%). */
+/* Prefetch distance per panel on Zen 4 (gemv_prefetch.h): with the
+ * cheaper decode, 512 bytes ahead streamed best there (1024: about 15%
+ * slower, none: 25%). */
 #define QVPF 512
 
 /* High and low bytes of bf16(c') for magnitude bits m = 0..127. */
@@ -697,6 +701,7 @@ QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel 
     const __m512i tl[2] = { _mm512_load_si512(e4m3_bf16_lo), _mm512_load_si512(e4m3_bf16_lo + 64) };
     const __m512i perm0 = e4m3_vbmi_perm(0), perm1 = e4m3_vbmi_perm(1);
     const uint8_t *pc = w->codes + p0 * pb;
+    const int64_t pf = qwi_cpu_gemv_prefetch(QVPF);
     __m512 tot[2][4], acc[2][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps();
@@ -728,7 +733,7 @@ QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel 
             __m512i w0[4], w1[4];
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
                 const uint8_t *blk = pc + q * pb + j * 32;
-                _mm_prefetch((const char *)(blk + QVPF), _MM_HINT_T0);
+                _mm_prefetch((const char *)(blk + pf), _MM_HINT_T0);
                 e4m3_vbmi_decode(_mm512_loadu_si512(blk), th, tl, perm0, perm1, &w0[q], &w1[q], 1);
             }
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {

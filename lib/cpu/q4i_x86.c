@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "cpu/gemv_prefetch.h"
 #include "cpu/kernels.h"
 #include "cpu/q4i.h"
 #include "cpu/qpanel.h"
@@ -17,7 +18,7 @@
 
 #define Q4I_KP 64    /* pairs per decoded chunk (M > 2)                              */
 #define Q4I_MB 48    /* rows per row block (M > 2)                                   */
-#define Q4I_PF 256   /* prefetch distance of the M <= 2 paths, bytes ahead per panel */
+#define Q4I_PF 256   /* prefetch distance of the M <= 2 paths on Zen 4 (gemv_prefetch.h) */
 
 /* ---- AVX-512 ------------------------------------------------------------- */
 
@@ -68,6 +69,7 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
     const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
     const __m256i m15 = _mm256_set1_epi16(15);
     const uint8_t *pc = w->codes + p0 * pb;
+    const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
     __m256 tot[4][2][2];
     __m256i acc[4][2][2];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
@@ -82,7 +84,7 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
             const uint8_t *blk = pc + (j / 4) * 64;
             if (j % 4 == 0)
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                    _mm_prefetch((const char *)(blk + q * pb + Q4I_PF), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);
             __m256i c[2][2];
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                 _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)

@@ -46,6 +46,7 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
     const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
     const __m512i m15 = _mm512_set1_epi16(15);
     const uint8_t *pc = w->codes + p0 * pb;
+    const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
     __m512 tot[2][4];
     __m512i acc[2][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
@@ -62,7 +63,7 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
                     /* decoding keeps the core busy enough that the hardware
                      * prefetchers alone leave the loads waiting on memory */
-                    _mm_prefetch((const char *)(blk + q * pb + Q4I_PF), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);
                     v[q] = _mm512_loadu_si512(blk + q * pb);
                 }
                 _Pragma("GCC unroll 8") for (int jj = 0; jj < 4; jj++) {
