@@ -26,10 +26,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "cpu/attention.h"
+#include "cpu/huge_map.h"
 #include "cpu/kernels.h"
 #include "cpu/kv_bf16.h"
 #include "cpu/threadpool.h"
@@ -56,15 +56,12 @@ static void die(const char *what) {
     exit(1);
 }
 
-/* Anonymous memory advised MADV_HUGEPAGE, as the engine's KV pool gets
- * from THP. */
-static void *big_alloc(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) die("out of memory");
-#ifdef MADV_HUGEPAGE
-    madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
+/* Memory mapped as the engine maps its KV pool (cpu/huge_map.h: 2 MiB
+ * aligned, advised for huge pages); exits on failure. */
+static qwi_huge_map big_alloc(size_t bytes) {
+    qwi_huge_map m;
+    if (!qwi_huge_map_create(bytes, &m)) die("out of memory");
+    return m;
 }
 
 /* ---- the read-bandwidth probe: each task sums one 1 MiB slice ---------- */
@@ -90,7 +87,8 @@ static void probe_task(void *p, int64_t t, int thread) {
 /* Best of 5 passes over 512 MiB, bytes per second. */
 static double read_bandwidth(qwi_cpu_pool *pool) {
     const size_t bytes = (size_t)512 << 20;
-    probe pr = { big_alloc(bytes), { 0 } };
+    qwi_huge_map buf = big_alloc(bytes);
+    probe pr = { (const uint64_t *)(const void *)buf.base, { 0 } };
     memset((void *)pr.buf, 1, bytes);
     double best = 0;
     for (int r = 0; r < 5; r++) {
@@ -99,7 +97,7 @@ static double read_bandwidth(qwi_cpu_pool *pool) {
         double dt = now() - t0;
         if (bytes / dt > best) best = bytes / dt;
     }
-    munmap((void *)pr.buf, bytes);
+    qwi_huge_map_release(&buf);
     return best;
 }
 
@@ -143,7 +141,8 @@ int main(int argc, char **argv) {
     const qwi_cpu_kv_bf16_kernels *kb = qwi_cpu_kv_bf16_for(kt);
 
     /* the pool: layer l's K planes, then its V rows, random bf16 values */
-    uint16_t *kv = big_alloc((size_t)layers * 2 * layer_elems * sizeof(uint16_t));
+    qwi_huge_map kv_map = big_alloc((size_t)layers * 2 * layer_elems * sizeof(uint16_t));
+    uint16_t *kv = (uint16_t *)(void *)kv_map.base;
     for (size_t i = 0; i < (size_t)layers * 2 * layer_elems; i++)
         kv[i] = qwi_f32_to_bf16((float)((int32_t)(rnd() >> 32)) * 0x1.0p-30f);   /* uniform in [-2, 2) */
     /* block tables: a permutation of the pool's blocks (or the identity) */
@@ -213,7 +212,7 @@ int main(int argc, char **argv) {
            step_bytes * layers / (1 << 20));
     printf("decode attention: %.1f us per layer, %.2f GB/s of K+V = %.1f%% of read bandwidth (%.2f GB/s)\n",
            best * 1e6, gbs / 1e9, 100.0 * gbs / bw, bw / 1e9);
-    munmap(kv, (size_t)layers * 2 * layer_elems * sizeof(uint16_t));
+    qwi_huge_map_release(&kv_map);
     for (int t = 0; t < threads; t++) free(scr[t]);
     free(scr);
     free(bt);

@@ -26,6 +26,7 @@
 #include "kv_scales.h"
 #include "logprobs.h"
 #include "cpu/attention.h"
+#include "cpu/huge_map.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "cpu/pairpanel.h"
@@ -59,9 +60,9 @@ typedef struct cpu_backend {
     const qwi_tensor *embed;
     double *inv_freq;              /* [head_dim/2]                              */
     float *small;                  /* one block holding every f32 norm/bias copy */
-    void *wpack;                   /* anonymous huge-page copy of the matmul weights, or NULL */
-    size_t wpack_len;              /* bytes mapped at wpack                      */
+    qwi_huge_map wpack;            /* huge-page copy of the matmul weights (map NULL: none) */
 
+    qwi_huge_map kv_map;           /* the KV pool's huge-page mapping            */
     void *kv;                      /* [layer][K|V][num_blocks*block_size][kv_dim] */
     size_t layer_elems;            /* elements of one layer's K (or V)           */
     int32_t kv_dtype;              /* resolved qw_kv_cache_dtype: F32, BF16, FP8   */
@@ -199,8 +200,8 @@ static void cpu_destroy(qwi_backend *base) {
     free(b->layers);
     free(b->inv_freq);
     free(b->small);
-    if (b->wpack) munmap(b->wpack, b->wpack_len);
-    free(b->kv);
+    qwi_huge_map_release(&b->wpack);
+    qwi_huge_map_release(&b->kv_map);
     free(b->kv_scale);
     free(b->x);
     free(b->bufA);
@@ -440,7 +441,7 @@ static void pack_task(void *arg, int64_t t, int thread) {
 
 /* Fast numerics and quantized models always pack (their kernels only read
  * pair panels / qpanels): there, QWINFER_CPU_WEIGHTS and the memory rule do
- * not apply, and a failed mapping leaves b->wpack NULL for the caller to
+ * not apply, and a failed mapping leaves b->wpack.map NULL for the caller to
  * report. Progress is reported between batches of tensors (from this
  * thread); a cancel stops the packing and returns QW_ERR_CANCELLED with the
  * copy unmapped, as does a quantized weight that cannot be packed (its
@@ -461,27 +462,20 @@ static qw_status pack_weights(cpu_backend *b) {
     ls[n++] = &b->lm_head;
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += (copy_bytes(ls[i], fast) + 63) & ~(size_t)63;
-    const size_t huge = (size_t)2 << 20;
-    size_t len = (total + huge - 1) & ~(huge - 1);
     if (!must && !qwi_cpu_weights_copied(total)) {
         free(ls);
         return QW_OK;
     }
-    /* Over-map by one huge page so the copy can start on a 2 MiB boundary. */
-    size_t map_len = len + huge;
-    char *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) {
+    qwi_huge_map m;
+    if (!qwi_huge_map_create(total, &m)) {
         free(ls);
         return QW_OK;
     }
-    char *base = (char *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
+    char *const base = m.base;
     /* A reader before us (the engine's weight check) may have left the whole
      * mapping resident: give it back first, so the tensors below fault in
      * (from the page cache) one at a time. */
     qwi_model_evict_all(b->model);
-#ifdef MADV_HUGEPAGE
-    madvise(base, len, MADV_HUGEPAGE);   /* advisory: 4 KiB pages if THP is off */
-#endif
     /* Tensors are packed in parallel on the backend's pool (load time: the
      * packing and the kernel's zeroing of the copy's pages are most of it),
      * one task each, handed out in order (threadpool.h). The source pages of
@@ -492,7 +486,7 @@ static qw_status pack_weights(cpu_backend *b) {
      * t packs tensor (t + n - 1) % n at its offset in the layout. */
     size_t *ats = malloc(n * sizeof *ats);
     if (!ats) {
-        munmap(m, map_len);
+        qwi_huge_map_release(&m);
         free(ls);
         return QW_OK;
     }
@@ -537,18 +531,17 @@ static qw_status pack_weights(cpu_backend *b) {
     if (st != QW_OK) {
         /* the packed linears point into m: the backend is destroyed next
          * and never reads them */
-        munmap(m, map_len);
+        qwi_huge_map_release(&m);
         free(ls);
         return st;
     }
-    mprotect(m, map_len, PROT_READ);       /* weights are read-only from here on */
+    mprotect(m.map, m.map_len, PROT_READ);   /* weights are read-only from here on */
     /* Nothing reads the mapping in bulk any more: the norms and biases are
      * f32 copies and the linears packed; the embedding is read a few rows a
      * step, which fault back in on their own (the mapping stays valid, see
      * qwi_model_evict). So resident memory holds one copy of the weights. */
     qwi_model_evict_all(b->model);
     b->wpack = m;
-    b->wpack_len = map_len;
     free(ls);
     return QW_OK;
 }
@@ -682,12 +675,13 @@ static qw_status setup_kv(cpu_backend *b) {
     }
     b->layer_elems = (size_t)b->bc.num_blocks * (size_t)b->bc.block_size *
                      (size_t)c->num_kv_heads * (size_t)c->head_dim;
-    /* calloc: the kernel hands out zero pages lazily, so an unused pool costs
-     * address space, not memory. */
-    b->kv = calloc(1, total);
-    if (!b->kv)
+    /* zero pages handed out lazily, so an unused pool costs address space,
+     * not memory; huge pages, so the attention's scattered 4 KiB plane runs
+     * do not each cost a TLB miss (huge_map.h) */
+    if (!qwi_huge_map_create(total, &b->kv_map))
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: KV pool allocation of %zu bytes (%d blocks x %zu) failed",
                         total, b->bc.num_blocks, per_block);
+    b->kv = b->kv_map.base;
     return QW_OK;
 }
 
@@ -710,11 +704,11 @@ qw_status qwi_cpu_backend_create(const qwi_model *model, const qwi_backend_confi
         if ((st = setup_weights(b)) == QW_OK && (st = setup_scratch(b)) == QW_OK)
             st = setup_kv(b);
         if (st == QW_OK) st = pack_weights(b);
-        if (st == QW_OK && fast_mode(b) && !b->wpack)
+        if (st == QW_OK && fast_mode(b) && !b->wpack.map)
             st = qwi_fail(QW_ERR_OUT_OF_MEMORY,
                           "cpu: QW_OPT_NUMERICS fast: mapping the bf16 copy of the weights failed "
                           "(QW_NUMERICS_EXACT can run from the file mapping)");
-        if (st == QW_OK && !b->wpack && has_quant(b))
+        if (st == QW_OK && !b->wpack.map && has_quant(b))
             st = qwi_fail(QW_ERR_OUT_OF_MEMORY,
                           "cpu: mapping the repacked copy of the quantized weights failed "
                           "(quantized layers always run from the copy)");
