@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
     const qwi_cpu_kv_bf16_kernels *kb = qwi_cpu_kv_bf16_for(kt);
 
-    /* the pool: layer l's K planes, then its V rows, random bf16 values */
+    /* the pool: layer l's K planes, then its V head slices, random bf16 values */
     qwi_huge_map kv_map = big_alloc((size_t)layers * 2 * layer_elems * sizeof(uint16_t));
     uint16_t *kv = (uint16_t *)(void *)kv_map.base;
     for (size_t i = 0; i < (size_t)layers * 2 * layer_elems; i++)
