@@ -12,6 +12,8 @@ for t in qw-abench qw-qbench qw-samplebench; do [ -x "$b/$t" ] || fail "missing 
 out=$("$b/qw-abench" --seqs 5 --ctx 300 --layers 1 --seconds 0.01) || fail "qw-abench (fast): $out"
 echo "$out" | grep -q '^decode attention: .* GB/s of K+V' || fail "qw-abench printed no result: $out"
 "$b/qw-abench" --seqs 3 --ctx 40 --layers 1 --seconds 0.01 --exact >/dev/null || fail "qw-abench --exact"
+out=$("$b/qw-abench" --seqs 2 --ctx 40 --layers 1 --seconds 0.01 --huge-pages) || fail "qw-abench --huge-pages: $out"
+echo "$out" | grep -q '2 MiB pages' || fail "qw-abench --huge-pages did not say so: $out"
 "$b/qw-abench" --seqs 3 --ctx 77 --layers 2 --seconds 0.01 --block-size 8 --heads 6 --kv-heads 2 \
     --head-dim 64 --threads 1 >/dev/null || fail "qw-abench, block size 8, group 3"
 "$b/qw-abench" --seqs 0 >/dev/null 2>&1 && fail "qw-abench accepted --seqs 0"

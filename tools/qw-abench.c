@@ -8,7 +8,7 @@
  *
  *   qw-abench [--seqs N] [--ctx N] [--threads N] [--layers N] [--seconds S]
  *             [--heads N] [--kv-heads N] [--head-dim N] [--block-size N]
- *             [--contiguous] [--exact]
+ *             [--contiguous] [--exact] [--huge-pages]
  *
  * Defaults: the 0.6B shape (16 heads, 8 kv heads, head dim 128), 32
  * sequences of 512 positions, block size 16, 2 threads, fast numerics'
@@ -16,9 +16,11 @@
  * Each layer has its own K and V pool (the engine's layout: K planes, V
  * rows); --layers defaults to enough layers for >= 512 MiB of KV, so the
  * reads come from memory. Blocks are handed out in a seeded random order
- * (a pool after some churn; --contiguous: in order). Every K/V element is a
- * random bf16 value (uniform in [-2, 2)). Before timing, the batched result is checked bit for
- * bit against qwr_attention_row row by row (the design's batched == alone).
+ * (a pool after some churn; --contiguous: in order). The pool is on 4 KiB
+ * pages, as the engine's (cpu/page_map.h); --huge-pages: 2 MiB ones. Every
+ * K/V element is a random bf16 value (uniform in [-2, 2)). Before timing,
+ * the batched result is checked bit for bit against qwr_attention_row row by
+ * row (the design's batched == alone).
  * Best of 3 timings of --seconds each, wall time.
  * Links the library's internals (the lib/cpu headers), as qw-bench does.
  */
@@ -29,7 +31,7 @@
 #include <time.h>
 
 #include "cpu/attention.h"
-#include "cpu/huge_map.h"
+#include "cpu/page_map.h"
 #include "cpu/kernels.h"
 #include "cpu/kv_bf16.h"
 #include "cpu/threadpool.h"
@@ -56,11 +58,11 @@ static void die(const char *what) {
     exit(1);
 }
 
-/* Memory mapped as the engine maps its KV pool (cpu/huge_map.h: 2 MiB
- * aligned, advised for huge pages); exits on failure. */
-static qwi_huge_map big_alloc(size_t bytes) {
-    qwi_huge_map m;
-    if (!qwi_huge_map_create(bytes, &m)) die("out of memory");
+/* Anonymous memory of the given page size (cpu/page_map.h); exits on
+ * failure. */
+static qwi_page_map big_alloc(size_t bytes, qwi_page_size pages) {
+    qwi_page_map m;
+    if (!qwi_page_map_create(bytes, pages, &m)) die("out of memory");
     return m;
 }
 
@@ -87,7 +89,7 @@ static void probe_task(void *p, int64_t t, int thread) {
 /* Best of 5 passes over 512 MiB, bytes per second. */
 static double read_bandwidth(qwi_cpu_pool *pool) {
     const size_t bytes = (size_t)512 << 20;
-    qwi_huge_map buf = big_alloc(bytes);
+    qwi_page_map buf = big_alloc(bytes, QWI_PAGES_HUGE);   /* as qw-bench's probe */
     probe pr = { (const uint64_t *)(const void *)buf.base, { 0 } };
     memset((void *)pr.buf, 1, bytes);
     double best = 0;
@@ -97,18 +99,19 @@ static double read_bandwidth(qwi_cpu_pool *pool) {
         double dt = now() - t0;
         if (bytes / dt > best) best = bytes / dt;
     }
-    qwi_huge_map_release(&buf);
+    qwi_page_map_release(&buf);
     return best;
 }
 
 int main(int argc, char **argv) {
     int32_t seqs = 32, ctx = 512, threads = 2, layers = 0, heads = 16, kv_heads = 8, hd = 128, bs = 16;
-    int contiguous = 0, exact = 0;
+    int contiguous = 0, exact = 0, huge_pages = 0;
     double seconds = 0.5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--contiguous")) { contiguous = 1; continue; }
         if (!strcmp(a, "--exact")) { exact = 1; continue; }
+        if (!strcmp(a, "--huge-pages")) { huge_pages = 1; continue; }
         const char *v = i + 1 < argc ? argv[++i] : NULL;
         if (!v) { fprintf(stderr, "qw-abench: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--seqs")) seqs = atoi(v);
@@ -140,8 +143,10 @@ int main(int argc, char **argv) {
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
     const qwi_cpu_kv_bf16_kernels *kb = qwi_cpu_kv_bf16_for(kt);
 
-    /* the pool: layer l's K planes, then its V head slices, random bf16 values */
-    qwi_huge_map kv_map = big_alloc((size_t)layers * 2 * layer_elems * sizeof(uint16_t));
+    /* the pool: layer l's K planes, then its V head slices, random bf16
+     * values; on the engine's KV pages unless --huge-pages */
+    qwi_page_map kv_map = big_alloc((size_t)layers * 2 * layer_elems * sizeof(uint16_t),
+                                    huge_pages ? QWI_PAGES_HUGE : QWI_PAGES_SMALL);
     uint16_t *kv = (uint16_t *)(void *)kv_map.base;
     for (size_t i = 0; i < (size_t)layers * 2 * layer_elems; i++)
         kv[i] = qwi_f32_to_bf16((float)((int32_t)(rnd() >> 32)) * 0x1.0p-30f);   /* uniform in [-2, 2) */
@@ -206,13 +211,13 @@ int main(int argc, char **argv) {
     const double bw = read_bandwidth(pool);
     const double gbs = step_bytes / best;
     printf("qw-abench: kernel table %s, %s, %d threads; %d seqs x %d positions, heads %d/%d x %d, "
-           "block %d (%s), %d layers (%.1f MiB of KV)\n",
+           "block %d (%s), %d layers (%.1f MiB of KV, %s pages)\n",
            kt->name, exact ? "exact (f32 kernels)" : "fast (bf16 dot products)", threads, seqs, ctx, heads,
            kv_heads, hd, bs, contiguous ? "contiguous" : "shuffled", layers,
-           step_bytes * layers / (1 << 20));
+           step_bytes * layers / (1 << 20), huge_pages ? "2 MiB" : "4 KiB");
     printf("decode attention: %.1f us per layer, %.2f GB/s of K+V = %.1f%% of read bandwidth (%.2f GB/s)\n",
            best * 1e6, gbs / 1e9, 100.0 * gbs / bw, bw / 1e9);
-    qwi_huge_map_release(&kv_map);
+    qwi_page_map_release(&kv_map);
     for (int t = 0; t < threads; t++) free(scr[t]);
     free(scr);
     free(bt);

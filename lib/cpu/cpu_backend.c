@@ -26,7 +26,7 @@
 #include "kv_scales.h"
 #include "logprobs.h"
 #include "cpu/attention.h"
-#include "cpu/huge_map.h"
+#include "cpu/page_map.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "cpu/pairpanel.h"
@@ -60,9 +60,9 @@ typedef struct cpu_backend {
     const qwi_tensor *embed;
     double *inv_freq;              /* [head_dim/2]                              */
     float *small;                  /* one block holding every f32 norm/bias copy */
-    qwi_huge_map wpack;            /* huge-page copy of the matmul weights (map NULL: none) */
+    qwi_page_map wpack;            /* huge-page copy of the matmul weights (map NULL: none) */
 
-    qwi_huge_map kv_map;           /* the KV pool's huge-page mapping            */
+    qwi_page_map kv_map;           /* the KV pool's mapping (4 KiB pages)         */
     void *kv;                      /* [layer][K|V][num_blocks*block_size][kv_dim] */
     size_t layer_elems;            /* elements of one layer's K (or V)           */
     int32_t kv_dtype;              /* resolved qw_kv_cache_dtype: F32, BF16, FP8   */
@@ -200,8 +200,8 @@ static void cpu_destroy(qwi_backend *base) {
     free(b->layers);
     free(b->inv_freq);
     free(b->small);
-    qwi_huge_map_release(&b->wpack);
-    qwi_huge_map_release(&b->kv_map);
+    qwi_page_map_release(&b->wpack);
+    qwi_page_map_release(&b->kv_map);
     free(b->kv_scale);
     free(b->x);
     free(b->bufA);
@@ -466,8 +466,8 @@ static qw_status pack_weights(cpu_backend *b) {
         free(ls);
         return QW_OK;
     }
-    qwi_huge_map m;
-    if (!qwi_huge_map_create(total, &m)) {
+    qwi_page_map m;
+    if (!qwi_page_map_create(total, QWI_PAGES_HUGE, &m)) {
         free(ls);
         return QW_OK;
     }
@@ -486,7 +486,7 @@ static qw_status pack_weights(cpu_backend *b) {
      * t packs tensor (t + n - 1) % n at its offset in the layout. */
     size_t *ats = malloc(n * sizeof *ats);
     if (!ats) {
-        qwi_huge_map_release(&m);
+        qwi_page_map_release(&m);
         free(ls);
         return QW_OK;
     }
@@ -531,7 +531,7 @@ static qw_status pack_weights(cpu_backend *b) {
     if (st != QW_OK) {
         /* the packed linears point into m: the backend is destroyed next
          * and never reads them */
-        qwi_huge_map_release(&m);
+        qwi_page_map_release(&m);
         free(ls);
         return st;
     }
@@ -676,9 +676,9 @@ static qw_status setup_kv(cpu_backend *b) {
     b->layer_elems = (size_t)b->bc.num_blocks * (size_t)b->bc.block_size *
                      (size_t)c->num_kv_heads * (size_t)c->head_dim;
     /* zero pages handed out lazily, so an unused pool costs address space,
-     * not memory; huge pages, so the attention's scattered 4 KiB plane runs
-     * do not each cost a TLB miss (huge_map.h) */
-    if (!qwi_huge_map_create(total, &b->kv_map))
+     * not memory; 4 KiB pages, so a fresh block commits about its own bytes
+     * (huge pages were slower end to end: page_map.h) */
+    if (!qwi_page_map_create(total, QWI_PAGES_SMALL, &b->kv_map))
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: KV pool allocation of %zu bytes (%d blocks x %zu) failed",
                         total, b->bc.num_blocks, per_block);
     b->kv = b->kv_map.base;
