@@ -405,6 +405,14 @@ QW_TSAN_FLAGS  := -fsanitize=thread
 # Harness model: tiny, so that seeds stay a few KB and engines start in microseconds.
 FUZZ_MODEL_ARGS := --shape tiny --hidden 8 --layers 1 --heads 2 --kv-heads 1 --head-dim 4 \
                    --intermediate 8 --vocab 300 --max-pos 256 --dtype bf16 --seed 7
+# Quantized seed models (fuzz_safetensors' quant-* seeds): kv heads and
+# widths of 8 and 16, so int4 packs whole int32s and down_proj has two groups.
+FUZZ_QMODEL_ARGS := --shape tiny --hidden 16 --layers 1 --heads 2 --kv-heads 2 --head-dim 4 \
+                    --intermediate 16 --vocab 300 --max-pos 256 --dtype bf16 --seed 7 --no-tokenizer
+FUZZ_QUANTS    := gptq:--quant,gptq,--group-size,8 gptq8:--quant,gptq,--bits,8,--group-size,8 \
+                  gptq-desc:--quant,gptq,--group-size,8,--gptq-desc-act \
+                  gptq-asym:--quant,gptq,--group-size,8,--gptq-asym,--gptq-format,gptq_v2 \
+                  awq:--quant,awq,--group-size,8 fp8:--quant,fp8,--fp8-block,8
 FUZZ_UTIL_OBJ  := $(BUILD)/obj/tests/fuzz/fuzz_util.o
 .SECONDARY: $(FUZZ_UTIL_OBJ)
 # FUZZ_ENGINE=libfuzzer links clang's libFuzzer main; otherwise tests/fuzz/driver.c.
@@ -464,7 +472,11 @@ $(BUILD)/fuzz/seeds/.stamp: $(BUILD)/fuzz/make_seeds $(BUILD)/bin/qw-makemodel M
 	@$(BUILD)/bin/qw-makemodel $(FUZZ_MODEL_ARGS) --out $(BUILD)/fuzz/model/single >/dev/null
 	@$(BUILD)/bin/qw-makemodel $(FUZZ_MODEL_ARGS) --shards 2 --no-tokenizer \
 	    --out $(BUILD)/fuzz/model/sharded >/dev/null
-	$(BUILD)/fuzz/make_seeds $(BUILD)/fuzz/model/single $(BUILD)/fuzz/model/sharded $(BUILD)/fuzz/seeds
+	@for q in $(FUZZ_QUANTS); do \
+	    $(BUILD)/bin/qw-makemodel $(FUZZ_QMODEL_ARGS) $$(echo "$${q#*:}" | tr , ' ') \
+	        --out $(BUILD)/fuzz/model/quant/$${q%%:*} >/dev/null || exit 1; done
+	$(BUILD)/fuzz/make_seeds $(BUILD)/fuzz/model/single $(BUILD)/fuzz/model/sharded \
+	    $(BUILD)/fuzz/model/quant $(BUILD)/fuzz/seeds
 	@touch $@
 
 fuzz-clean:

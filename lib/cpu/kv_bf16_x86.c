@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu/kv_bf16.h"
+#include "cpu/cpu_features.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -338,7 +339,7 @@ static const qwi_cpu_kv_bf16_kernels avx2_table = {
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx2(void) {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-        !__builtin_cpu_supports("f16c"))
+        !qwi_cpu_has_f16c())
         return NULL;
     return &avx2_table;
 }
@@ -592,7 +593,7 @@ static const qwi_cpu_kv_bf16_kernels avx512bf16_table = {
 const qwi_cpu_kv_bf16_kernels *qwi_cpu_kv_bf16_avx512(void) {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
-        !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+        !__builtin_cpu_supports("fma") || !qwi_cpu_has_f16c())
         return NULL;
     return &avx512_table;
 }

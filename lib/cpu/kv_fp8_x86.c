@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu/kv_fp8.h"
+#include "cpu/cpu_features.h"
 #include "fp8.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -100,7 +101,7 @@ static const qwi_cpu_kv_fp8_kernels avx2_table = {
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx2(void) {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-        !__builtin_cpu_supports("f16c"))
+        !qwi_cpu_has_f16c())
         return NULL;
     return &avx2_table;
 }
@@ -116,7 +117,7 @@ static const qwi_cpu_kv_fp8_kernels avx512_table = {
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512(void) {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
-        !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+        !__builtin_cpu_supports("fma") || !qwi_cpu_has_f16c())
         return NULL;
     return &avx512_table;
 }

@@ -2,11 +2,13 @@
  * make_seeds.c - write the seed corpora of the fuzz harnesses, in their
  * container format (fuzz_util.h), from models written by qw-makemodel:
  *
- *   make_seeds SINGLE_DIR SHARDED_DIR OUT_DIR
+ *   make_seeds SINGLE_DIR SHARDED_DIR QUANT_DIR OUT_DIR
  *
  * SINGLE_DIR: one model.safetensors with config.json, generation_config.json
  * and the tokenizer files (vocab.json, merges.txt, tokenizer_config.json);
- * SHARDED_DIR: the same model in two shards with its index. OUT_DIR gets
+ * SHARDED_DIR: the same model in two shards with its index; QUANT_DIR: one
+ * directory per quantized checkpoint (gptq, gptq8, gptq-desc, gptq-asym,
+ * awq, fp8: Makefile, FUZZ_QUANTS) for fuzz_safetensors. OUT_DIR gets
  * safetensors/, config/ and tokenizer/, one file per seed: the generated
  * files themselves, the other tokenizer.json forms built from the same
  * vocabulary and merges, and edge cases derived from them (lengths, offsets,
@@ -249,6 +251,119 @@ static void safetensors_seeds(const char *single, const char *sharded) {
                          &one_f32, 4)});
 }
 
+/* ---- quantized checkpoints (fuzz_safetensors) ----------------------------- */
+
+/* config.json cfg with quantization_config.key set to value (stolen), or
+ * the whole quantization_config replaced when key is NULL. */
+static buf qcfg_edit(buf cfg, const char *key, json_t *value) {
+    json_t *c = parse(cfg, "config.json");
+    if (!key) {
+        json_object_set_new(c, "quantization_config", value);
+    } else {
+        json_t *q = json_object_get(c, "quantization_config");
+        if (!q) die("seed model has no quantization_config");
+        json_object_set_new(q, key, value);
+    }
+    buf r = json_buf(c);
+    json_decref(c);
+    return r;
+}
+
+/* The header of st with tensor `from` renamed `to` (its bytes stay where
+ * they are, so the file still parses and the loader misses `from`). */
+static buf st_rename(buf st, const char *from, const char *to) {
+    json_t *h = st_header(st);
+    json_t *t = json_object_get(h, from);
+    if (!t) die("no tensor %s in the seed model", from);
+    json_object_set(h, to, t);
+    json_object_del(h, from);
+    buf r = st_rebuild(st, h);
+    json_decref(h);
+    return r;
+}
+
+/* Seeds of fuzz_safetensors (model file and config.json) from the tiny
+ * quantized models in qdir/<name> (Makefile: FUZZ_QUANTS): each as written,
+ * then with one tensor or one quantization_config key made wrong in the
+ * ways the loader refuses (quant_config.c, quant_load.c), so the fuzzer
+ * starts next to every refusal. */
+static void quant_seeds(const char *qdir) {
+    static const char *const models[] = {"gptq", "gptq8", "gptq-desc", "gptq-asym", "awq", "fp8"};
+    const char *S = "safetensors";
+    buf none = {0};
+    char dir[4096], name[256];
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/%s", qdir, models[i]);
+        buf st = read_file(dir, "model.safetensors"), cfg = read_file(dir, "config.json");
+        snprintf(name, sizeof name, "quant-%s", models[i]);
+        seed(S, name, 5, (buf[]){st, none, none, none, cfg});
+    }
+#define QSEED(NAME, ST, CFG) seed(S, "quant-" NAME, 5, (buf[]){(ST), none, none, none, (CFG)})
+    snprintf(dir, sizeof dir, "%s/gptq", qdir);
+    buf st = read_file(dir, "model.safetensors"), cfg = read_file(dir, "config.json");
+    const char *q = "model.layers.0.self_attn.q_proj.", *d = "model.layers.0.mlp.down_proj.";
+    char t[256];
+    /* shapes with the same element count as the tensor's bytes, so the
+     * file parses and the quantized loader's shape checks are what refuse */
+    snprintf(t, sizeof t, "%sqweight", q);
+    QSEED("gptq-qweight-rows", st_edit(st, t, "shape", json_pack("[i,i]", 4, 4)), cfg);
+    QSEED("gptq-qweight-dtype", st_edit(st, t, "dtype", json_string("F32")), cfg);
+    QSEED("gptq-qweight-1d", st_edit(st, t, "shape", json_pack("[i]", 16)), cfg);
+    snprintf(t, sizeof t, "%sqzeros", "model.layers.0.self_attn.o_proj.");
+    QSEED("gptq-qzeros-missing", st_rename(st, t, "model.layers.0.self_attn.o_proj.qzeros_"), cfg);
+    snprintf(t, sizeof t, "%sscales", d);
+    QSEED("gptq-scales-groups", st_edit(st, t, "shape", json_pack("[i,i]", 4, 8)), cfg);
+    QSEED("gptq-scales-bf16", st_edit(st, t, "dtype", json_string("BF16")), cfg);
+    snprintf(t, sizeof t, "%sg_idx", d);
+    QSEED("gptq-gidx-2d", st_edit(st, t, "shape", json_pack("[i,i]", 2, 8)), cfg);
+    QSEED("gptq-gidx-missing", st_rename(st, t, "model.layers.0.mlp.down_proj.g_idx_"), cfg);
+    QSEED("gptq-bits-3", st, qcfg_edit(cfg, "bits", json_integer(3)));
+    QSEED("gptq-bits-string", st, qcfg_edit(cfg, "bits", json_string("4")));
+    QSEED("gptq-group-7", st, qcfg_edit(cfg, "group_size", json_integer(7)));
+    QSEED("gptq-group-per-channel", st, qcfg_edit(cfg, "group_size", json_integer(-1)));
+    QSEED("gptq-group-huge", st, qcfg_edit(cfg, "group_size", json_integer(1 << 30)));
+    QSEED("gptq-desc-act", st, qcfg_edit(cfg, "desc_act", json_true()));
+    QSEED("gptq-asym-v1", st, qcfg_edit(cfg, "sym", json_false()));
+    QSEED("gptq-format-marlin", st, qcfg_edit(cfg, "checkpoint_format", json_string("marlin")));
+    QSEED("gptq-lm-head", st, qcfg_edit(cfg, "lm_head", json_true()));
+    QSEED("method-unknown", st, qcfg_edit(cfg, "quant_method", json_string("bitsandbytes")));
+    QSEED("config-not-object", st, qcfg_edit(cfg, NULL, json_pack("[i]", 4)));
+    QSEED("config-removed", st, qcfg_edit(cfg, NULL, json_null()));
+
+    snprintf(dir, sizeof dir, "%s/gptq-desc", qdir);
+    buf dst = read_file(dir, "model.safetensors"), dcfg = read_file(dir, "config.json");
+    QSEED("gptq-desc-act-false", dst, qcfg_edit(dcfg, "desc_act", json_false()));
+
+    snprintf(dir, sizeof dir, "%s/awq", qdir);
+    buf ast = read_file(dir, "model.safetensors"), acfg = read_file(dir, "config.json");
+    snprintf(t, sizeof t, "%sqweight", q);
+    QSEED("awq-qweight-transposed", st_edit(ast, t, "shape", json_pack("[i,i]", 1, 16)), acfg);
+    snprintf(t, sizeof t, "%sqzeros", d);
+    QSEED("awq-qzeros-wide", st_edit(ast, t, "shape", json_pack("[i,i]", 1, 4)), acfg);
+    QSEED("awq-version-gemv", ast, qcfg_edit(acfg, "version", json_string("gemv")));
+    QSEED("awq-no-zero-point", ast, qcfg_edit(acfg, "zero_point", json_false()));
+    QSEED("awq-modules-not-converted", ast,
+          qcfg_edit(acfg, "modules_to_not_convert", json_pack("[s]", "q_proj")));
+
+    snprintf(dir, sizeof dir, "%s/fp8", qdir);
+    buf fst = read_file(dir, "model.safetensors"), fcfg = read_file(dir, "config.json");
+    snprintf(t, sizeof t, "%sweight", q);
+    QSEED("fp8-weight-e5m2", st_edit(fst, t, "dtype", json_string("F8_E5M2")), fcfg);
+    json_t *h = st_header(fst);
+    json_object_set_new(json_object_get(h, t), "dtype", json_string("BF16"));
+    json_object_set_new(json_object_get(h, t), "shape", json_pack("[i,i]", 4, 16));
+    QSEED("fp8-weight-bf16", st_rebuild(fst, h), fcfg);
+    json_decref(h);
+    snprintf(t, sizeof t, "%sweight_scale_inv", d);
+    QSEED("fp8-scale-shape", st_edit(fst, t, "shape", json_pack("[i,i]", 1, 4)), fcfg);
+    QSEED("fp8-scale-missing", st_rename(fst, t, "model.layers.0.mlp.down_proj.weight_scale_inv_"), fcfg);
+    QSEED("fp8-block-uneven", fst, qcfg_edit(fcfg, "weight_block_size", json_pack("[i,i]", 8, 16)));
+    QSEED("fp8-block-one-dim", fst, qcfg_edit(fcfg, "weight_block_size", json_pack("[i]", 8)));
+    QSEED("fp8-fmt-e5m2", fst, qcfg_edit(fcfg, "fmt", json_string("e5m2")));
+    QSEED("fp8-static-activations", fst, qcfg_edit(fcfg, "activation_scheme", json_string("static")));
+#undef QSEED
+}
+
 /* ---- config --------------------------------------------------------------- */
 
 static void config_variant(buf cfg, buf gen, const char *name, const char *key, json_t *value) {
@@ -300,6 +415,18 @@ static void config_seeds(const char *single) {
         {"rope-scaling-yarn", "rope_scaling", json_pack("{s:s,s:f}", "rope_type", "yarn", "factor", 4.0)},
         {"sliding-window", "use_sliding_window", json_true()},
         {"attention-bias", "attention_bias", json_true()},
+        /* the model's weights are bf16: these reach the quantization_config
+         * parser and then the quantized loader's missing-tensor refusals */
+        {"quant-gptq", "quantization_config",
+         json_pack("{s:s,s:i,s:i,s:b,s:b,s:s}", "quant_method", "gptq", "bits", 4, "group_size", 8,
+                   "sym", 1, "desc_act", 0, "checkpoint_format", "gptq")},
+        {"quant-awq", "quantization_config",
+         json_pack("{s:s,s:i,s:i,s:b,s:s,s:n}", "quant_method", "awq", "bits", 4, "group_size", 8,
+                   "zero_point", 1, "version", "gemm", "modules_to_not_convert")},
+        {"quant-fp8", "quantization_config",
+         json_pack("{s:s,s:s,s:s,s:[i,i]}", "quant_method", "fp8", "fmt", "e4m3",
+                   "activation_scheme", "dynamic", "weight_block_size", 128, 128)},
+        {"quant-empty", "quantization_config", json_object()},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         config_variant(cfg, gen, v[i].name, v[i].key, v[i].value);
@@ -414,13 +541,14 @@ static void tokenizer_seeds(const char *single) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: make_seeds SINGLE_MODEL_DIR SHARDED_MODEL_DIR OUT_DIR\n");
+    if (argc != 5) {
+        fprintf(stderr, "usage: make_seeds SINGLE_MODEL_DIR SHARDED_MODEL_DIR QUANT_MODELS_DIR OUT_DIR\n");
         return 2;
     }
-    out_dir = argv[3];
+    out_dir = argv[4];
     mkdir(out_dir, 0755);
     safetensors_seeds(argv[1], argv[2]);
+    quant_seeds(argv[3]);
     config_seeds(argv[1]);
     tokenizer_seeds(argv[1]);
     return 0;
