@@ -79,62 +79,6 @@ static void check_config(const qwi_config *c) {
               c->bos_token_id);
 }
 
-/* Create an engine on dir, run one greedy request of at most 2 tokens, and
- * check that it ends exactly once and that no KV block stays held. */
-static void run_engine(const char *dir) {
-    qw_engine_options *o = NULL;
-    QWF_CHECK(qw_engine_options_create(&o) == QW_OK, "options");
-    QWF_CHECK(qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, dir) == QW_OK, "model path");
-    QWF_CHECK(qw_engine_options_set_int(o, QW_OPT_NUM_THREADS, 1) == QW_OK, "threads");
-    QWF_CHECK(qw_engine_options_set_int(o, QW_OPT_NUM_KV_BLOCKS, 64) == QW_OK, "kv blocks");
-    QWF_CHECK(qw_engine_options_set_int(o, QW_OPT_MAX_NUM_SEQS, 4) == QW_OK, "max seqs");
-    qw_engine *e = (qw_engine *)1;
-    qwf_clear_error();
-    qw_status st = qwf_check_status(qw_engine_create(o, &e), "qw_engine_create");
-    qw_engine_options_destroy(o);
-    QWF_CHECK((st == QW_OK) == (e != NULL), "qw_engine_create: status %d with engine %p", (int)st,
-              (void *)e);
-    if (!e) return;
-
-    int32_t vocab = qw_engine_vocab_size(e);
-    QWF_CHECK(vocab > 0 && qw_engine_max_model_len(e) > 0, "engine without vocab or length");
-    int32_t total = qw_engine_num_kv_blocks(e);
-    qw_request *r = NULL;
-    QWF_CHECK(qw_request_create(&r) == QW_OK, "request");
-    const int32_t prompt[3] = {1 % vocab, 2 % vocab, 3 % vocab};
-    QWF_CHECK(qw_request_set_prompt(r, prompt, 3) == QW_OK, "prompt");
-    QWF_CHECK(qw_request_set_int(r, QW_REQ_MAX_TOKENS, 2) == QW_OK, "max tokens");
-    QWF_CHECK(qw_request_set_double(r, QW_REQ_TEMPERATURE, 0.0) == QW_OK, "temperature");
-    qwf_clear_error();
-    st = qwf_check_status(qw_engine_submit(e, r), "qw_engine_submit");
-    if (st == QW_OK) {
-        int finishes = 0, tokens = 0;
-        for (int step = 0; qw_engine_has_work(e); step++) {
-            QWF_CHECK(step < 64, "a 2-token request is not done after 64 steps");
-            qw_event ev[8];
-            size_t n = 0;
-            qwf_clear_error();
-            st = qwf_check_status(qw_engine_step(e, ev, 8, sizeof ev[0], &n), "qw_engine_step");
-            QWF_CHECK(n <= 8, "step wrote %zu events into 8", n);
-            for (size_t k = 0; k < n; k++) {
-                if (ev[k].kind == QW_EVENT_TOKEN) {
-                    QWF_CHECK(ev[k].token >= 0 && ev[k].token < vocab, "token %d outside [0, %d)",
-                              ev[k].token, vocab);
-                    tokens++;
-                }
-                if (ev[k].finish_reason != QW_FINISH_NONE) finishes++;
-            }
-        }
-        QWF_CHECK(finishes == 1, "the request finished %d times", finishes);
-        QWF_CHECK(tokens <= 2, "%d tokens for max tokens 2", tokens);
-        QWF_CHECK(qw_request_get_state(r) == QW_STATE_FINISHED, "request not finished");
-        QWF_CHECK(qw_engine_num_free_kv_blocks(e) == total, "%d of %d KV blocks free at the end",
-                  qw_engine_num_free_kv_blocks(e), total);
-    }
-    qw_request_release(r);
-    qw_engine_destroy(e);
-}
-
 /* libFuzzer's entry point: one input, a container of config.json and generation_config.json
  * (see the top of this file). Returns 0; aborts when a check fails. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -152,6 +96,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     qw_status st = qwf_check_status(qwi_config_load(dir, &cfg), "qwi_config_load");
     if (st != QW_OK) return 0;
     check_config(&cfg);
-    if (have_weights) run_engine(dir);
+    if (have_weights) qwf_run_engine(dir);
     return 0;
 }

@@ -2,8 +2,10 @@
  * fuzz_safetensors.c - libFuzzer harness for the safetensors loader: the
  * header parser of one file (qwi_st_open_file), the file set of a model
  * directory, single file or sharded through model.safetensors.index.json
- * (qwi_st_open_dir), and the weight-layout check against config.json
- * (qwi_model_load).
+ * (qwi_st_open_dir), the weight-layout check against config.json
+ * (qwi_model_load) and, for a model it accepts, an engine on it with one
+ * short greedy request (qwf_run_engine: the load-time weight scan, the CPU
+ * backend packing every linear, bf16 or quantized, and the kernels).
  *
  * Input: a container (fuzz_util.h) of up to five files, in this order:
  *   0 model.safetensors                 3 model-00002-of-00002.safetensors
@@ -14,7 +16,9 @@
  * Checked beyond "no crash, no leak, no undefined behaviour": every status
  * keeps the contract of qwf_check_status; an accepted set hands out tensors
  * whose bytes can all be read, whose byte count is shape x dtype size, and
- * that qwi_st_find finds by name; a failure leaves no set behind.
+ * that qwi_st_find finds by name; a failure leaves no set behind; an
+ * engine that is created finishes its request exactly once and gives
+ * every KV block back.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,7 +107,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             QWF_CHECK(m->cfg.num_layers > 0 && m->layers != NULL, "model without layers");
             QWF_CHECK(m->embed.data != NULL, "model without embeddings");
         }
+        const bool loaded = m != NULL;
         qwi_model_free(m);
+        /* an accepted model goes on through the weight scan, the CPU
+         * backend's packing (quantized panels included) and a request */
+        if (loaded) qwf_run_engine(dir);
     }
     return 0;
 }

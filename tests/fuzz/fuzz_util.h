@@ -58,6 +58,14 @@ void qwf_clear_error(void);
  * printed to stderr (to see how far an input gets). */
 qw_status qwf_check_status(qw_status st, const char *what);
 
+/* Create an engine on the model directory dir (1 thread, 64 KV blocks, 4
+ * sequences), run one greedy request of 3 prompt tokens and at most 2
+ * generated, and check the status contract of every call, that the
+ * request ends exactly once with tokens inside the vocabulary, and that
+ * every KV block is free again. An engine that cannot be created (a
+ * refused model) is fine; anything else aborts. */
+void qwf_run_engine(const char *dir);
+
 /* Print "qwfuzz: <file>:<line>: <message>" and abort(). */
 void qwf_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
