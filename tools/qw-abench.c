@@ -31,9 +31,9 @@
 #include <time.h>
 
 #include "cpu/attention.h"
-#include "cpu/page_map.h"
 #include "cpu/kernels.h"
 #include "cpu/kv_bf16.h"
+#include "cpu/page_map.h"
 #include "cpu/threadpool.h"
 #include "dtype.h"
 

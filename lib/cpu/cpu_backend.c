@@ -26,9 +26,9 @@
 #include "kv_scales.h"
 #include "logprobs.h"
 #include "cpu/attention.h"
-#include "cpu/page_map.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
+#include "cpu/page_map.h"
 #include "cpu/pairpanel.h"
 #include "cpu/panel.h"
 #include "cpu/qpanel.h"
@@ -62,7 +62,7 @@ typedef struct cpu_backend {
     float *small;                  /* one block holding every f32 norm/bias copy */
     qwi_page_map wpack;            /* huge-page copy of the matmul weights (map NULL: none) */
 
-    qwi_page_map kv_map;           /* the KV pool's mapping (4 KiB pages)         */
+    qwi_page_map kv_map;           /* the KV pool's mapping (4 KiB pages)        */
     void *kv;                      /* [layer][K|V][num_blocks*block_size][kv_dim] */
     size_t layer_elems;            /* elements of one layer's K (or V)           */
     int32_t kv_dtype;              /* resolved qw_kv_cache_dtype: F32, BF16, FP8   */
