@@ -56,7 +56,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,6 +70,7 @@
 #include "backend.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
+#include "cpu/page_map.h"
 #include "cpu/pairpanel.h"
 #include "cpu/panel.h"
 #include "cpu/threadpool.h"
@@ -403,16 +403,13 @@ static void *bw_thread(void *p) {
     return NULL;
 }
 
-/* A buffer of `bytes` (a multiple of 2 MiB) in anonymous memory advised
- * MADV_HUGEPAGE, as the engine's packed weights are: with 4 KiB pages a
- * read stream pays a TLB miss every page, which the weights do not. */
-static uint64_t *probe_buffer(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
+/* A buffer of `bytes` mapped as the engine maps its packed weights
+ * (cpu/page_map.h, QWI_PAGES_HUGE): with 4 KiB pages a read stream pays a
+ * TLB miss every page, which the weights do not. */
+static qwi_page_map probe_buffer(size_t bytes) {
+    qwi_page_map m;
+    if (!qwi_page_map_create(bytes, QWI_PAGES_HUGE, &m)) die("bandwidth buffer: out of memory");
+    return m;
 }
 
 /* Best of `reps` passes over a buffer far larger than any cache, with
@@ -421,8 +418,9 @@ static uint64_t *probe_buffer(size_t bytes) {
  * themselves (probe_clock). */
 static double measure_bandwidth(int nthreads, int copy, int reps) {
     const size_t bytes = (size_t)512 << 20;
-    uint64_t *src = probe_buffer(bytes), *dst = copy ? probe_buffer(bytes) : NULL;
-    if (!src || (copy && !dst)) die("bandwidth buffer: out of memory");
+    qwi_page_map src_map = probe_buffer(bytes), dst_map = { 0 };
+    if (copy) dst_map = probe_buffer(bytes);
+    uint64_t *src = (uint64_t *)(void *)src_map.base, *dst = (uint64_t *)(void *)dst_map.base;
     memset(src, 1, bytes);
     if (dst) memset(dst, 0, bytes);
     pthread_barrier_t bar;
@@ -446,8 +444,8 @@ static double measure_bandwidth(int nthreads, int copy, int reps) {
     free(jobs);
     free(clk);
     free(th);
-    munmap(src, bytes);
-    if (dst) munmap(dst, bytes);
+    qwi_page_map_release(&src_map);
+    qwi_page_map_release(&dst_map);
     return best;
 }
 

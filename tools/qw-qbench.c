@@ -21,11 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
+#include "cpu/page_map.h"
 #include "cpu/pairpanel.h"
 #include "cpu/panel.h"
 #include "cpu/qpanel.h"
@@ -88,18 +88,17 @@ static void *xalloc_aligned(size_t align, size_t n) {
 
 static void *xalloc(size_t n) { return xalloc_aligned(64, n); }
 
-/* A weight buffer in 2 MiB-aligned memory advised MADV_HUGEPAGE, as the
- * engine's packed weights are (cpu_backend.c), so that both read their
- * weights through the same kind of pages. (Advice only: with THP off or
- * memory fragmented the kernel may still give 4 KiB pages. On the Zen 5
- * of docs/benchmarks.md it changed no figure.) */
-static void *walloc(size_t n) {
-    const size_t huge = (size_t)2 << 20;
-    void *p = xalloc_aligned(huge, n);
-#ifdef MADV_HUGEPAGE
-    madvise(p, (n + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);
-#endif
-    return p;
+/* A weight buffer mapped as the engine maps its packed weights
+ * (cpu/page_map.h, QWI_PAGES_HUGE), so that both read their weights
+ * through the same kind of pages. (On the Zen 5 of docs/benchmarks.md
+ * huge pages here changed no figure.) Exits when it cannot be mapped. */
+static qwi_page_map walloc(size_t n) {
+    qwi_page_map m;
+    if (!qwi_page_map_create(n, QWI_PAGES_HUGE, &m)) {
+        fprintf(stderr, "qw-qbench: out of memory\n");
+        exit(1);
+    }
+    return m;
 }
 
 int main(int argc, char **argv) {
@@ -161,7 +160,7 @@ int main(int argc, char **argv) {
     for (int mode = 0; mode < 2; mode++)
         for (int f = 0; f < 4; f++) {
             qwi_cpu_linear *lins = calloc((size_t)layers, sizeof *lins);
-            void **bufs = calloc((size_t)layers, sizeof *bufs);
+            qwi_page_map *bufs = calloc((size_t)layers, sizeof *bufs);
             size_t bytes = 0;
             for (int64_t l = 0; l < layers; l++) {
                 qwi_cpu_linear *lin = &lins[l];
@@ -174,16 +173,16 @@ int main(int argc, char **argv) {
                         for (int64_t i = 0; i < N * K; i++) wb[i] = qwi_pair_round_bf16(wf[i]);
                         bytes = qwi_panel_bytes(QWI_DTYPE_BF16, N, K);
                         bufs[l] = walloc(bytes);
-                        qwi_panel_pack(QWI_DTYPE_BF16, wb, N, K, bufs[l]);
+                        qwi_panel_pack(QWI_DTYPE_BF16, wb, N, K, bufs[l].base);
                         free(wb);
                         lin->panel = true;
                     } else {
                         bytes = qwi_pairpanel_bytes(N, K);
                         bufs[l] = walloc(bytes);
-                        qwi_pairpanel_pack(QWI_DTYPE_F32, wf, N, K, bufs[l]);
+                        qwi_pairpanel_pack(QWI_DTYPE_F32, wf, N, K, bufs[l].base);
                         lin->pair = true;
                     }
-                    lin->w = bufs[l];
+                    lin->w = bufs[l].base;
                 } else {
                     const qwi_qfmt fmt = (qwi_qfmt)f;
                     for (int64_t i = 0; i < N * K; i++) {
@@ -194,7 +193,8 @@ int main(int argc, char **argv) {
                     bytes = qwi_qpanel_bytes_for(fmt, lay, N, K, group);
                     bufs[l] = walloc(bytes);
                     if (!qwi_qpanel_pack_codes(fmt, lay, N, K, group, codes, scales,
-                                               fmt == QWI_QFMT_E4M3 ? NULL : zeros, bufs[l], &lin->qp)) {
+                                               fmt == QWI_QFMT_E4M3 ? NULL : zeros, bufs[l].base,
+                                               &lin->qp)) {
                         fprintf(stderr, "qw-qbench: pack: %s\n", qwi_last_error());
                         return 1;
                     }
@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
                 fflush(stdout);
             }
             printf("\n");
-            for (int64_t l = 0; l < layers; l++) free(bufs[l]);
+            for (int64_t l = 0; l < layers; l++) qwi_page_map_release(&bufs[l]);
             free(bufs);
             free(lins);
         }
