@@ -560,6 +560,13 @@ typedef struct qw_request_stats {
                                     or the session's kept KV                  */
     uint64_t num_preemptions;
     uint64_t generated_tokens;
+    uint64_t computed_tokens;    /* positions (prompt, then generated) whose
+                                    K/V the engine holds for the request now,
+                                    the cached prefix included: the prefill's
+                                    progress. 0 while waiting and after a
+                                    preemption (it rises again as the request
+                                    is recomputed); at the finish it stays at
+                                    its last value. */
 } qw_request_stats;
 
 /* Fill *out (of out_size bytes, at least 8) with the request's stats; bytes

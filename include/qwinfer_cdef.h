@@ -158,6 +158,7 @@ typedef struct qw_request_stats {
     uint64_t cached_prompt_tokens;
     uint64_t num_preemptions;
     uint64_t generated_tokens;
+    uint64_t computed_tokens;
 } qw_request_stats;
  qw_status qw_request_get_stats(const qw_request *req, qw_request_stats *out,
                                       size_t out_size);

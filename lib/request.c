@@ -297,6 +297,7 @@ QW_API qw_status qw_request_get_stats(const qw_request *req, qw_request_stats *o
     st.cached_prompt_tokens = (uint64_t)req->seq.num_cached_tokens;
     st.num_preemptions = (uint64_t)req->seq.num_preemptions;
     st.generated_tokens = req->seq.tokens ? (uint64_t)(req->seq.num_tokens - req->seq.num_prompt_tokens) : 0;
+    st.computed_tokens = (uint64_t)req->seq.num_computed_tokens;
     size_t n = out_size < sizeof st ? out_size : sizeof st;
     st.size = n;
     memcpy(out, &st, n);

@@ -712,6 +712,7 @@ typedef struct breq {
     int conv, turn;              /* chat: conversation and turn                   */
     qw_request_stats st;
     int have_st;
+    int64_t computed;            /* computed_tokens before the step; -1: unknown  */
 } breq;
 
 typedef struct step_rec {
@@ -720,6 +721,7 @@ typedef struct step_rec {
     int32_t decoded;             /* non-first tokens produced                     */
     int32_t firsts;              /* first tokens produced                         */
     int decode_only;             /* every in-flight request had its first token   */
+    int prefill_only;            /* no in-flight request had its first token      */
     double ctx_tokens;           /* sum of in-flight context lengths (decode KV)  */
     double flops;                /* prefill-only steps: FLOPs of the step         */
 } step_rec;
@@ -836,6 +838,20 @@ static void push_itl(bench *b, double v) {
     b->itl[b->nitl++] = v;
 }
 
+/* The request's computed_tokens (qw_request_stats; *st filled), or -1 where
+ * the library lacks qw_request_get_stats or that field. */
+static int64_t computed_tokens_stats(const breq *q, qw_request_stats *st) {
+    memset(st, 0, sizeof *st);
+    if (!qw_request_get_stats || qw_request_get_stats(q->r, st, sizeof *st) != QW_OK) return -1;
+    if (st->size < offsetof(qw_request_stats, computed_tokens) + sizeof st->computed_tokens) return -1;
+    return (int64_t)st->computed_tokens;
+}
+
+static int64_t computed_tokens(const breq *q) {
+    qw_request_stats st;
+    return computed_tokens_stats(q, &st);
+}
+
 /* Submit what is due, step, account; until every request is done. */
 static void run_loop(bench *b) {
     qw_event ev[512];
@@ -872,11 +888,14 @@ static void run_loop(bench *b) {
         }
         /* what this step may read: every in-flight context; whether any
          * prefill can run: a request still without its first token */
-        step_rec rec = { .prompt_tokens = -1, .decode_only = 1 };
+        step_rec rec = { .prompt_tokens = -1, .decode_only = 1, .prefill_only = 1 };
         for (int i = 0; i < b->nreq; i++) {
             breq *q = &b->reqs[i];
             if (!q->submitted || q->done) continue;
-            if (q->ntok == 0) rec.decode_only = 0;
+            if (q->ntok == 0) {
+                rec.decode_only = 0;
+                q->computed = computed_tokens(q);
+            } else rec.prefill_only = 0;
             rec.ctx_tokens += q->plen + q->ntok;
         }
         qw_engine_stats sa, sb;
@@ -889,6 +908,33 @@ static void run_loop(bench *b) {
         if (hs && get_engine_stats(b->e, &sb)) rec.prompt_tokens = (int64_t)(sb.prompt_tokens - sa.prompt_tokens);
         rec.dt = t1 - t0;
         int64_t first_prompt = 0;
+        /* A prefill step's FLOPs: the chunk [before, after) of each prompt
+         * that advanced in it (the cached prefix's positions are not
+         * computed), from the requests' computed_tokens. A step counts as
+         * prefill only while no request is past its prompt (one that was
+         * preempted and is being recomputed produces no token, but its
+         * step is not a prompt's). chunks_known = 0: a library without
+         * computed_tokens. */
+        double chunk_flops = 0, chunk_tokens = 0;
+        int chunks_known = 1;
+        for (int i = 0; i < b->nreq && chunks_known; i++) {
+            breq *q = &b->reqs[i];
+            if (!q->submitted || q->done || q->ntok != 0) continue;
+            qw_request_stats st;
+            int64_t after = computed_tokens_stats(q, &st);
+            if (q->computed < 0 || after < 0) {
+                chunks_known = 0;
+                break;
+            }
+            int64_t start = after < q->computed ? 0 : q->computed;   /* preempted: from 0 */
+            if (start < (int64_t)st.cached_prompt_tokens) start = (int64_t)st.cached_prompt_tokens;
+            if (after > q->plen) after = q->plen;
+            if (after <= start) continue;
+            /* the prompt's last position is computed in the step that
+             * samples the first token: the logits of one row */
+            chunk_flops += prefill_flops(&b->mi, (double)start, (double)after, after == q->plen);
+            chunk_tokens += (double)(after - start);
+        }
         for (size_t k = 0; k < n; k++) {
             breq *q = ev[k].user_data;
             if (!q) continue;
@@ -920,8 +966,15 @@ static void run_loop(bench *b) {
         }
         /* Without engine stats the prompt tokens of a step are known when
          * its prefills completed in it (each prompt within one step). */
-        if (rec.prompt_tokens < 0 && rec.decoded == 0 && rec.firsts > 0) rec.prompt_tokens = first_prompt;
-        if (rec.decoded > 0 || rec.firsts == 0) rec.flops = 0;   /* only clean prefill steps */
+        if (chunks_known) {   /* every prompt's chunk: chunked prompts' steps count too */
+            rec.flops = rec.prefill_only && rec.decoded == 0 ? chunk_flops : 0;
+            rec.prompt_tokens = (int64_t)chunk_tokens;
+        } else {
+            /* without computed_tokens: only steps in which whole prompts ran
+             * (their first token came), each counted as computed in it */
+            if (rec.prompt_tokens < 0 && rec.decoded == 0 && rec.firsts > 0) rec.prompt_tokens = first_prompt;
+            if (rec.decoded > 0 || rec.firsts == 0) rec.flops = 0;   /* only clean prefill steps */
+        }
         record_step(b, rec);
         progress_bar(b, done, t1);
     }

@@ -28,6 +28,7 @@ int main(void) {
     OFF(qw_request_stats, cached_prompt_tokens);
     OFF(qw_request_stats, num_preemptions);
     OFF(qw_request_stats, generated_tokens);
+    OFF(qw_request_stats, computed_tokens);
     OFF(qw_engine_stats, size);
     OFF(qw_engine_stats, num_running);
     OFF(qw_engine_stats, num_waiting);
