@@ -47,14 +47,21 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
     const __m512i m15 = _mm512_set1_epi16(15);
     const uint8_t *pc = w->codes + p0 * pb;
     const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
+    /* One row: the odd pairs of a block add into a second accumulator, so
+     * each chain is 2 dots deep per block instead of 4 (the dot latency,
+     * not the core's throughput, bounded the loop); the two are summed,
+     * exactly, before the group's epilogue. Two rows have 8 chains already
+     * (and no registers to spare). */
+    const int na = mr == 1 ? 2 : 1;
     __m512 tot[2][4];
-    __m512i acc[2][4];
+    __m512i acc[2][4], acc_odd[4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
         const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc_odd[q] = _mm512_setzero_si512();
         int64_t j = js;
         if (js % 4 == 0)
             for (; j + 4 <= je; j += 4) {
@@ -71,8 +78,10 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
                     _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) c[q] = Q4I_CODE(v[q], jj, m15);
                     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
                         const __m512i xb = _mm512_set1_epi32((int)x->q[r * KP + j + jj]);
-                        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                            acc[r][q] = Q4I_DOT(acc[r][q], c[q], xb);
+                        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+                            if (na == 2 && (jj & 1)) acc_odd[q] = Q4I_DOT(acc_odd[q], c[q], xb);
+                            else acc[r][q] = Q4I_DOT(acc[r][q], c[q], xb);
+                        }
                     }
                 }
             }
@@ -87,6 +96,8 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
                     acc[r][q] = Q4I_DOT(acc[r][q], c[q], xb);
             }
         }
+        if (na == 2)
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[0][q] = _mm512_add_epi32(acc[0][q], acc_odd[q]);
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
             const __m512i z = _mm512_cvttps_epi32(_mm512_loadu_ps(w->zeros + ((p0 + q) * G + g) * 16));
             const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);
