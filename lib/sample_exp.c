@@ -117,11 +117,16 @@ __attribute__((target("avx512f"))) static void weights_avx512(const float *x, in
     const __m512d two_m512 = _mm512_set1_pd(TWO_M512);
     const __m512i shift_bits = _mm512_set1_epi64((long long)bits_of(SHIFT));
     const __m512i bias = _mm512_set1_epi64(1535);
+    /* dividing by 1 returns its operand exactly, so at temperature 1 (the
+     * OpenAI default) the division - the slowest operation of the loop -
+     * can go without changing a bit */
+    const int unit = temp == 1.0;
     int32_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m512d xd = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
         const __mmask8 eq = _mm512_cmp_pd_mask(xd, vm, _CMP_EQ_OQ);
-        __m512d s = _mm512_div_pd(_mm512_sub_pd(xd, vm), vt);
+        __m512d s = _mm512_sub_pd(xd, vm);
+        if (!unit) s = _mm512_div_pd(s, vt);
         const __mmask8 ok = _mm512_cmp_pd_mask(s, lim, _CMP_GE_OQ);
         s = _mm512_maskz_mov_pd(ok, s);
         const __m512d t = _mm512_fmadd_pd(s, log2e, shift);
@@ -149,11 +154,13 @@ __attribute__((target("avx2,fma"))) static void weights_avx2(const float *x, int
     const __m256d two_m512 = _mm256_set1_pd(TWO_M512);
     const __m256i shift_bits = _mm256_set1_epi64x((long long)bits_of(SHIFT));
     const __m256i bias = _mm256_set1_epi64x(1535);
+    const int unit = temp == 1.0;   /* as in weights_avx512 */
     int32_t i = 0;
     for (; i + 4 <= n; i += 4) {
         const __m256d xd = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
         const __m256d eq = _mm256_cmp_pd(xd, vm, _CMP_EQ_OQ);
-        __m256d s = _mm256_div_pd(_mm256_sub_pd(xd, vm), vt);
+        __m256d s = _mm256_sub_pd(xd, vm);
+        if (!unit) s = _mm256_div_pd(s, vt);
         const __m256d ok = _mm256_cmp_pd(s, lim, _CMP_GE_OQ);
         s = _mm256_and_pd(ok, s);
         const __m256d t = _mm256_fmadd_pd(s, log2e, shift);
