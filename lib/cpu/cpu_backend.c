@@ -945,6 +945,14 @@ static void prompt_logprobs(cpu_backend *b, fwd_ctx *c) {
     }
 }
 
+/* The matmul of an x that a row op has just written; pairs: the rounded
+ * rows it also wrote (fast numerics), or NULL. */
+static void matmul_after_row_op(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
+                                const qwi_cpu_mm_job *jobs, int njobs, const uint32_t *pairs) {
+    if (pairs) qwi_cpu_matmul_rounded(cx, x, M, K, jobs, njobs);
+    else qwi_cpu_matmul(cx, x, M, K, jobs, njobs);
+}
+
 static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
     cpu_backend *b = (cpu_backend *)base;
     if (!b || !p) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: forward: NULL backend or plan");
@@ -969,6 +977,10 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
     qwi_cpu_pool_run(b->pool, QWI_DIV_UP((int64_t)M, c.rows_per_task), embed_task, &c);
 
     float *h = b->bufA, *att = b->bufA;
+    /* fast numerics: the norms and the SiLU round their output rows to the
+     * matmuls' bf16 pairs as they write them (qwi_cpu_matmul_rounded),
+     * where the next matmul reads pairs at all (int4 reads its own) */
+    uint32_t *xp = fast_mode(b) ? cx->xpair : NULL;
     c.q = b->bufB;
     c.k = b->bufB + T * qd;
     c.v = c.k + T * kvd;
@@ -989,9 +1001,10 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
         c.k_cache = (char *)b->kv + (size_t)l * 2 * b->layer_elems * b->kv_elem;
         c.v_cache = (char *)c.k_cache + b->layer_elems * b->kv_elem;
 
-        qwi_cpu_rmsnorm_rows(cx, b->x, L->in_norm, M, H, eps, h);
         qwi_cpu_mm_job qkv[3] = { { &L->q, c.q, 0 }, { &L->k, c.k, 0 }, { &L->v, c.v, 0 } };
-        qwi_cpu_matmul(cx, h, M, H, qkv, 3);
+        uint32_t *hp = xp && qwi_cpu_jobs_read_pairs(qkv, 3) ? xp : NULL;
+        qwi_cpu_rmsnorm_rows(cx, b->x, L->in_norm, M, H, eps, h, hp);
+        matmul_after_row_op(cx, h, M, H, qkv, 3, hp);
         if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3) {
             c.k_scale = at.k_scale = b->kv_scale[l];
             c.v_scale = at.v_scale = b->kv_scale[cfg->num_layers + l];
@@ -1022,12 +1035,14 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
         qwi_cpu_mm_job o = { &L->o, b->x, 1 };
         qwi_cpu_matmul(cx, att, M, qd, &o, 1);
 
-        qwi_cpu_rmsnorm_rows(cx, b->x, L->post_norm, M, H, eps, h);
         qwi_cpu_mm_job gu[2] = { { &L->gate, gate, 0 }, { &L->up, up, 0 } };
-        qwi_cpu_matmul(cx, h, M, H, gu, 2);
-        qwi_cpu_silu_mul_rows(cx, gate, up, M, I, gate);
+        hp = xp && qwi_cpu_jobs_read_pairs(gu, 2) ? xp : NULL;
+        qwi_cpu_rmsnorm_rows(cx, b->x, L->post_norm, M, H, eps, h, hp);
+        matmul_after_row_op(cx, h, M, H, gu, 2, hp);
         qwi_cpu_mm_job down = { &L->down, b->x, 1 };
-        qwi_cpu_matmul(cx, gate, M, I, &down, 1);
+        hp = xp && qwi_cpu_jobs_read_pairs(&down, 1) ? xp : NULL;
+        qwi_cpu_silu_mul_rows(cx, gate, up, M, I, gate, hp);
+        matmul_after_row_op(cx, gate, M, I, &down, 1, hp);
     }
 
     /* lm_head only for the last row of each sequence that needs logits. */

@@ -109,12 +109,24 @@ static bool is_u4_pair(const qwi_cpu_linear *l) {
     return l->quant && l->qp.layout == QWI_QPANEL_PAIR && l->qp.fmt == QWI_QFMT_U4;
 }
 
-void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
-                    const qwi_cpu_mm_job *jobs, int njobs) {
+/* The job's kernel reads x as rounded bf16 pairs (cx->xpair). */
+static bool reads_pairs(const qwi_cpu_linear *l) {
+    return l->pair || (l->quant && l->qp.layout == QWI_QPANEL_PAIR && !is_u4_pair(l));
+}
+
+bool qwi_cpu_jobs_read_pairs(const qwi_cpu_mm_job *jobs, int njobs) {
+    for (int j = 0; j < njobs; j++)
+        if (reads_pairs(jobs[j].lin)) return true;
+    return false;
+}
+
+/* qwi_cpu_matmul; x_rounded: cx->xpair already holds x's rounded rows. */
+static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
+                       const qwi_cpu_mm_job *jobs, int njobs, int x_rounded) {
     if (M <= 0 || njobs <= 0) return;
     if (njobs > 8) {               /* task_end holds 8; more is rare enough to split */
-        qwi_cpu_matmul(cx, x, M, K, jobs, 8);
-        qwi_cpu_matmul(cx, x, M, K, jobs + 8, njobs - 8);
+        matmul_run(cx, x, M, K, jobs, 8, x_rounded);
+        matmul_run(cx, x, M, K, jobs + 8, njobs - 8, 1);   /* rounded by the first */
         return;
     }
     mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs };
@@ -123,10 +135,9 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
     bool panel = false, pair = false, bf16_pair = true;
     for (int j = 0; j < njobs; j++) {
         const qwi_cpu_linear *l = jobs[j].lin;
-        const bool qpair = l->quant && l->qp.layout == QWI_QPANEL_PAIR && !is_u4_pair(l);
         if (is_u4_pair(l)) {
             if (q4_gk && l->qp.group_k != q4_gk) {   /* one quantization per call */
-                for (int i = 0; i < njobs; i++) qwi_cpu_matmul(cx, x, M, K, &jobs[i], 1);
+                for (int i = 0; i < njobs; i++) matmul_run(cx, x, M, K, &jobs[i], 1, x_rounded || i > 0);
                 return;
             }
             q4_gk = l->qp.group_k;
@@ -135,10 +146,10 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
         if (l->quant) esize = 1;   /* 0.5-1 byte per weight: the block math below */
         else if (qwi_dtype_size(l->dtype) < esize || l->pair) esize = QWI_MIN(esize, (size_t)2);
         panel |= l->panel || l->pair || l->quant;
-        pair |= l->pair || qpair;
+        pair |= reads_pairs(l);
         bf16_pair &= l->pair;
     }
-    if (pair) {   /* one rounding of x per call, split by rows (rows are independent) */
+    if (pair && !x_rounded) {   /* one rounding of x per call, split by rows (rows are independent) */
         round_ctx r = { .x = x, .out = cx->xpair, .M = M, .K = K,
                         .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
         qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), round_task, &r);
@@ -181,11 +192,22 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
     qwi_cpu_pool_run(cx->pool, acc, mm_task, &c);
 }
 
+void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
+                    const qwi_cpu_mm_job *jobs, int njobs) {
+    matmul_run(cx, x, M, K, jobs, njobs, 0);
+}
+
+void qwi_cpu_matmul_rounded(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
+                            const qwi_cpu_mm_job *jobs, int njobs) {
+    matmul_run(cx, x, M, K, jobs, njobs, 1);
+}
+
 /* ---- row-wise ops ------------------------------------------------------- */
 
 typedef struct rows_ctx {
     const float *a, *b;
     float *out;
+    uint32_t *pairs;                          /* also round the rows here, or NULL */
     int64_t rows_per_task, M, n;
     float eps;
     const qwi_cpu_kv_bf16_kernels *act_exp;   /* silu: fast mode's exp, or NULL */
@@ -199,14 +221,16 @@ static int64_t rows_per_task(int64_t M, int64_t n, int nthreads) {
 
 static void rmsnorm_task(void *p, int64_t t, int thread) {
     const rows_ctx *c = p;
-    int64_t r1 = QWI_MIN(c->M, (t + 1) * c->rows_per_task);
-    for (int64_t r = t * c->rows_per_task; r < r1; r++)
+    int64_t r0 = t * c->rows_per_task, r1 = QWI_MIN(c->M, r0 + c->rows_per_task);
+    for (int64_t r = r0; r < r1; r++)
         qwr_rmsnorm(c->a + r * c->n, c->b, c->n, c->eps, c->out + r * c->n);
+    /* while the rows are still in this core's cache */
+    if (c->pairs) qwi_pair_round_rows(c->out, r0, r1, c->n, c->pairs);
 }
 
 void qwi_cpu_rmsnorm_rows(const qwi_cpu_ctx *cx, const float *x, const float *w, int64_t M,
-                          int64_t n, float eps, float *out) {
-    rows_ctx c = { .a = x, .b = w, .out = out, .M = M, .n = n, .eps = eps,
+                          int64_t n, float eps, float *out, uint32_t *pairs) {
+    rows_ctx c = { .a = x, .b = w, .out = out, .pairs = pairs, .M = M, .n = n, .eps = eps,
                    .rows_per_task = rows_per_task(M, n, cx->nthreads) };
     qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, c.rows_per_task), rmsnorm_task, &c);
 }
@@ -218,11 +242,12 @@ static void silu_task(void *p, int64_t t, int thread) {
         qwi_cpu_silu_mul_fast(c->act_exp, c->a + r0 * c->n, c->b + r0 * c->n, (r1 - r0) * c->n,
                               c->out + r0 * c->n);
     else qwr_silu_mul(c->a + r0 * c->n, c->b + r0 * c->n, (r1 - r0) * c->n, c->out + r0 * c->n);
+    if (c->pairs) qwi_pair_round_rows(c->out, r0, r1, c->n, c->pairs);
 }
 
 void qwi_cpu_silu_mul_rows(const qwi_cpu_ctx *cx, const float *gate, const float *up,
-                           int64_t M, int64_t n, float *out) {
-    rows_ctx c = { .a = gate, .b = up, .out = out, .M = M, .n = n, .act_exp = cx->act_exp,
+                           int64_t M, int64_t n, float *out, uint32_t *pairs) {
+    rows_ctx c = { .a = gate, .b = up, .out = out, .pairs = pairs, .M = M, .n = n, .act_exp = cx->act_exp,
                    .rows_per_task = rows_per_task(M, n, cx->nthreads) };
     qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, c.rows_per_task), silu_task, &c);
 }

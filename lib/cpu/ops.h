@@ -80,13 +80,29 @@ typedef struct qwi_cpu_mm_job {
 void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
                     const qwi_cpu_mm_job *jobs, int njobs);
 
-/* out[r] = rmsnorm(x[r]) for r in [0, M) rows of n, parallel over rows. */
+/* qwi_cpu_matmul for an x whose rows [0, M) cx->xpair already holds as
+ * qwi_pair_round_rows(x, 0, M, K, cx->xpair) writes them (the row ops
+ * below round as they go): the same results without the call's rounding
+ * pass. x itself must still be valid (U4 and exact-layout jobs read it). */
+void qwi_cpu_matmul_rounded(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
+                            const qwi_cpu_mm_job *jobs, int njobs);
+
+/* Whether any of the jobs reads x as cx->xpair's bf16 pairs (bf16 pair
+ * panels, int8 and fp8 PAIR panels): the calls whose x is worth rounding
+ * ahead. Pure. */
+bool qwi_cpu_jobs_read_pairs(const qwi_cpu_mm_job *jobs, int njobs);
+
+/* out[r] = rmsnorm(x[r]) for r in [0, M) rows of n, parallel over rows.
+ * pairs: when not NULL, every out row is also rounded into it as
+ * qwi_pair_round_rows does (for qwi_cpu_matmul_rounded), by the task that
+ * computed it. */
 void qwi_cpu_rmsnorm_rows(const qwi_cpu_ctx *cx, const float *x, const float *w, int64_t M,
-                          int64_t n, float eps, float *out);
+                          int64_t n, float eps, float *out, uint32_t *pairs);
 
 /* out[r] = silu(gate[r]) * up[r] over M rows of n (out may alias gate);
- * with cx->act_exp set, by qwi_cpu_silu_mul_fast. */
+ * with cx->act_exp set, by qwi_cpu_silu_mul_fast. pairs: as for
+ * qwi_cpu_rmsnorm_rows. */
 void qwi_cpu_silu_mul_rows(const qwi_cpu_ctx *cx, const float *gate, const float *up,
-                           int64_t M, int64_t n, float *out);
+                           int64_t M, int64_t n, float *out, uint32_t *pairs);
 
 #endif
