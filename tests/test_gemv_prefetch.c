@@ -2,7 +2,7 @@
  * test_gemv_prefetch.c - the batch-1 quantized GEMVs' prefetch distance
  * (cpu/gemv_prefetch.h): QWINFER_GEMV_PREFETCH, when valid, is the
  * distance for every kernel; an invalid value is ignored, and without one
- * each kernel keeps its own. The value is read once per process, and each
+ * each kernel keeps its own (or its core's: Zen 5's 2 KiB). The value is read once per process, and each
  * Criterion test runs in its own, so each sets its environment first.
  */
 #include <criterion/criterion.h>
@@ -10,14 +10,25 @@
 
 #include "cpu/gemv_prefetch.h"
 
+/* Without an override: the kernel's own distance, or this core's. */
 static void expect_tuned(void) {
-    cr_assert_eq(qwi_cpu_gemv_prefetch(256), 256);
-    cr_assert_eq(qwi_cpu_gemv_prefetch(512), 512);
+    cr_assert_eq(qwi_cpu_gemv_prefetch(256), qwi_cpu_gemv_prefetch_default(256));
+    cr_assert_eq(qwi_cpu_gemv_prefetch(512), qwi_cpu_gemv_prefetch_default(512));
+    cr_assert(qwi_cpu_gemv_prefetch_default(256) == 256 || qwi_cpu_gemv_prefetch_default(256) == 2048);
 }
 
 Test(gemv_prefetch, each_kernel_keeps_its_distance_without_an_override) {
     unsetenv("QWINFER_GEMV_PREFETCH");
     expect_tuned();
+}
+
+Test(gemv_prefetch, zen5_takes_2_kib_other_cores_the_kernels_distance) {
+    cr_assert_eq(qwi_cpu_gemv_prefetch_for_core(256, true, 0x1a), 2048);
+    cr_assert_eq(qwi_cpu_gemv_prefetch_for_core(512, true, 0x1a), 2048);
+    cr_assert_eq(qwi_cpu_gemv_prefetch_for_core(256, true, 0x19), 256);   /* Zen 3 and Zen 4 */
+    cr_assert_eq(qwi_cpu_gemv_prefetch_for_core(512, true, 0x17), 512);   /* Zen 1 and 2 */
+    cr_assert_eq(qwi_cpu_gemv_prefetch_for_core(256, false, 0x1a), 256);  /* not AMD */
+    cr_assert_eq(qwi_cpu_gemv_prefetch_for_core(256, false, 6), 256);     /* Intel */
 }
 
 Test(gemv_prefetch, override_sets_every_kernels_distance) {
