@@ -352,6 +352,84 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
     free_qdata(&d);
 }
 
+/* Calls the driver splits: int4 jobs of two group sizes (one quantization
+ * per call, so a call per job) next to an int8 PAIR job, and more than 8
+ * jobs (task_end holds 8) whose pair-reading job comes after the split -
+ * each output must be the job's own call's, so x must be rounded for the
+ * pair job whichever part of the split it lands in; and
+ * qwi_cpu_matmul_rounded over rows rounded ahead gives the same bits. */
+Test(quant_kernels, driver_splits_keep_every_job_exact) {
+    const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
+    const int64_t M = 3, K = 256, N = 48, KP = qwi_pair_kp(K);
+    qdata d128 = make_qdata(QWI_QFMT_U4, N, K, 128), d64 = make_qdata(QWI_QFMT_U4, N, K, 64);
+    qdata d8 = make_qdata(QWI_QFMT_U8, N, K, 128);
+    qwi_qpanel p128, p64, p8;
+    void *b128 = pack(&d128, QWI_QPANEL_PAIR, &p128), *b64 = pack(&d64, QWI_QPANEL_PAIR, &p64);
+    void *b8 = pack(&d8, QWI_QPANEL_PAIR, &p8);
+    qwi_cpu_linear l128 = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = p128 };
+    qwi_cpu_linear l64 = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = p64 };
+    qwi_cpu_linear l8 = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = p8 };
+    float *x = malloc(sizeof(float) * (size_t)(M * K));
+    for (int64_t i = 0; i < M * K; i++) x[i] = urand();
+    uint32_t *xpair = malloc(sizeof(uint32_t) * (size_t)(M * KP));
+    uint32_t *q4q = malloc(sizeof(uint32_t) * (size_t)(M * KP));
+    float *q4d = malloc(sizeof(float) * (size_t)(M * (K / 64)));
+    int32_t *q4s = malloc(sizeof(int32_t) * (size_t)(M * (K / 64)));
+    enum { NJ = 10 };
+    float *out[NJ], *want[NJ];
+    for (int j = 0; j < NJ; j++) {
+        out[j] = malloc(sizeof(float) * (size_t)(M * N));
+        want[j] = malloc(sizeof(float) * (size_t)(M * N));
+    }
+    qwi_cpu_pool *pool = NULL;
+    cr_assert_eq(qwi_cpu_pool_create(2, &pool), QW_OK);
+    qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool), .xpair = xpair,
+                       .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s };
+    /* mixed groups: 128, 64, then the int8 job; and 9 int4 jobs, then int8 */
+    const qwi_cpu_linear *mixed[3] = { &l128, &l64, &l8 };
+    const qwi_cpu_linear *many[NJ];
+    for (int j = 0; j < NJ - 1; j++) many[j] = &l128;
+    many[NJ - 1] = &l8;
+    const struct { const qwi_cpu_linear *const *lins; int n; } calls[2] = { { mixed, 3 }, { many, NJ } };
+    for (int ci = 0; ci < 2; ci++) {
+        qwi_cpu_mm_job jobs[NJ];
+        for (int j = 0; j < calls[ci].n; j++) {
+            qwi_cpu_mm_job one = { calls[ci].lins[j], want[j], 0 };
+            memset(xpair, 0xa5, sizeof(uint32_t) * (size_t)(M * KP));   /* stale pairs */
+            qwi_cpu_matmul(&cx, x, M, K, &one, 1);
+            jobs[j] = (qwi_cpu_mm_job){ calls[ci].lins[j], out[j], 0 };
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            memset(xpair, 0xa5, sizeof(uint32_t) * (size_t)(M * KP));
+            if (pass == 0) qwi_cpu_matmul(&cx, x, M, K, jobs, calls[ci].n);
+            else {
+                qwi_pair_round_rows(x, 0, M, K, xpair);
+                qwi_cpu_matmul_rounded(&cx, x, M, K, jobs, calls[ci].n);
+            }
+            for (int j = 0; j < calls[ci].n; j++)
+                cr_assert(memcmp(out[j], want[j], sizeof(float) * (size_t)(M * N)) == 0,
+                          "call %d (%d jobs), %s: job %d differs from its own call", ci, calls[ci].n,
+                          pass ? "rounded ahead" : "rounded by the driver", j);
+        }
+    }
+    qwi_cpu_pool_destroy(pool);
+    for (int j = 0; j < NJ; j++) {
+        free(out[j]);
+        free(want[j]);
+    }
+    free(x);
+    free(xpair);
+    free(q4q);
+    free(q4d);
+    free(q4s);
+    free(b128);
+    free(b64);
+    free(b8);
+    free_qdata(&d128);
+    free_qdata(&d64);
+    free_qdata(&d8);
+}
+
 /* ---- packing from qwi_qweight (the loader's form) -------------------------- */
 
 static void check_pack_matches_qweight(const qwi_qweight *w) {

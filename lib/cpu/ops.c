@@ -124,20 +124,28 @@ bool qwi_cpu_jobs_read_pairs(const qwi_cpu_mm_job *jobs, int njobs) {
 static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
                        const qwi_cpu_mm_job *jobs, int njobs, int x_rounded) {
     if (M <= 0 || njobs <= 0) return;
+    if (!x_rounded && qwi_cpu_jobs_read_pairs(jobs, njobs)) {
+        /* one rounding of x per call (before any split below), by rows:
+         * rows are independent */
+        round_ctx r = { .x = x, .out = cx->xpair, .M = M, .K = K,
+                        .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
+        qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), round_task, &r);
+    }
+    x_rounded = 1;
     if (njobs > 8) {               /* task_end holds 8; more is rare enough to split */
         matmul_run(cx, x, M, K, jobs, 8, x_rounded);
-        matmul_run(cx, x, M, K, jobs + 8, njobs - 8, 1);   /* rounded by the first */
+        matmul_run(cx, x, M, K, jobs + 8, njobs - 8, x_rounded);
         return;
     }
     mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs };
     int64_t total_n = 0, q4_gk = 0;
     size_t esize = 4;
-    bool panel = false, pair = false, bf16_pair = true;
+    bool panel = false, bf16_pair = true;
     for (int j = 0; j < njobs; j++) {
         const qwi_cpu_linear *l = jobs[j].lin;
         if (is_u4_pair(l)) {
             if (q4_gk && l->qp.group_k != q4_gk) {   /* one quantization per call */
-                for (int i = 0; i < njobs; i++) matmul_run(cx, x, M, K, &jobs[i], 1, x_rounded || i > 0);
+                for (int i = 0; i < njobs; i++) matmul_run(cx, x, M, K, &jobs[i], 1, x_rounded);
                 return;
             }
             q4_gk = l->qp.group_k;
@@ -146,13 +154,7 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
         if (l->quant) esize = 1;   /* 0.5-1 byte per weight: the block math below */
         else if (qwi_dtype_size(l->dtype) < esize || l->pair) esize = QWI_MIN(esize, (size_t)2);
         panel |= l->panel || l->pair || l->quant;
-        pair |= reads_pairs(l);
         bf16_pair &= l->pair;
-    }
-    if (pair && !x_rounded) {   /* one rounding of x per call, split by rows (rows are independent) */
-        round_ctx r = { .x = x, .out = cx->xpair, .M = M, .K = K,
-                        .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
-        qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), round_task, &r);
     }
     if (q4_gk) {   /* the same for the int4 jobs' quantized rows */
         c.q4 = (qwi_q4act){ .q = cx->q4_q, .d = cx->q4_d, .sum = cx->q4_sum,
