@@ -273,10 +273,23 @@ static void block_case(const char *kt_name, bool dot, int nseq, const int32_t *c
         qwi_cpu_attn a1 = a;
         a1.out = out1;
         memset(out1, 0xff, sizeof(float) * (size_t)T * qd);
+        /* the o projection's pairs, rounded as each slice is written: the
+         * same as rounding the finished rows */
+        uint32_t *pairs = malloc(sizeof(uint32_t) * (size_t)T * (qd / 2));
+        uint32_t *want = malloc(sizeof(uint32_t) * (size_t)T * (qd / 2));
+        memset(pairs, 0xa5, sizeof(uint32_t) * (size_t)T * (qd / 2));
+        if (threads == 2) a1.out_pairs = pairs;
         qwi_cpu_attention(pool, kt, scr, &a1);
         for (int64_t i = 0; i < (int64_t)T * qd; i++)
             cr_assert_eq(bits(out1[i]), bits(out[i]), "%s, %d threads: row %lld elem %lld differs from the row alone",
                          kt_name, threads, (long long)(i / qd), (long long)(i % qd));
+        if (a1.out_pairs) {
+            qwi_pair_round_rows(out, 0, T, qd, want);
+            cr_assert(memcmp(pairs, want, sizeof(uint32_t) * (size_t)T * (qd / 2)) == 0,
+                      "%s: out_pairs differ from the rounded rows", kt_name);
+        }
+        free(pairs);
+        free(want);
         qwi_cpu_pool_destroy(pool);
     }
     if (dot && strcmp(a.kb->name, "generic") != 0) {

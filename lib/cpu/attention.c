@@ -474,6 +474,11 @@ static void row_end(const qwi_cpu_attn *a, int32_t r, int32_t g, const row_state
             for (int32_t d = 0; d < hd; d++) out[h * hd + d] = s->acc[h * hd + d] * inv;
         }
     }
+    /* the group's heads are one even-length span of the row: its pairs are
+     * the row's pairs from (g * group * hd) / 2 on */
+    if (a->out_pairs)
+        qwi_pair_round_rows(out, 0, 1, (int64_t)group * hd,
+                            a->out_pairs + (r * (int64_t)a->num_heads * hd + (int64_t)g * group * hd) / 2);
 }
 
 /* Rows r0 .. r0+n-1 (n <= QWI_CPU_ATTN_ROWS) of one sequence, tile by tile:

@@ -68,6 +68,11 @@ typedef struct qwi_cpu_attn {
      * even; otherwise, and for the other caches, ignored. */
     bool bf16_dot;
     float *out;                  /* [num_tokens][num_heads*head_dim]               */
+    /* When not NULL, each (row, kv head) slice of out is also rounded, as it
+     * is written, into these bf16 pairs ([num_tokens][num_heads*head_dim/2],
+     * qwi_pair_round_rows' layout of out; head_dim even): the o projection's
+     * input for qwi_cpu_matmul_rounded (cpu/ops.h). */
+    uint32_t *out_pairs;
     const int32_t *positions;    /* [num_tokens]: row r attends to 0..positions[r] */
     const int32_t *row_seq;      /* [num_tokens]: the sequence of row r            */
     const int32_t *block_tables; /* [num_seqs][max_blocks_per_seq]                 */

@@ -977,9 +977,10 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
     qwi_cpu_pool_run(b->pool, QWI_DIV_UP((int64_t)M, c.rows_per_task), embed_task, &c);
 
     float *h = b->bufA, *att = b->bufA;
-    /* fast numerics: the norms and the SiLU round their output rows to the
-     * matmuls' bf16 pairs as they write them (qwi_cpu_matmul_rounded),
-     * where the next matmul reads pairs at all (int4 reads its own) */
+    /* fast numerics: the norms, attention and the SiLU round their output
+     * rows to the matmuls' bf16 pairs as they write them
+     * (qwi_cpu_matmul_rounded), where the next matmul reads pairs at all
+     * (int4 reads its own) */
     uint32_t *xp = fast_mode(b) ? cx->xpair : NULL;
     c.q = b->bufB;
     c.k = b->bufB + T * qd;
@@ -1031,9 +1032,10 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
             at.k_cache = c.k_cache;
             at.v_cache = c.v_cache;
         }
-        qwi_cpu_attention(b->pool, cx->kt, b->attn_buf, &at);
         qwi_cpu_mm_job o = { &L->o, b->x, 1 };
-        qwi_cpu_matmul(cx, att, M, qd, &o, 1);
+        at.out_pairs = xp && hd % 2 == 0 && qwi_cpu_jobs_read_pairs(&o, 1) ? xp : NULL;
+        qwi_cpu_attention(b->pool, cx->kt, b->attn_buf, &at);
+        matmul_after_row_op(cx, att, M, qd, &o, 1, at.out_pairs);
 
         qwi_cpu_mm_job gu[2] = { { &L->gate, gate, 0 }, { &L->up, up, 0 } };
         hp = xp && qwi_cpu_jobs_read_pairs(gu, 2) ? xp : NULL;
