@@ -412,9 +412,6 @@ candidates(const float *logits, int32_t vocab, const uint8_t *banned, double m, 
            double floor_e, qwi_sample_scratch *s, double *z, const int keep_list) {
     double w[WEIGHT_CHUNK];
     int32_t n = 0;
-    /* Z in a register: through *z (which may alias the histogram) every
-     * addition waited for a store and a load. */
-    double zsum = *z;
     memset(s->hist, 0, sizeof s->hist);
     for (int32_t i0 = 0; i0 < vocab; i0 += WEIGHT_CHUNK) {
         const int32_t c = vocab - i0 < WEIGHT_CHUNK ? vocab - i0 : WEIGHT_CHUNK;
@@ -425,10 +422,9 @@ candidates(const float *logits, int32_t vocab, const uint8_t *banned, double m, 
             if (keep_list) s->list[n] = (cand){e, i0 + j};
             n++;
             s->hist[bucket_of(e)] += e;
-            zsum += e;
+            *z += e;
         }
     }
-    *z = zsum;
     return n;
 }
 
