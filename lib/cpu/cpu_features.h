@@ -1,6 +1,7 @@
 /*
  * cpu_features.h - CPUID checks that __builtin_cpu_supports cannot make
- * with every compiler the project builds with.
+ * with every compiler the project builds with, and the core's vendor and
+ * family for per-core tuning (gemv_prefetch.c).
  *
  * Why: GCC's __builtin_cpu_supports knows "f16c"; clang 14 (Debian 12's,
  * which `make fuzz` uses for libFuzzer) rejects it at compile time
@@ -33,8 +34,27 @@ static inline bool qwi_cpu_has_f16c(void) {
     }
     return v != 0;
 }
+
+/* Whether CPUID's vendor is "AuthenticAMD", and the family of leaf 1 (the
+ * extended family added where the base one is 0xF: Zen 3/4 are 0x19, Zen 5
+ * 0x1A). CPUID each call (a VM exit in a guest): for once-per-process use. */
+static inline void qwi_cpu_vendor_family(bool *amd, int *family) {
+    unsigned a, b, c, d;
+    *amd = false;
+    *family = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d))   /* vendor string in ebx, edx, ecx */
+        *amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        *family = (int)((a >> 8) & 0xf);
+        if (*family == 0xf) *family += (int)((a >> 20) & 0xff);
+    }
+}
 #else
 static inline bool qwi_cpu_has_f16c(void) { return false; }
+static inline void qwi_cpu_vendor_family(bool *amd, int *family) {
+    *amd = false;
+    *family = 0;
+}
 #endif
 
 #endif

@@ -7,32 +7,23 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
+#include "cpu/cpu_features.h"
 
 /* Zen 5 (AMD family 0x1A): the distance measured best there, for every
  * kernel (docs/benchmarks.md, "CPUID on a hot path; ..."): 0.6B batch-1
- * decode on two threads, 6 interleaved pairs each, took 5% (GPTQ int4),
+ * decode on two threads, 4-6 interleaved pairs each, took 5% (GPTQ int4),
  * 7% (AWQ), 11% (FP8) and 16% (GPTQ int8) less time than at the Zen 4
  * distances (256-512 bytes). */
 #define ZEN5_BYTES 2048
 
 /* -1: no override */
 static int64_t override_bytes = -1;
-static int core_amd, core_family;
+static bool core_amd;
+static int core_family;
 static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
 
 static void resolve(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    if (__get_cpuid(0, &a, &b, &c, &d))   /* "AuthenticAMD": ebx, edx, ecx */
-        core_amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
-    if (__get_cpuid(1, &a, &b, &c, &d)) {
-        core_family = (int)((a >> 8) & 0xf);
-        if (core_family == 0xf) core_family += (int)((a >> 20) & 0xff);
-    }
-#endif
+    qwi_cpu_vendor_family(&core_amd, &core_family);
     const char *env = getenv("QWINFER_GEMV_PREFETCH");
     if (!env || !*env) return;
     char *end = NULL;
@@ -51,5 +42,6 @@ int64_t qwi_cpu_gemv_prefetch_default(int64_t tuned) {
 
 int64_t qwi_cpu_gemv_prefetch(int64_t tuned) {
     pthread_once(&resolve_once, resolve);
-    return override_bytes >= 0 ? override_bytes : qwi_cpu_gemv_prefetch_default(tuned);
+    return override_bytes >= 0 ? override_bytes
+                               : qwi_cpu_gemv_prefetch_for_core(tuned, core_amd, core_family);
 }
