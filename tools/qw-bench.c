@@ -712,7 +712,8 @@ typedef struct breq {
     int conv, turn;              /* chat: conversation and turn                   */
     qw_request_stats st;
     int have_st;
-    int64_t computed;            /* computed_tokens before the step; -1: unknown  */
+    int64_t computed;            /* computed_tokens before the step (read at submit,
+                                    then after each step); -1: unknown            */
 } breq;
 
 typedef struct step_rec {
@@ -872,6 +873,7 @@ static void run_loop(bench *b) {
             if (s != QW_OK) die("submit of request %d (%d prompt tokens): %s", i, q->plen, qw_last_error());
             q->submitted = 1;
             q->submit_t = now_s();
+            q->computed = computed_tokens(q);
             inflight++;
         }
         if (!qw_engine_has_work(b->e)) {
@@ -892,10 +894,8 @@ static void run_loop(bench *b) {
         for (int i = 0; i < b->nreq; i++) {
             breq *q = &b->reqs[i];
             if (!q->submitted || q->done) continue;
-            if (q->ntok == 0) {
-                rec.decode_only = 0;
-                q->computed = computed_tokens(q);
-            } else rec.prefill_only = 0;
+            if (q->ntok == 0) rec.decode_only = 0;
+            else rec.prefill_only = 0;
             rec.ctx_tokens += q->plen + q->ntok;
         }
         qw_engine_stats sa, sb;
@@ -922,11 +922,13 @@ static void run_loop(bench *b) {
             if (!q->submitted || q->done || q->ntok != 0) continue;
             qw_request_stats st;
             int64_t after = computed_tokens_stats(q, &st);
-            if (q->computed < 0 || after < 0) {
+            const int64_t before = q->computed;
+            q->computed = after;   /* the next step's "before": it changes only in a step */
+            if (before < 0 || after < 0) {
                 chunks_known = 0;
                 break;
             }
-            int64_t start = after < q->computed ? 0 : q->computed;   /* preempted: from 0 */
+            int64_t start = after < before ? 0 : before;   /* preempted: from 0 */
             if (start < (int64_t)st.cached_prompt_tokens) start = (int64_t)st.cached_prompt_tokens;
             if (after > q->plen) after = q->plen;
             if (after <= start) continue;
