@@ -953,6 +953,12 @@ static void matmul_after_row_op(const qwi_cpu_ctx *cx, const float *x, int64_t M
     else qwi_cpu_matmul(cx, x, M, K, jobs, njobs);
 }
 
+/* Where the row op before these jobs rounds its rows: xp (fast numerics'
+ * pairs, or NULL) when some job reads pairs, else NULL. */
+static uint32_t *pairs_for(uint32_t *xp, const qwi_cpu_mm_job *jobs, int njobs) {
+    return xp && qwi_cpu_jobs_read_pairs(jobs, njobs) ? xp : NULL;
+}
+
 static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
     cpu_backend *b = (cpu_backend *)base;
     if (!b || !p) return qwi_fail(QW_ERR_INVALID_ARGUMENT, "cpu: forward: NULL backend or plan");
@@ -1003,7 +1009,7 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
         c.v_cache = (char *)c.k_cache + b->layer_elems * b->kv_elem;
 
         qwi_cpu_mm_job qkv[3] = { { &L->q, c.q, 0 }, { &L->k, c.k, 0 }, { &L->v, c.v, 0 } };
-        uint32_t *hp = xp && qwi_cpu_jobs_read_pairs(qkv, 3) ? xp : NULL;
+        uint32_t *hp = pairs_for(xp, qkv, 3);
         qwi_cpu_rmsnorm_rows(cx, b->x, L->in_norm, M, H, eps, h, hp);
         matmul_after_row_op(cx, h, M, H, qkv, 3, hp);
         if (b->kv_dtype == QW_KV_CACHE_FP8_E4M3) {
@@ -1033,16 +1039,16 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
             at.v_cache = c.v_cache;
         }
         qwi_cpu_mm_job o = { &L->o, b->x, 1 };
-        at.out_pairs = xp && hd % 2 == 0 && qwi_cpu_jobs_read_pairs(&o, 1) ? xp : NULL;
+        at.out_pairs = hd % 2 == 0 ? pairs_for(xp, &o, 1) : NULL;
         qwi_cpu_attention(b->pool, cx->kt, b->attn_buf, &at);
         matmul_after_row_op(cx, att, M, qd, &o, 1, at.out_pairs);
 
         qwi_cpu_mm_job gu[2] = { { &L->gate, gate, 0 }, { &L->up, up, 0 } };
-        hp = xp && qwi_cpu_jobs_read_pairs(gu, 2) ? xp : NULL;
+        hp = pairs_for(xp, gu, 2);
         qwi_cpu_rmsnorm_rows(cx, b->x, L->post_norm, M, H, eps, h, hp);
         matmul_after_row_op(cx, h, M, H, gu, 2, hp);
         qwi_cpu_mm_job down = { &L->down, b->x, 1 };
-        hp = xp && qwi_cpu_jobs_read_pairs(&down, 1) ? xp : NULL;
+        hp = pairs_for(xp, &down, 1);
         qwi_cpu_silu_mul_rows(cx, gate, up, M, I, gate, hp);
         matmul_after_row_op(cx, gate, M, I, &down, 1, hp);
     }
