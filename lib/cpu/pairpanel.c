@@ -143,30 +143,42 @@ static bool have_avx512bf16(void) {
 }
 #endif
 
-/* One row of k values to pairs at o by the named implementation (see
- * pairpanel.h); false where it cannot run. */
-static bool round_row_by(int impl, const float *x, int64_t k, u16_alias *o) {
+/* One row of k values to pairs at o by implementation impl (0 portable,
+ * 1 avx2, 2 avx512bf16), which the caller has checked this CPU runs: the
+ * check costs a call per row, and attention rounds one short row per
+ * (sequence, head) tile. */
+static void round_row_impl(int impl, const float *x, int64_t k, u16_alias *o) {
     switch (impl) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    case 2:
-        if (!have_avx512bf16()) return false;
-        round_row_avx512bf16(x, k, o);
-        break;
-    case 1:
-        if (!have_avx2()) return false;
-        round_row_avx2(x, k, o);
-        break;
+    case 2: round_row_avx512bf16(x, k, o); break;
+    case 1: round_row_avx2(x, k, o); break;
 #endif
-    case 0:
+    default:
         for (int64_t i = 0; i < k; i++) {
             uint32_t u;
             memcpy(&u, x + i, 4);
             o[i] = round_bf16_bits(u);
         }
         break;
-    default: return false;
     }
     if (k & 1) o[k] = 0;
+}
+
+/* round_row_impl after checking impl; false where this CPU cannot run it. */
+static bool round_row_by(int impl, const float *x, int64_t k, u16_alias *o) {
+    switch (impl) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    case 2:
+        if (!have_avx512bf16()) return false;
+        break;
+    case 1:
+        if (!have_avx2()) return false;
+        break;
+#endif
+    case 0: break;
+    default: return false;
+    }
+    round_row_impl(impl, x, k, o);
     return true;
 }
 
@@ -194,5 +206,5 @@ void qwi_pair_round_rows(const float *x, int64_t m0, int64_t m1, int64_t k, uint
      * (element 2j low, 2j+1 high), as pairpanel.h wants. */
     const int64_t kp = qwi_pair_kp(k);
     const int impl = best_impl();
-    for (int64_t m = m0; m < m1; m++) round_row_by(impl, x + m * k, k, (u16_alias *)(out + m * kp));
+    for (int64_t m = m0; m < m1; m++) round_row_impl(impl, x + m * k, k, (u16_alias *)(out + m * kp));
 }
