@@ -182,10 +182,10 @@ typedef enum qw_engine_option {
  *   alone and chunked == unchunked still hold bit for bit. The weights are
  *   always copied into packed memory in this mode; if that fails,
  *   qw_engine_create returns QW_ERR_OUT_OF_MEMORY. Quantized checkpoints:
- *   int8 and fp8 weights multiply the bf16 activations the same way; int4
- *   (AWQ, GPTQ 4-bit) linears instead quantize each activation row to int16
- *   per scale group (step: the group's largest magnitude / 32767) and sum
- *   exactly in int32 (docs/quantization.md).
+ *   fp8 weights multiply the bf16 activations the same way; int4 and int8
+ *   (AWQ, GPTQ) linears instead quantize each activation row to int16 per
+ *   scale group (step: the group's largest magnitude / 32767 for groups up
+ *   to 256 columns) and sum exactly in int32 (docs/quantization.md).
  * QW_NUMERICS_EXACT: f32 activations and f32 accumulation with the
  *   weights' own precision: the numerical reference (1e-4), slower.
  * Read once by qw_engine_create and fixed for the engine's life; like every

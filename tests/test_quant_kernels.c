@@ -127,16 +127,19 @@ Test(quant_kernels, zero_point_outside_the_contract_is_refused) {
     free_qdata(&d);
 }
 
-/* The quantized activation rows of cpu/q4i.h for rows [0, M) of x (owned
- * by the caller: free_q4act). */
-static qwi_q4act make_q4act(const float *x, int64_t M, int64_t K, int64_t gk) {
+/* The quantized activation rows of cpu/q4i.h for rows [0, M) of x, for
+ * weights of fmt (U4/U8: its Q; E4M3: unused, U4's), owned by the caller:
+ * free_q4act. */
+static qwi_q4act make_q4act(const float *x, int64_t M, int64_t K, int64_t gk, qwi_qfmt fmt) {
     const int64_t KP = qwi_pair_kp(K), G = QWI_DIV_UP(K, gk);
     uint32_t *q = malloc(sizeof(uint32_t) * (size_t)(M * KP));
     float *dd = malloc(sizeof(float) * (size_t)(M * G));
     int32_t *sum = malloc(sizeof(int32_t) * (size_t)(M * G));
     cr_assert(q && dd && sum);
-    qwi_q4i_quantize_rows(x, 0, M, K, gk, q, dd, sum);
-    return (qwi_q4act){ .q = q, .d = dd, .sum = sum, .KP = KP, .G = G, .group_k = gk };
+    const int32_t qmax = qwi_q4i_qmax(gk, fmt == QWI_QFMT_U8 ? 8 : 4);
+    cr_assert(qmax > 0);
+    qwi_q4i_quantize_rows(x, 0, M, K, gk, qmax, q, dd, sum);
+    return (qwi_q4act){ .q = q, .d = dd, .sum = sum, .KP = KP, .G = G, .group_k = gk, .qmax = qmax };
 }
 
 static void free_q4act(qwi_q4act *a) {
@@ -146,13 +149,14 @@ static void free_q4act(qwi_q4act *a) {
 }
 
 /* Activation k of row m as a kernel sees it: x (SEQ), its bf16 rounding
- * (PAIR), or q * d (PAIR U4, cpu/q4i.h). */
+ * (PAIR E4M3), or q * d (PAIR U4/U8, cpu/q4i.h). */
 static double seen_x(const qwi_qpanel *qp, const float *x, const uint32_t *xp,
                      const qwi_q4act *a, int64_t m, int64_t k) {
     const int64_t K = qp->k, KP = qwi_pair_kp(K);
     if (qp->layout == QWI_QPANEL_SEQ) return x[m * K + k];
-    const uint32_t pair = qp->fmt == QWI_QFMT_U4 ? a->q[m * KP + k / 2] : xp[m * KP + k / 2];
-    if (qp->fmt == QWI_QFMT_U4)
+    const bool integer = qp->fmt != QWI_QFMT_E4M3;
+    const uint32_t pair = integer ? a->q[m * KP + k / 2] : xp[m * KP + k / 2];
+    if (integer)
         return (double)(int16_t)(k & 1 ? pair >> 16 : pair & 0xffff) *
                (double)a->d[m * a->G + k / qp->group_k];
     uint32_t u = k & 1 ? pair & 0xffff0000u : pair << 16;
@@ -162,15 +166,15 @@ static double seen_x(const qwi_qpanel *qp, const float *x, const uint32_t *xp,
 }
 
 /* Run one table's kernel for rows [0, M) and columns [c0, c0 + N) of the
- * weight (c0 a multiple of 16), x f32 rows (SEQ), their bf16 pairs or (U4)
- * their quantized rows a. */
+ * weight (c0 a multiple of 16), x f32 rows (SEQ), their bf16 pairs or
+ * (U4/U8) their quantized rows a. */
 static void run(const qwi_cpu_kernels *kt, const qwi_qpanel *qp, const float *x, const uint32_t *xp,
                 const qwi_q4act *a, int64_t M, int64_t c0, int64_t N, const float *bias,
                 float *out, int64_t ldo, int accumulate) {
     const float *b = bias ? bias + c0 : NULL;
     if (qp->layout == QWI_QPANEL_SEQ)
         kt->matmul_qf32(x, M, qp->k, qp, c0, N, b, out + c0, ldo, accumulate);
-    else if (qp->fmt == QWI_QFMT_U4)
+    else if (qp->fmt != QWI_QFMT_E4M3)
         kt->matmul_q4i(a, M, qp, c0, N, b, out + c0, ldo, accumulate);
     else
         kt->matmul_qpair(xp, M, qwi_pair_kp(qp->k), qp, c0, N, b, out + c0, ldo, accumulate);
@@ -179,7 +183,7 @@ static void run(const qwi_cpu_kernels *kt, const qwi_qpanel *qp, const float *x,
 /* The same rows one by one: row m's view of a. */
 static qwi_q4act q4_row(const qwi_q4act *a, int64_t m) {
     return (qwi_q4act){ .q = a->q + m * a->KP, .d = a->d + m * a->G, .sum = a->sum + m * a->G,
-                        .KP = a->KP, .G = a->G, .group_k = a->group_k };
+                        .KP = a->KP, .G = a->G, .group_k = a->group_k, .qmax = a->qmax };
 }
 
 typedef struct shape {
@@ -227,7 +231,7 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                 for (int64_t i = 0; i < N; i++) bias[i] = urand();
                 for (int64_t i = 0; i < MMAX * N; i++) init[i] = urand();
                 qwi_pair_round_rows(x, 0, MMAX, K, xp);
-                qwi_q4act a = make_q4act(x, MMAX, K, sh->gk);
+                qwi_q4act a = make_q4act(x, MMAX, K, sh->gk, fmts[f]);
                 for (int lay = 0; lay < 2; lay++) {
                     qwi_qpanel qp;
                     void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
@@ -243,8 +247,8 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                                   "%s %s layout %d shape %zu M %lld: differs from generic", tables[t],
                                   fmt_names[fmts[f]], lay, si, (long long)M);
                         /* float64 reference of the dequantized weights (x as
-                         * the kernel saw it: bf16 or int4's q * d in the fast
-                         * layout) */
+                         * the kernel saw it: bf16, or int4/int8's q * d, in the
+                         * fast layout) */
                         for (int64_t m = 0; m < M; m++)
                             for (int64_t n = 0; n < N; n++) {
                                 double ref = 0, mag = 0;
@@ -314,7 +318,7 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
     float *out2 = malloc(sizeof(float) * (size_t)(M * 48));
     for (int64_t i = 0; i < M * K; i++) x[i] = urand();
     for (int64_t i = 0; i < 48 * K; i++) wf[i] = urand();
-    qwi_q4act a = make_q4act(x, M, K, 128);
+    qwi_q4act a = make_q4act(x, M, K, 128, QWI_QFMT_U4);
     for (int lay = 0; lay < 2; lay++) {
         qwi_qpanel qp;
         void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
@@ -353,8 +357,9 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
 }
 
 /* Calls the driver splits: int4 jobs of two group sizes (one quantization
- * per call, so a call per job) next to an int8 PAIR job, and more than 8
- * jobs (task_end holds 8) whose pair-reading job comes after the split -
+ * per call, so a call per job) next to an int8 job (integer too) and an
+ * FP8 PAIR job (which reads bf16 pairs), and more than 8 jobs (task_end
+ * holds 8) whose pair-reading job comes after the split -
  * each output must be the job's own call's, so x must be rounded for the
  * pair job whichever part of the split it lands in; and
  * qwi_cpu_matmul_rounded over rows rounded ahead gives the same bits. */
@@ -362,13 +367,14 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
     const int64_t M = 3, K = 256, N = 48, KP = qwi_pair_kp(K);
     qdata d128 = make_qdata(QWI_QFMT_U4, N, K, 128), d64 = make_qdata(QWI_QFMT_U4, N, K, 64);
-    qdata d8 = make_qdata(QWI_QFMT_U8, N, K, 128);
-    qwi_qpanel p128, p64, p8;
+    qdata d8 = make_qdata(QWI_QFMT_U8, N, K, 128), dfp8 = make_qdata(QWI_QFMT_E4M3, N, K, 128);
+    qwi_qpanel p128, p64, p8, pfp8;
     void *b128 = pack(&d128, QWI_QPANEL_PAIR, &p128), *b64 = pack(&d64, QWI_QPANEL_PAIR, &p64);
-    void *b8 = pack(&d8, QWI_QPANEL_PAIR, &p8);
+    void *b8 = pack(&d8, QWI_QPANEL_PAIR, &p8), *bfp8 = pack(&dfp8, QWI_QPANEL_PAIR, &pfp8);
     qwi_cpu_linear l128 = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = p128 };
     qwi_cpu_linear l64 = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = p64 };
     qwi_cpu_linear l8 = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = p8 };
+    qwi_cpu_linear lfp8 = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = pfp8 };
     float *x = malloc(sizeof(float) * (size_t)(M * K));
     for (int64_t i = 0; i < M * K; i++) x[i] = urand();
     uint32_t *xpair = malloc(sizeof(uint32_t) * (size_t)(M * KP));
@@ -385,13 +391,18 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     cr_assert_eq(qwi_cpu_pool_create(2, &pool), QW_OK);
     qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool), .xpair = xpair,
                        .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s };
-    /* mixed groups: 128, 64, then the int8 job; and 9 int4 jobs, then int8 */
-    const qwi_cpu_linear *mixed[3] = { &l128, &l64, &l8 };
+    /* mixed groups: 128, 64, then the int8 and FP8 jobs; 8 int4 jobs, then
+     * int8 (group 128, one quantization with int4's) and FP8; int4 and
+     * int8 of one group alone */
+    const qwi_cpu_linear *mixed[4] = { &l128, &l64, &l8, &lfp8 };
     const qwi_cpu_linear *many[NJ];
-    for (int j = 0; j < NJ - 1; j++) many[j] = &l128;
-    many[NJ - 1] = &l8;
-    const struct { const qwi_cpu_linear *const *lins; int n; } calls[2] = { { mixed, 3 }, { many, NJ } };
-    for (int ci = 0; ci < 2; ci++) {
+    for (int j = 0; j < NJ - 2; j++) many[j] = &l128;
+    many[NJ - 2] = &l8;
+    many[NJ - 1] = &lfp8;
+    const qwi_cpu_linear *both[2] = { &l8, &l128 };
+    const struct { const qwi_cpu_linear *const *lins; int n; } calls[3] = {
+        { mixed, 4 }, { many, NJ }, { both, 2 } };
+    for (int ci = 0; ci < 3; ci++) {
         qwi_cpu_mm_job jobs[NJ];
         for (int j = 0; j < calls[ci].n; j++) {
             qwi_cpu_mm_job one = { calls[ci].lins[j], want[j], 0 };
@@ -425,9 +436,11 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     free(b128);
     free(b64);
     free(b8);
+    free(bfp8);
     free_qdata(&d128);
     free_qdata(&d64);
     free_qdata(&d8);
+    free_qdata(&dfp8);
 }
 
 /* ---- packing from qwi_qweight (the loader's form) -------------------------- */
@@ -491,18 +504,27 @@ Test(quant_kernels, packs_a_gptq_int4_qweight) {
     free(s);
 }
 
-/* ---- the int4 matmul's activation quantization (cpu/q4i.h) -------------- */
+/* ---- the integer matmul's activation quantization (cpu/q4i.h) ----------- */
 
 Test(quant_kernels, q4i_levels_keep_the_int32_sums_exact) {
-    cr_assert_eq(qwi_q4i_qmax(128), 32767);
-    cr_assert_eq(qwi_q4i_qmax(4096), 32767);
-    cr_assert_eq(qwi_q4i_qmax(12288), 10922);   /* (2^31 - 1) / (16 * 12288) */
-    cr_assert_eq(qwi_q4i_qmax(0), 0);
-    cr_assert_eq(qwi_q4i_qmax(7), 0);            /* odd */
-    cr_assert_eq(qwi_q4i_qmax(2000000), 0);      /* fewer than 127 levels */
+    cr_assert_eq(qwi_q4i_qmax(128, 4), 32767);
+    cr_assert_eq(qwi_q4i_qmax(4096, 4), 32767);
+    cr_assert_eq(qwi_q4i_qmax(12288, 4), 10922);   /* (2^31 - 1) / (16 * 12288) */
+    cr_assert_eq(qwi_q4i_qmax(128, 8), 32767);
+    cr_assert_eq(qwi_q4i_qmax(256, 8), 32767);     /* (2^31 - 1) / (256 * 256) = 32767 */
+    cr_assert_eq(qwi_q4i_qmax(512, 8), 16383);
+    cr_assert_eq(qwi_q4i_qmax(12288, 8), 682);
+    cr_assert_eq(qwi_q4i_qmax(0, 4), 0);
+    cr_assert_eq(qwi_q4i_qmax(7, 4), 0);            /* odd */
+    cr_assert_eq(qwi_q4i_qmax(128, 5), 0);          /* neither 4 nor 8 bits */
+    cr_assert_eq(qwi_q4i_qmax(2000000, 4), 0);      /* fewer than 127 levels */
+    cr_assert_eq(qwi_q4i_qmax(70000, 8), 0);
+    cr_assert_gt(qwi_q4i_qmax(70000, 4), 0);
     /* and such a weight cannot be packed for the fast kernels */
     cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, 16, 2000000, 2000000), 0);
     cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 2000000, 2000000), 0);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, 16, 70000, 70000), 0);
+    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_SEQ, 16, 70000, 70000), 0);
 }
 
 /* Values spanning 2^-20 .. 2^12 within a group. */
@@ -518,7 +540,7 @@ static void wide_rows(float *x, int64_t n) {
 Test(quant_kernels, q4i_activations_follow_the_contract) {
     const int64_t M = 4, K = 1185, gk = 296;   /* odd K, a short last group */
     const int64_t KP = qwi_pair_kp(K), G = QWI_DIV_UP(K, gk);
-    const int32_t Q = qwi_q4i_qmax(gk);
+    const int32_t Q = qwi_q4i_qmax(gk, 4);
     float *x = malloc(sizeof(float) * (size_t)(M * K));
     wide_rows(x, M * K);
     for (int64_t k = 0; k < gk; k++) x[1 * K + k] = 0.0f;                  /* row 1 group 0: zero */
@@ -530,8 +552,8 @@ Test(quant_kernels, q4i_activations_follow_the_contract) {
     int32_t *s1 = malloc(sizeof(int32_t) * (size_t)(M * G)), *s2 = malloc(sizeof(int32_t) * (size_t)(M * G));
     memset(q1, 0xa5, sizeof(uint32_t) * (size_t)(M * KP));
     memset(q2, 0x5a, sizeof(uint32_t) * (size_t)(M * KP));
-    qwi_q4i_quantize_rows_portable(x, 0, M, K, gk, q1, d1, s1);
-    qwi_q4i_quantize_rows(x, 0, M, K, gk, q2, d2, s2);
+    qwi_q4i_quantize_rows_portable(x, 0, M, K, gk, Q, q1, d1, s1);
+    qwi_q4i_quantize_rows(x, 0, M, K, gk, Q, q2, d2, s2);
     cr_assert(memcmp(q1, q2, sizeof(uint32_t) * (size_t)(M * KP)) == 0, "q differs");
     cr_assert(memcmp(d1, d2, sizeof(float) * (size_t)(M * G)) == 0, "d differs");
     cr_assert(memcmp(s1, s2, sizeof(int32_t) * (size_t)(M * G)) == 0, "sums differ");
@@ -567,7 +589,7 @@ Test(quant_kernels, q4i_activations_follow_the_contract) {
     qdata d = make_qdata(QWI_QFMT_U4, N, K, gk);
     qwi_qpanel qp;
     void *buf = pack(&d, QWI_QPANEL_PAIR, &qp);
-    const qwi_q4act a = { .q = q1, .d = d1, .sum = s1, .KP = KP, .G = G, .group_k = gk };
+    const qwi_q4act a = { .q = q1, .d = d1, .sum = s1, .KP = KP, .G = G, .group_k = gk, .qmax = Q };
     float *o = malloc(sizeof(float) * (size_t)(M * N)), *o1 = malloc(sizeof(float) * (size_t)N);
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
         const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
@@ -606,7 +628,7 @@ static void gemv_matches_generic_at(const char *distance) {
     cr_assert(x && o_gen && o_tab && xp);
     for (int64_t i = 0; i < 2 * K; i++) x[i] = urand();
     qwi_pair_round_rows(x, 0, 2, K, xp);
-    qwi_q4act a = make_q4act(x, 2, K, GK);
+    qwi_q4act a = make_q4act(x, 2, K, GK, QWI_QFMT_U8);   /* Q 32767: int4's too */
     int compared = 0;
     for (size_t t = 1; t < sizeof tables / sizeof tables[0]; t++) {
         const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);

@@ -5,7 +5,7 @@
  * batched GEMM in GFLOP/s, through the backend's parallel driver
  * (qwi_cpu_matmul) and kernel table, in both numerics modes:
  *   exact: matmul_qf32 (SEQ)   vs the bf16 panel kernel (matmul_bf16_panel)
- *   fast:  matmul_qpair (PAIR; int4: matmul_q4i, cpu/q4i.h) vs the bf16
+ *   fast:  matmul_qpair (PAIR; int4/int8: matmul_q4i, cpu/q4i.h) vs the bf16
  *          pair kernel (matmul_pair)
  *
  *   qw-qbench [--k N] [--n N] [--threads N] [--group N] [--layers N]
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
     uint8_t *codes = xalloc((size_t)(N * K));
     float *scales = xalloc(sizeof(float) * (size_t)(N * G)), *zeros = xalloc(sizeof(float) * (size_t)(N * G));
     for (int64_t i = 0; i < N * G; i++) { scales[i] = 0.01f; zeros[i] = 8.0f; }
-    /* the int4 kernels' quantized rows (cpu/q4i.h), as the engine's driver keeps them */
+    /* the int4/int8 kernels' quantized rows (cpu/q4i.h), as the engine's driver keeps them */
     uint32_t *q4q = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
     float *q4d = xalloc(sizeof(float) * (size_t)(mmax * G));
     int32_t *q4s = xalloc(sizeof(int32_t) * (size_t)(mmax * G));

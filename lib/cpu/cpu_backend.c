@@ -82,7 +82,7 @@ typedef struct cpu_backend {
     int32_t *logit_seq;            /* [max_num_seqs]: seqs that need logits       */
     float **f16_buf;               /* [nthreads], NULL entries without f16 weights */
     uint32_t *xpair;               /* fast mode: [max(T, logit_rows)][max_k/2] bf16 pairs */
-    /* fast mode, U4 weights: quantized matmul inputs (cpu/q4i.h), rows = max(T, logit_rows) */
+    /* fast mode, U4/U8 weights: quantized matmul inputs (cpu/q4i.h), rows = max(T, logit_rows) */
     uint32_t *q4_q;                /* [rows][ceil(max_k / 2)] int16 pairs                */
     float *q4_d;                   /* [rows][groups]                                     */
     int32_t *q4_sum;               /* [rows][groups]                                     */
@@ -557,16 +557,17 @@ static bool model_has_f16(const cpu_backend *b) {
     return false;
 }
 
-/* The most scale groups of any int4 (U4) linear: the fast mode's int4
- * activations keep a scale and a sum per (row, group) (cpu/q4i.h), which
- * qwi_cpu_matmul computes once per call. 0: no U4 linear. */
-static int64_t max_u4_groups(const cpu_backend *b) {
+/* The most scale groups of any int4 or int8 (U4/U8) linear: the fast
+ * mode's integer matmul keeps a scale and a sum per (row, group) of its
+ * activations (cpu/q4i.h), which qwi_cpu_matmul computes once per call.
+ * 0: no such linear. */
+static int64_t max_int_groups(const cpu_backend *b) {
     int64_t g = 0;
     for (int i = 0; i < b->cfg.num_layers; i++) {
         const qwi_cpu_linear *ls[LAYER_LINEARS];
         layer_linears(&b->layers[i], ls);
         for (int j = 0; j < LAYER_LINEARS; j++)
-            if (ls[j]->quant && ls[j]->qsrc && ls[j]->qsrc->fmt == QWI_QFMT_U4)
+            if (ls[j]->quant && ls[j]->qsrc && ls[j]->qsrc->fmt != QWI_QFMT_E4M3)
                 g = QWI_MAX(g, qwi_qweight_groups(ls[j]->qsrc));
     }
     return g;
@@ -606,14 +607,14 @@ static qw_status setup_scratch(cpu_backend *b) {
         if (!b->xpair)
             return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: bf16 activation scratch allocation failed "
                             "(max_num_batched_tokens %zu)", T);
-        const int64_t u4g = max_u4_groups(b);
+        const int64_t u4g = max_int_groups(b);
         if (u4g > 0) {
             const size_t rows = QWI_MAX(T, (size_t)b->logit_rows);
             b->q4_q = (uint32_t *)alloc_floats(rows, (size_t)qwi_pair_kp((int64_t)max_k));
             b->q4_d = alloc_floats(rows, (size_t)u4g);
             b->q4_sum = (int32_t *)alloc_floats(rows, (size_t)u4g);
             if (!b->q4_q || !b->q4_d || !b->q4_sum)
-                return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4 activation scratch allocation "
+                return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4/int8 activation scratch allocation "
                                 "failed (max_num_batched_tokens %zu)", T);
         }
     }
@@ -986,7 +987,7 @@ static qw_status cpu_forward(qwi_backend *base, const qwi_plan *p) {
     /* fast numerics: the norms, attention and the SiLU round their output
      * rows to the matmuls' bf16 pairs as they write them
      * (qwi_cpu_matmul_rounded), where the next matmul reads pairs at all
-     * (int4 reads its own) */
+     * (int4 and int8 read their own) */
     uint32_t *xp = fast_mode(b) ? cx->xpair : NULL;
     c.q = b->bufB;
     c.k = b->bufB + T * qd;

@@ -330,14 +330,14 @@ static void build_full(void) {
     if (a5 && a2) {
         full_avx512 = *a5;
         full_avx512.matmul_pair = qwi_bf16dot_matmul_avx512;
-        /* int4: vpmaddwd on zmm needs AVX512BW (else the AVX2 kernel, same bits) */
+        /* int4/int8: vpmaddwd on zmm needs AVX512BW (else the AVX2 kernel, same bits) */
         if (__builtin_cpu_supports("avx512bw")) full_avx512.matmul_q4i = qwi_avx512_matmul_q4i;
         have_avx512 = true;
         if (qwi_bf16dot_have_avx512bf16()) {
             full_avx512bf16 = full_avx512;
             full_avx512bf16.name = "avx512bf16";
             full_avx512bf16.matmul_pair = qwi_bf16dot_matmul_avx512bf16;
-            /* int4 with vpdpwssd (AVX512_VNNI, which every AVX512_BF16 CPU so
+            /* int4/int8 with vpdpwssd (AVX512_VNNI, which every AVX512_BF16 CPU so
              * far has) */
             if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
                 full_avx512bf16.matmul_q4i = qwi_avx512vnni_matmul_q4i;

@@ -95,8 +95,8 @@ typedef void (*qwr_matmul_pair_fn)(const uint32_t *x, int64_t M, int64_t KP, con
  * qwr_matmul_pair_fn (matmul_qpair, fast mode, w in the PAIR layout); w is
  * the whole packed weight and n0 (a multiple of 16) the weight row of the
  * call's output column 0; out and bias point at column 0 of the call, N
- * columns (may end inside a panel). matmul_qpair takes U8 and E4M3
- * weights only: the fast mode's U4 is matmul_q4i's (below). */
+ * columns (may end inside a panel). matmul_qpair takes E4M3 weights
+ * only: the fast mode's U4 and U8 are matmul_q4i's (below). */
 struct qwi_qpanel;
 typedef void (*qwr_matmul_qf32_fn)(const float *x, int64_t M, int64_t K,
                                    const struct qwi_qpanel *w, int64_t n0, int64_t N,
@@ -105,11 +105,12 @@ typedef void (*qwr_matmul_qpair_fn)(const uint32_t *x, int64_t M, int64_t KP,
                                     const struct qwi_qpanel *w, int64_t n0, int64_t N,
                                     const float *bias, float *out, int64_t ldo, int accumulate);
 
-/* The fast mode's int4 matmul (cpu/q4i.h has the activation form and the
- * arithmetic contract, bit-identical between tables): x the call's
+/* The fast mode's int4/int8 matmul (cpu/q4i.h has the activation form and
+ * the arithmetic contract, bit-identical between tables): x the call's
  * quantized activation rows (row 0 = the call's first row; x->group_k ==
- * w->group_k), w a U4 weight in the PAIR layout as for matmul_qpair, n0,
- * N, bias, out, ldo and accumulate as there. */
+ * w->group_k, x->qmax <= qwi_q4i_qmax(group_k, w's bits)), w a U4 or U8
+ * weight in the PAIR layout, n0, N, bias, out, ldo and accumulate as for
+ * matmul_qpair. */
 struct qwi_q4act;
 typedef void (*qwr_matmul_q4i_fn)(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w,
                                   int64_t n0, int64_t N, const float *bias, float *out,
@@ -131,7 +132,7 @@ typedef struct qwi_cpu_kernels {
     /* Quantized weights (cpu/qpanel.h): exact and fast mode. */
     qwr_matmul_qf32_fn matmul_qf32;
     qwr_matmul_qpair_fn matmul_qpair;
-    qwr_matmul_q4i_fn matmul_q4i;     /* fast mode, U4 weights (cpu/q4i.h) */
+    qwr_matmul_q4i_fn matmul_q4i;     /* fast mode, U4/U8 weights (cpu/q4i.h) */
     float (*dot)(const float *a, const float *b, int64_t n);
     /* o[i] += s * v[i] for i in [0, n): element-wise, so the result of an
      * element never depends on n or its index (attention's P.V). */
@@ -275,7 +276,7 @@ void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
                                  const struct qwi_qpanel *w, int64_t n0, int64_t N,
                                  const float *bias, float *out, int64_t ldo, int accumulate);
 
-/* The int4 matmuls (see qwr_matmul_q4i_fn): portable (q4i.c), AVX2,
+/* The int4/int8 matmuls (see qwr_matmul_q4i_fn): portable (q4i.c), AVX2,
  * AVX-512 with AVX512BW, and with AVX512BW + AVX512_VNNI (q4i_x86.c; call
  * each only where the CPU has those). */
 void qwr_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w, int64_t n0,

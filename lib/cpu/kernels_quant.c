@@ -29,7 +29,7 @@ static inline void decode16(const qwi_qpanel *w, const uint8_t *pc, const float 
             c[s] = qwi_qpanel_e4m3_c(code);
         } else {
             const int v = w->fmt == QWI_QFMT_U4 ? (code >> shift) & 0xf : code;
-            c[s] = (float)v - zg[qwi_qpanel_zero_index(w->fmt, w->layout, 0, s)];
+            c[s] = (float)v - zg[s];
         }
     }
 }
@@ -51,7 +51,6 @@ static inline float hi_f32(uint32_t pair) {
 void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, int64_t n0,
                      int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
     const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    const int64_t zs = qwi_qpanel_zero_stride(w->fmt, w->layout);
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int64_t p = (n0 + j0) / 16;
         const uint8_t *pc = w->codes + p * pb;
@@ -60,7 +59,7 @@ void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, 
             float tot[QMR][16] = { { 0 } };
             for (int64_t g = 0; g < G; g++) {
                 const int64_t ks = g * gk, ke = QWI_MIN(K, ks + gk);
-                const float *zg = w->zeros ? w->zeros + (p * G + g) * zs : NULL;
+                const float *zg = w->zeros ? w->zeros + (p * G + g) * 16 : NULL;
                 float acc[QMR][16] = { { 0 } };
                 for (int64_t k = ks; k < ke; k++) {
                     float c[16];
@@ -82,7 +81,6 @@ void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, 
 void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w, int64_t n0,
                       int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
     const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    const int64_t zs = qwi_qpanel_zero_stride(w->fmt, w->layout);
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int64_t p = (n0 + j0) / 16;
         const uint8_t *pc = w->codes + p * pb;
@@ -93,7 +91,7 @@ void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel
                 /* group_k is even: the group is whole pairs (the last one
                  * may hold the zero pad column of an odd K) */
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
-                const float *zg = w->zeros ? w->zeros + (p * G + g) * zs : NULL;
+                const float *zg = w->zeros ? w->zeros + (p * G + g) * 16 : NULL;
                 float acc[QMR][16] = { { 0 } };
                 for (int64_t j = js; j < je; j++) {
                     float ce[16], co[16];

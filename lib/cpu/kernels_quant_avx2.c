@@ -7,9 +7,9 @@
  * A 16-output panel is two ymm halves (slots 0-7, 8-15). Decoding as in
  * kernels_quant_avx512.c without vpternlogd: a shift, a mask and an OR of
  * 2^23's bits, then subtracting 2^23 + zero (U4/U8); e4m3 through f16
- * bits and vcvtph2ps. The fast mode's pairs (U8, E4M3; its U4 goes
+ * bits and vcvtph2ps. The fast mode's E4M3 pairs (its U4 and U8 go
  * through cpu/q4i.h) are emulated with two FMAs per pair (odd k first;
- * the products are exact), and the interleaved PAIR layouts are split into
+ * the products are exact), and the interleaved PAIR layout is split into
  * even and odd k with a shuffle and a permute.
  * Register tiles of up to 4 rows x 1 panel share each decoded weight; the
  * totals of each group wait in memory (one FMA per output per group).
@@ -56,26 +56,17 @@ A_INLINE __m256 seq_c(const uint8_t *blk, int h, int i, __m256 zm, const int fmt
     return _mm256_sub_ps(field_magic(blk + 32 * h, i, fmt == QWI_QFMT_U4 ? 4 : 8), zm);
 }
 
-/* PAIR (U8, E4M3): pair jj of the block at blk as the even-k (ce) and
- * odd-k (co) values of slots 0-7 ([0]) and 8-15 ([1]). z: U8 the 4
- * interleaved quarters of the zeros (+2^23). */
-A_INLINE void pair_c(const uint8_t *blk, int jj, const __m256 z[4], __m256 ce[2], __m256 co[2],
-                     const int fmt) {
+/* PAIR (E4M3): pair jj (0: a block holds one pair) of the block at blk as
+ * the even-k (ce) and odd-k (co) values of slots 0-7 ([0]) and 8-15 ([1]). */
+A_INLINE void pair_c(const uint8_t *blk, __m256 ce[2], __m256 co[2]) {
     __m256 q[4];   /* 16 interleaved (slot, parity) values of slots 0-7, then of 8-15 */
-    if (fmt == QWI_QFMT_U8) {
-        for (int h = 0; h < 2; h++) {
-            q[h] = _mm256_sub_ps(field_magic(blk + 32 * h, jj, 8), z[h]);
-            q[2 + h] = _mm256_sub_ps(field_magic(blk + 32 * h, jj + 2, 8), z[2 + h]);
-        }
-    } else {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)blk);
-        const __m256i zero = _mm256_setzero_si256();
-        const __m256i lo = _mm256_unpacklo_epi8(zero, w), hi = _mm256_unpackhi_epi8(zero, w);
-        q[0] = e4m3_hi_words(_mm256_castsi256_si128(lo));
-        q[1] = e4m3_hi_words(_mm256_extracti128_si256(lo, 1));
-        q[2] = e4m3_hi_words(_mm256_castsi256_si128(hi));
-        q[3] = e4m3_hi_words(_mm256_extracti128_si256(hi, 1));
-    }
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)blk);
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i lo = _mm256_unpacklo_epi8(zero, w), hi = _mm256_unpackhi_epi8(zero, w);
+    q[0] = e4m3_hi_words(_mm256_castsi256_si128(lo));
+    q[1] = e4m3_hi_words(_mm256_extracti128_si256(lo, 1));
+    q[2] = e4m3_hi_words(_mm256_castsi256_si128(hi));
+    q[3] = e4m3_hi_words(_mm256_extracti128_si256(hi, 1));
     deinterleave(q[0], q[1], &ce[0], &co[0]);
     deinterleave(q[2], q[3], &ce[1], &co[1]);
 }
@@ -95,11 +86,10 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
     const __m256 magic = _mm256_set1_ps(0x1p23f);
     memset(res, 0, sizeof(float) * 16 * (size_t)mr);
     for (int64_t g = 0; g < G; g++) {
-        __m256 z[4] = { magic, magic, magic, magic }, acc[4][2];
+        __m256 z[2] = { magic, magic }, acc[4][2];
         if (fmt != QWI_QFMT_E4M3) {
-            const int nz = (int)qwi_qpanel_zero_stride(w->fmt, w->layout) / 8;
-            const float *zp = w->zeros + (p * G + g) * nz * 8;
-            for (int i = 0; i < nz; i++) z[i] = _mm256_add_ps(_mm256_loadu_ps(zp + 8 * i), magic);
+            const float *zp = w->zeros + (p * G + g) * 16;
+            for (int i = 0; i < 2; i++) z[i] = _mm256_add_ps(_mm256_loadu_ps(zp + 8 * i), magic);
         }
         _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
         if (!pair) {
@@ -121,27 +111,20 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
             for (; k < ke; k++) SEQ_STEP(k, (int)(k % KB));
 #undef SEQ_STEP
         } else {
-            const int PB = KB / 2;
+            /* E4M3: one pair per 32-byte block */
             const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
-            int64_t j = js;
-#define PAIR_STEP(JJ, I)                                                                       \
-    do {                                                                                       \
-        __m256 ce[2], co[2];                                                                   \
-        pair_c(pc + ((JJ) / PB) * BB, (I), z, ce, co, fmt);                                    \
-        _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {                                 \
-            const uint32_t xv = xp[r * KP + (JJ)];                                             \
-            const __m256 xo = bc_hi(xv), xe = bc_lo(xv);                                       \
-            for (int h = 0; h < 2; h++) {                                                      \
-                acc[r][h] = _mm256_fmadd_ps(xo, co[h], acc[r][h]);                             \
-                acc[r][h] = _mm256_fmadd_ps(xe, ce[h], acc[r][h]);                             \
-            }                                                                                  \
-        }                                                                                      \
-    } while (0)
-            if (js % PB == 0)
-                for (; j + PB <= je; j += PB)
-                    _Pragma("GCC unroll 4") for (int i = 0; i < PB; i++) PAIR_STEP(j + i, i);
-            for (; j < je; j++) PAIR_STEP(j, (int)(j % PB));
-#undef PAIR_STEP
+            for (int64_t j = js; j < je; j++) {
+                __m256 ce[2], co[2];
+                pair_c(pc + j * BB, ce, co);
+                _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {
+                    const uint32_t xv = xp[r * KP + j];
+                    const __m256 xo = bc_hi(xv), xe = bc_lo(xv);
+                    for (int h = 0; h < 2; h++) {
+                        acc[r][h] = _mm256_fmadd_ps(xo, co[h], acc[r][h]);
+                        acc[r][h] = _mm256_fmadd_ps(xe, ce[h], acc[r][h]);
+                    }
+                }
+            }
         }
         const float *sc = w->scales + (p * G + g) * 16;
         _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
@@ -194,10 +177,8 @@ void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_q
                            int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                            int accumulate) {
     if (M <= 0 || N <= 0) return;
-    switch (w->fmt) {   /* U8 or E4M3: U4 goes through matmul_q4i (kernels.h) */
-    case QWI_QFMT_U8: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 1); break;
-    default: run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 1); break;
-    }
+    /* E4M3 only: U4 and U8 go through matmul_q4i (kernels.h) */
+    run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 1);
 }
 
 #endif

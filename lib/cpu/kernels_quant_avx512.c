@@ -8,8 +8,8 @@
  * One zmm = one 16-output panel. Decoding 16 codes costs a shift, a
  * vpternlogd ((v >> s) & mask | bits(2^23)) and a subtraction of
  * 2^23 + zero (U4/U8), or for e4m3 a 16-bit shift and mask to f16 bits and
- * a vcvtph2ps (qpanel.h). matmul_qpair takes U8 and E4M3 weights (the
- * fast mode's U4 goes through cpu/q4i.h). Two paths, same chains (an f32
+ * a vcvtph2ps (qpanel.h). matmul_qpair takes E4M3 weights (the fast
+ * mode's U4 and U8 go through cpu/q4i.h). Two paths, same chains (an f32
  * store and reload of a partial sum changes no bit):
  *   M <= 2 (decode): codes decoded in registers next to the FMAs, 4 panels
  *     at a time so 4 (x M) FMA chains hide the latency; the weights stream
@@ -72,20 +72,13 @@ Q_INLINE __m512 seq_c(const uint8_t *blk, int i, __m512 zm, const int fmt) {
     return _mm512_sub_ps(field_magic(blk, i, fmt == QWI_QFMT_U4 ? 4 : 8), zm);
 }
 
-/* PAIR (U8, E4M3): pair jj of the block at blk as b = slots 0-7 and
- * a = slots 8-15, each in (slot, k even|odd) lane order (zb/za = 2^23 +
- * their zeros). */
-Q_INLINE void pair_ba(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512 *b, __m512 *a,
-                      const int fmt) {
-    if (fmt == QWI_QFMT_E4M3) {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)blk);
-        const __m256i z = _mm256_setzero_si256();
-        *b = e4m3_hi_words(_mm256_unpacklo_epi8(z, w));
-        *a = e4m3_hi_words(_mm256_unpackhi_epi8(z, w));
-        return;
-    }
-    *b = _mm512_sub_ps(field_magic(blk, jj, 8), zb);
-    *a = _mm512_sub_ps(field_magic(blk, jj + 2, 8), za);
+/* PAIR (E4M3, one pair per block): the block at blk as b = slots 0-7 and
+ * a = slots 8-15, each in (slot, k even|odd) lane order. */
+Q_INLINE void pair_ba(const uint8_t *blk, __m512 *b, __m512 *a) {
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)blk);
+    const __m256i z = _mm256_setzero_si256();
+    *b = e4m3_hi_words(_mm256_unpacklo_epi8(z, w));
+    *a = e4m3_hi_words(_mm256_unpackhi_epi8(z, w));
 }
 
 /* b, a as above -> the even-k and odd-k values in slot order. */
@@ -101,33 +94,19 @@ Q_INLINE __m512 pair_hi(uint32_t p) {
 }
 Q_INLINE __m512 pair_lo(uint32_t p) { return _mm512_castsi512_ps(_mm512_set1_epi32((int)(p << 16))); }
 
-/* The zeros of (panel p, group g) for the PAIR decoders: U8: zb/za =
- * 2^23 + the interleaved zeros; E4M3: zb = za = 2^23. */
-Q_INLINE void pair_zeros(const qwi_qpanel *w, int64_t p, int64_t g, __m512 *zb, __m512 *za,
-                         const int fmt) {
-    const __m512 magic = _mm512_set1_ps(0x1p23f);
-    *zb = *za = magic;
-    if (fmt == QWI_QFMT_U8) {
-        const float *z = w->zeros + (p * w->ngroups + g) * 32;
-        *zb = _mm512_add_ps(_mm512_loadu_ps(z), magic);
-        *za = _mm512_add_ps(_mm512_loadu_ps(z + 16), magic);
-    }
-}
-
-/* FMA tables: pair jj of the block at blk as the even-k and odd-k values
+/* FMA tables: the pair of the block at blk as the even-k and odd-k values
  * in slot order. */
-Q_INLINE void pair_ce_co(const uint8_t *blk, int jj, __m512 zb, __m512 za, __m512 *ce, __m512 *co,
-                         const int fmt) {
+Q_INLINE void pair_ce_co(const uint8_t *blk, __m512 *ce, __m512 *co) {
     __m512 b, a;
-    pair_ba(blk, jj, zb, za, &b, &a, fmt);
+    pair_ba(blk, &b, &a);
     pair_eo(b, a, ce, co);
 }
 
-/* vdpbf16ps tables: pair jj of the block at blk as bf16 pair lanes (the
+/* vdpbf16ps tables: the pair of the block at blk as bf16 pair lanes (the
  * pair panel of cpu/pairpanel.h). */
-QB_INLINE __m512i pair_bf16(const uint8_t *blk, int jj, __m512 zb, __m512 za, const int fmt) {
+QB_INLINE __m512i pair_bf16(const uint8_t *blk) {
     __m512 b, a;
-    pair_ba(blk, jj, zb, za, &b, &a, fmt);
+    pair_ba(blk, &b, &a);
     return (__m512i)_mm512_cvtne2ps_pbh(a, b);
 }
 
@@ -191,36 +170,26 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);
 }
 
-/* The same for PAIR weights and bf16 pair rows; bf16: vdpbf16ps, else the
- * FMA emulation (odd product first, both exact). */
+/* The same for PAIR E4M3 weights (one pair per 32-byte block) and bf16
+ * pair rows; bf16: vdpbf16ps, else the FMA emulation (odd product first,
+ * both exact). */
 #define PAIR_DIRECT(NAME, ATTR, STEP)                                                             \
     ATTR void NAME(const uint32_t *x, int64_t KP, const qwi_qpanel *w, int64_t p0, float *res,   \
-                   const int mr, const int np, const int fmt) {                                  \
+                   const int mr, const int np) {                                                 \
         const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k); \
-        const int PB = fmt == QWI_QFMT_U8 ? 2 : 1; /* pairs / block (U8, E4M3) */                \
-        const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;                                           \
         const int64_t pf = qwi_cpu_gemv_prefetch(QPF);                                           \
-        __m512 tot[2][4], acc[2][4], zb[4], za[4];                                               \
+        __m512 tot[2][4], acc[2][4];                                                             \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                     \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) tot[r][q] = _mm512_setzero_ps(); \
         for (int64_t g = 0; g < G; g++) {                                                        \
             const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);                   \
-            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
-                pair_zeros(w, p0 + q, g, &zb[q], &za[q], fmt);                                   \
-                _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) acc[r][q] = _mm512_setzero_ps(); \
-            }                                                                                    \
-            int64_t j = js;                                                                      \
-            if (js % PB == 0)                                                                    \
-                for (; j + PB <= je; j += PB) {                                                  \
-                    const uint8_t *blk = w->codes + p0 * pb + (j / PB) * BB;                     \
-                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                         \
-                        _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);           \
-                    _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++)                      \
-                        STEP(blk, jj, j + jj);                                                   \
-                }                                                                                \
-            for (; j < je; j++) {                                                                \
-                const uint8_t *blk = w->codes + p0 * pb + (j / PB) * BB;                         \
-                STEP(blk, (int)(j % PB), j);                                                     \
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                 \
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] = _mm512_setzero_ps(); \
+            for (int64_t j = js; j < je; j++) {                                                  \
+                const uint8_t *blk = w->codes + p0 * pb + j * 32;                                \
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                             \
+                    _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);               \
+                STEP(blk, j);                                                                    \
             }                                                                                    \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
                 const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);         \
@@ -233,13 +202,13 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
                 _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);                              \
     }
 
-/* One pair (index jj in the block at blk, column pair J) of every panel
- * into every row's accumulators: vdpbf16ps, or its FMA emulation. */
-#define PAIR_STEP_BF16(blk, jj, J)                                                                \
+/* One pair (the block at blk, column pair J) of every panel into every
+ * row's accumulators: vdpbf16ps, or its FMA emulation. */
+#define PAIR_STEP_BF16(blk, J)                                                                    \
     do {                                                                                          \
         __m512bh wv[4];                                                                           \
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
-            wv[q] = (__m512bh)pair_bf16((blk) + q * pb, (jj), zb[q], za[q], fmt);                 \
+            wv[q] = (__m512bh)pair_bf16((blk) + q * pb);                                          \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                    \
             const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * KP + (J)]);                \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                  \
@@ -247,11 +216,11 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
         }                                                                                         \
     } while (0)
 
-#define PAIR_STEP_EMUL(blk, jj, J)                                                                \
+#define PAIR_STEP_EMUL(blk, J)                                                                    \
     do {                                                                                          \
         __m512 ce[4], co[4];                                                                      \
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
-            pair_ce_co((blk) + q * pb, (jj), zb[q], za[q], &ce[q], &co[q], fmt);                  \
+            pair_ce_co((blk) + q * pb, &ce[q], &co[q]);                                           \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                    \
             const uint32_t xp = x[r * KP + (J)];                                                  \
             const __m512 xo = pair_hi(xp), xe = pair_lo(xp);                                      \
@@ -314,22 +283,17 @@ Q_INLINE void seq_tile(const float *x, int64_t K, const float *buf, int64_t kn, 
             _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
 }
 
-/* PAIR, emulation: pairs [j0, j1) of NP panels into buf[q][j - j0][2][16]
- * as f32 (odd-k values, then even-k). */
-Q_INLINE void pair_decode_chunk_f32(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0,
-                                    int64_t j1, float *buf, const int np, const int fmt) {
-    const int64_t G = w->ngroups, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    const int PB = fmt == QWI_QFMT_U8 ? 2 : 1;
-    const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
-    (void)G;
+/* PAIR (E4M3), emulation: pairs [j0, j1) of NP panels into
+ * buf[q][j - j0][2][16] as f32 (odd-k values, then even-k). */
+Q_INLINE void pair_decode_chunk_f32(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1,
+                                    float *buf, const int np) {
+    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
     for (int q = 0; q < np; q++) {
-        __m512 zb, za;
-        pair_zeros(w, p0 + q, g, &zb, &za, fmt);
         const uint8_t *pc = w->codes + (p0 + q) * pb;
         float *o = buf + (int64_t)q * (QKC / 2) * 32;
         for (int64_t j = j0; j < j1; j++) {
             __m512 ce, co;
-            pair_ce_co(pc + (j / PB) * BB, (int)(j % PB), zb, za, &ce, &co, fmt);
+            pair_ce_co(pc + j * 32, &ce, &co);
             _mm512_storeu_ps(o + (j - j0) * 32, co);
             _mm512_storeu_ps(o + (j - j0) * 32 + 16, ce);
         }
@@ -362,29 +326,15 @@ Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, in
             _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
 }
 
-/* PAIR, vdpbf16ps: pairs [j0, j1) of NP panels into buf[q][j - j0][16] as
- * bf16 pair lanes (cpu/pairpanel.h's panel). */
-QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0,
-                                      int64_t j1, uint32_t *buf, const int np, const int fmt) {
-    const int64_t G = w->ngroups, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    const int PB = fmt == QWI_QFMT_U8 ? 2 : 1;
-    const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
-    (void)G;
+/* PAIR (E4M3), vdpbf16ps: pairs [j0, j1) of NP panels into
+ * buf[q][j - j0][16] as bf16 pair lanes (cpu/pairpanel.h's panel). */
+QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1,
+                                      uint32_t *buf, const int np) {
+    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
     for (int q = 0; q < np; q++) {
-        __m512 zb, za;
-        pair_zeros(w, p0 + q, g, &zb, &za, fmt);
         const uint8_t *pc = w->codes + (p0 + q) * pb;
         uint32_t *o = buf + (int64_t)q * (QKC / 2) * 16;
-        int64_t j = j0;
-        if (j0 % PB == 0)
-            for (; j + PB <= j1; j += PB) {
-                const uint8_t *blk = pc + (j / PB) * BB;
-                _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++)
-                    _mm512_storeu_si512(o + (j + jj - j0) * 16, pair_bf16(blk, jj, zb, za, fmt));
-            }
-        for (; j < j1; j++)
-            _mm512_storeu_si512(o + (j - j0) * 16,
-                                pair_bf16(pc + (j / PB) * BB, (int)(j % PB), zb, za, fmt));
+        for (int64_t j = j0; j < j1; j++) _mm512_storeu_si512(o + (j - j0) * 16, pair_bf16(pc + j * 32));
     }
 }
 
@@ -548,20 +498,20 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
         }                                                                                 \
     } while (0)
 
-Q_INLINE void qpair_emul_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                             int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                             int accumulate, const int fmt) {
+Q_INLINE void qpair_emul_e4m3(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                              int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                              int accumulate) {
     const int64_t P0 = n0 / 16;
     if (M <= 2) {
         float res[2 * 64] __attribute__((aligned(64)));
-#define PAIR_D(pq, NP, MR) pair_direct_emul(x, KP, w, P0 + (pq), res, MR, NP, fmt)
+#define PAIR_D(pq, NP, MR) pair_direct_emul(x, KP, w, P0 + (pq), res, MR, NP)
         DIRECT_ALL(M, N, PAIR_D);
 #undef PAIR_D
         return;
     }
     float buf[4 * (QKC / 2) * 32] __attribute__((aligned(64)));
     float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
-#define DEC(g, j0, j1) pair_decode_chunk_f32(w, P0 + pq, g, j0, j1, buf, np, fmt)
+#define DEC(g, j0, j1) pair_decode_chunk_f32(w, P0 + pq, j0, j1, buf, np)
 #define TL_NP(NP) pair_tile_emul(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, mr_t, NP)
 #define TL(r, MR)                                                                         \
     do {                                                                                  \
@@ -580,26 +530,23 @@ void qwi_avx512_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi
                              int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                              int accumulate) {
     if (M <= 0 || N <= 0) return;
-    if (w->fmt == QWI_QFMT_U8)
-        qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8);
-    else
-        qpair_emul_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3);
+    qpair_emul_e4m3(x, M, KP, w, n0, N, bias, out, ldo, accumulate);   /* E4M3 only */
 }
 
-QB_INLINE void qpair_bf16_fmt(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                              int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                              int accumulate, const int fmt) {
+QB_INLINE void qpair_bf16_e4m3(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                               int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                               int accumulate) {
     const int64_t P0 = n0 / 16;
     if (M <= 2) {
         float res[2 * 64] __attribute__((aligned(64)));
-#define PAIR_D(pq, NP, MR) pair_direct_bf16(x, KP, w, P0 + (pq), res, MR, NP, fmt)
+#define PAIR_D(pq, NP, MR) pair_direct_bf16(x, KP, w, P0 + (pq), res, MR, NP)
         DIRECT_ALL(M, N, PAIR_D);
 #undef PAIR_D
         return;
     }
     uint32_t buf[4 * (QKC / 2) * 16] __attribute__((aligned(64)));
     float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
-#define DEC(g, j0, j1) pair_decode_chunk_bf16(w, P0 + pq, g, j0, j1, buf, np, fmt)
+#define DEC(g, j0, j1) pair_decode_chunk_bf16(w, P0 + pq, j0, j1, buf, np)
 #define TL_NP(NP) pair_tile_bf16(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, mr_t, NP)
 #define TL(r, MR)                                                                         \
     do {                                                                                  \
@@ -618,10 +565,7 @@ void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const
                                  int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                                  int accumulate) {
     if (M <= 0 || N <= 0) return;
-    if (w->fmt == QWI_QFMT_U8)
-        qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8);
-    else
-        qpair_bf16_fmt(x, M, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3);
+    qpair_bf16_e4m3(x, M, KP, w, n0, N, bias, out, ldo, accumulate);   /* E4M3 only */
 }
 
 /* ---- AVX512_VBMI: e4m3 pairs through byte tables (M <= 2) ---------------- */

@@ -15,7 +15,7 @@ typedef struct mm_ctx {
     const qwi_cpu_mm_job *jobs;
     int njobs;
     int64_t cols;                    /* weight rows per task            */
-    qwi_q4act q4;                    /* U4 jobs: x quantized (cpu/q4i.h) */
+    qwi_q4act q4;                    /* U4/U8 jobs: x quantized (cpu/q4i.h) */
     int64_t task_end[8];             /* prefix sums of tasks per job    */
 } mm_ctx;
 
@@ -32,7 +32,7 @@ static void mm_task(void *p, int64_t t, int thread) {
     const float *bias = lin->bias ? lin->bias + n0 : NULL;
     float *out = job->out + n0;
     if (lin->quant) {   /* n0 is a multiple of 16 here too */
-        if (lin->qp.layout == QWI_QPANEL_PAIR && lin->qp.fmt == QWI_QFMT_U4)
+        if (lin->qp.layout == QWI_QPANEL_PAIR && lin->qp.fmt != QWI_QFMT_E4M3)
             c->cx->kt->matmul_q4i(&c->q4, c->M, &lin->qp, n0, nn, bias, out, lin->n,
                                   job->accumulate);
         else if (lin->qp.layout == QWI_QPANEL_PAIR)
@@ -101,17 +101,18 @@ typedef struct q4_ctx {
 static void q4_task(void *p, int64_t t, int thread) {
     const q4_ctx *c = p;
     qwi_q4i_quantize_rows(c->x, t * c->rows, QWI_MIN(c->M, (t + 1) * c->rows), c->K,
-                          c->a->group_k, (uint32_t *)c->a->q, (float *)c->a->d,
+                          c->a->group_k, c->a->qmax, (uint32_t *)c->a->q, (float *)c->a->d,
                           (int32_t *)c->a->sum);
 }
 
-static bool is_u4_pair(const qwi_cpu_linear *l) {
-    return l->quant && l->qp.layout == QWI_QPANEL_PAIR && l->qp.fmt == QWI_QFMT_U4;
+/* The job's kernel is the integer one (U4/U8 codes, cpu/q4i.h). */
+static bool is_int_pair(const qwi_cpu_linear *l) {
+    return l->quant && l->qp.layout == QWI_QPANEL_PAIR && l->qp.fmt != QWI_QFMT_E4M3;
 }
 
 /* The job's kernel reads x as rounded bf16 pairs (cx->xpair). */
 static bool reads_pairs(const qwi_cpu_linear *l) {
-    return l->pair || (l->quant && l->qp.layout == QWI_QPANEL_PAIR && !is_u4_pair(l));
+    return l->pair || (l->quant && l->qp.layout == QWI_QPANEL_PAIR && !is_int_pair(l));
 }
 
 bool qwi_cpu_jobs_read_pairs(const qwi_cpu_mm_job *jobs, int njobs) {
@@ -139,16 +140,21 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
     }
     mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs };
     int64_t total_n = 0, q4_gk = 0;
+    int32_t q4_qmax = 0;
     size_t esize = 4;
     bool panel = false, bf16_pair = true;
     for (int j = 0; j < njobs; j++) {
         const qwi_cpu_linear *l = jobs[j].lin;
-        if (is_u4_pair(l)) {
+        if (is_int_pair(l)) {
             if (q4_gk && l->qp.group_k != q4_gk) {   /* one quantization per call */
                 for (int i = 0; i < njobs; i++) matmul_run(cx, x, M, K, &jobs[i], 1, x_rounded);
                 return;
             }
             q4_gk = l->qp.group_k;
+            /* the smaller Q where int4 and int8 weights meet (packing
+             * made sure each is nonzero) */
+            const int32_t qm = qwi_q4i_qmax(q4_gk, l->qp.fmt == QWI_QFMT_U4 ? 4 : 8);
+            q4_qmax = q4_qmax ? QWI_MIN(q4_qmax, qm) : qm;
         }
         total_n += l->n;
         if (l->quant) esize = 1;   /* 0.5-1 byte per weight: the block math below */
@@ -156,9 +162,10 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
         panel |= l->panel || l->pair || l->quant;
         bf16_pair &= l->pair;
     }
-    if (q4_gk) {   /* the same for the int4 jobs' quantized rows */
+    if (q4_gk) {   /* the same for the integer jobs' quantized rows */
         c.q4 = (qwi_q4act){ .q = cx->q4_q, .d = cx->q4_d, .sum = cx->q4_sum,
-                            .KP = qwi_pair_kp(K), .G = QWI_DIV_UP(K, q4_gk), .group_k = q4_gk };
+                            .KP = qwi_pair_kp(K), .G = QWI_DIV_UP(K, q4_gk), .group_k = q4_gk,
+                            .qmax = q4_qmax };
         q4_ctx r = { .x = x, .a = &c.q4, .M = M, .K = K,
                      .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
         qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), q4_task, &r);

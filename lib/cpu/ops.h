@@ -31,11 +31,11 @@ typedef struct qwi_cpu_ctx {
      * (cpu/pairpanel.h), at least M*ceil(K/2) for every such call; NULL when
      * no weight is in pair panels. */
     uint32_t *xpair;
-    /* Fast numerics with int4 (U4) weights: a U4 matmul call's input rows
-     * quantized once per call (cpu/q4i.h, matmul_q4i): q4_q holds as many
-     * pairs as xpair, q4_d and q4_sum M times the weight's groups per row
-     * entries each, for every call; NULL when no weight is U4 (then no
-     * matmul may have one). */
+    /* Fast numerics with int4/int8 (U4/U8) weights: such a matmul call's
+     * input rows quantized once per call (cpu/q4i.h, matmul_q4i): q4_q
+     * holds as many pairs as xpair, q4_d and q4_sum M times the weight's
+     * groups per row entries each, for every call; NULL when no weight is
+     * U4 or U8 (then no matmul may have one). */
     uint32_t *q4_q;
     float *q4_d;
     int32_t *q4_sum;
@@ -73,7 +73,7 @@ typedef struct qwi_cpu_mm_job {
  * parallel pass (q/k/v, gate/up), their column blocks interleaved as tasks.
  * Every job's k must equal K. f16 weights need cx->f16_buf with
  * max_k >= K; pair-panel weights need cx->xpair (x is rounded to bf16 pairs
- * there once per call, then every job reads the pairs), fast-mode U4
+ * there once per call, then every job reads the pairs), fast-mode U4/U8
  * weights cx->q4_* (x is quantized there once per call; jobs with
  * different group sizes run as separate calls). No allocation; cannot fail
  * on valid input. */
@@ -83,7 +83,7 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
 /* qwi_cpu_matmul for an x whose rows [0, M) cx->xpair already holds as
  * qwi_pair_round_rows(x, 0, M, K, cx->xpair) writes them (the row ops
  * below round as they go): the same results without the call's rounding
- * pass. x itself must still be valid (U4 and exact-layout jobs read it). */
+ * pass. x itself must still be valid (U4/U8 and exact-layout jobs read it). */
 void qwi_cpu_matmul_rounded(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
                             const qwi_cpu_mm_job *jobs, int njobs);
 

@@ -17,9 +17,10 @@ typedef int16_t __attribute__((may_alias)) i16_alias;
 /* Below this a group's largest |x| counts as 0: Q / amax would overflow f32. */
 #define Q4I_AMAX_MIN 0x1p-100f
 
-int32_t qwi_q4i_qmax(int64_t group_k) {
-    if (group_k <= 0 || group_k % 2 != 0) return 0;
-    const int64_t q = (int64_t)INT32_MAX / (16 * group_k);
+int32_t qwi_q4i_qmax(int64_t group_k, int bits) {
+    if (group_k <= 0 || group_k % 2 != 0 || (bits != 4 && bits != 8)) return 0;
+    if (group_k > (int64_t)INT32_MAX) return 0;
+    const int64_t q = (int64_t)INT32_MAX / (((int64_t)1 << bits) * group_k);
     if (q < 127) return 0;
     return (int32_t)QWI_MIN(q, (int64_t)32767);
 }
@@ -56,9 +57,10 @@ static inline int16_t quantize_one(float x, float inv, float Q) {
 }
 
 void qwi_q4i_quantize_rows_portable(const float *x, int64_t m0, int64_t m1, int64_t K,
-                                    int64_t group_k, uint32_t *q, float *d, int32_t *sum) {
+                                    int64_t group_k, int32_t qmax, uint32_t *q, float *d,
+                                    int32_t *sum) {
     const int64_t KP = (K + 1) / 2, G = QWI_DIV_UP(K, group_k);
-    const int32_t Q = qwi_q4i_qmax(group_k);
+    const int32_t Q = qmax;
     for (int64_t m = m0; m < m1; m++) {
         const float *xr = x + m * K;
         i16_alias *qr = (i16_alias *)(q + m * KP);
@@ -87,10 +89,11 @@ void qwi_q4i_quantize_rows_portable(const float *x, int64_t m0, int64_t m1, int6
  * MXCSR default as rintf's), clamp and truncation give the same bits. */
 __attribute__((target("avx2"))) static void quantize_rows_avx2(const float *x, int64_t m0,
                                                               int64_t m1, int64_t K,
-                                                              int64_t group_k, uint32_t *q,
-                                                              float *d, int32_t *sum) {
+                                                              int64_t group_k, int32_t qmax,
+                                                              uint32_t *q, float *d,
+                                                              int32_t *sum) {
     const int64_t KP = (K + 1) / 2, G = QWI_DIV_UP(K, group_k);
-    const int32_t Q = qwi_q4i_qmax(group_k);
+    const int32_t Q = qmax;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 fmax = _mm256_set1_ps(FLT_MAX), qhi = _mm256_set1_ps((float)Q);
     const __m256 qlo = _mm256_set1_ps(-(float)Q);
@@ -144,14 +147,14 @@ __attribute__((target("avx2"))) static void quantize_rows_avx2(const float *x, i
 #endif
 
 void qwi_q4i_quantize_rows(const float *x, int64_t m0, int64_t m1, int64_t K, int64_t group_k,
-                           uint32_t *q, float *d, int32_t *sum) {
+                           int32_t qmax, uint32_t *q, float *d, int32_t *sum) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (__builtin_cpu_supports("avx2")) {
-        quantize_rows_avx2(x, m0, m1, K, group_k, q, d, sum);
+        quantize_rows_avx2(x, m0, m1, K, group_k, qmax, q, d, sum);
         return;
     }
 #endif
-    qwi_q4i_quantize_rows_portable(x, m0, m1, K, group_k, q, d, sum);
+    qwi_q4i_quantize_rows_portable(x, m0, m1, K, group_k, qmax, q, d, sum);
 }
 
 /* ---- the portable kernel ------------------------------------------------ */
@@ -160,6 +163,7 @@ void qwr_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t 
                     const float *bias, float *out, int64_t ldo, int accumulate) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
     const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int cmask = w->fmt == QWI_QFMT_U4 ? 0xf : 0xff;
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int64_t p = (n0 + j0) / 16;
         const uint8_t *pc = w->codes + p * pb;
@@ -175,7 +179,7 @@ void qwr_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t 
                         int64_t byte;
                         int shift;
                         qwi_qpanel_code_pos(w->fmt, w->layout, k, s, &byte, &shift);
-                        acc[s] += (int64_t)((pc[byte] >> shift) & 0xf) * qr[k];
+                        acc[s] += (int64_t)((pc[byte] >> shift) & cmask) * qr[k];
                     }
                 const float *zg = w->zeros + (p * G + g) * 16, *sc = w->scales + (p * G + g) * 16;
                 const float dg = x->d[m * x->G + g];

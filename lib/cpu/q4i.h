@@ -1,6 +1,7 @@
 /*
- * q4i.h - the fast numerics mode's int4 matmul: int4 (U4) weight codes times
- * int16 activations, summed exactly in int32 (matmul_q4i of kernels.h).
+ * q4i.h - the fast numerics mode's integer-weight matmul: int4 (U4) and
+ * int8 (U8) weight codes times int16 activations, summed exactly in int32
+ * (matmul_q4i of kernels.h; named for int4, its first format).
  *
  * Why: batch-1 decode streams every weight once, so an int4 model should
  * decode about 3.5x faster than bf16; with bf16 activations each 64 bytes
@@ -9,12 +10,16 @@
  * the memory's rate. Codes need only a mask (and a shift) to become int16
  * pairs for vpmaddwd / vpdpwssd (AVX512_VNNI), and integer sums are exact,
  * so every table, tile shape, k order and thread split gives the same bits
- * without the fixed-order care the float kernels need.
+ * without the fixed-order care the float kernels need. int8 codes took the
+ * same road: decoded to f32, converted to bf16 and fed to vdpbf16ps they
+ * cost 8 vector operations per pair of a panel, which left GPTQ int8 decode
+ * compute-bound (on a Zen 4, 23 GB/s per core with the weights in cache, a
+ * step barely faster than bf16's); as int16 pairs they cost 1 or 2.
  *
  * Activations (qwi_q4i_quantize_rows, once per matmul call for all its
  * tasks): each row of x (f32) is quantized per weight group g (the group_k
  * input columns of the weight's scale groups) with its own step
- *   amax = max |x[m][k]| over the group,  Q = qwi_q4i_qmax(group_k),
+ *   amax = max |x[m][k]| over the group,  Q = the call's qmax (below),
  *   d(m, g) = amax / Q (f32 division),   inv = Q / amax,
  *   q(m, k) = clamp(rint(x[m][k] * inv), -Q, Q)   (round to nearest even),
  *   sum(m, g) = sum of q(m, k) over the group (exact).
@@ -26,10 +31,10 @@
  * about 1.5e-5 of the group's largest value for groups up to 4096 columns
  * (bf16 rounding: 2^-9 of each value).
  *
- * Weights: the PAIR layout of cpu/qpanel.h for U4 (its words hold a panel
- * slot's even or odd columns of a block's 4 pairs as nibbles, so
- * (word >> 4j) & 15 is the code of pair j: int16 pairs, ready for
- * vpmaddwd), scales and zero points as packed there.
+ * Weights: the PAIR layout of cpu/qpanel.h for U4 and U8 (each 16-bit half
+ * of a lane holds a panel slot's even or odd columns of a block's P pairs
+ * as w-bit fields, so (half >> w*j) & (2^w - 1) is the code of pair j:
+ * int16 pairs, ready for vpmaddwd), scales and zero points as packed there.
  *
  * Arithmetic contract (every table, every M, N, tile and thread split), per
  * output (m, n):
@@ -41,8 +46,11 @@
  *             ((float)i rounds to nearest even; the product is one f32
  *             multiply, rounded, then the fused multiply-add)
  *   v = bias ? total + bias[n] : total; out = accumulate ? out + v : v.
- * Exactness: |code - zero| <= 16 and |q| <= Q, so every partial sum is at
- * most 16 * Q * group_k in magnitude; qwi_q4i_qmax keeps that below 2^31.
+ * Exactness: |code - zero| <= 2^bits (16 for U4, 256 for U8) and |q| <= Q,
+ * so every partial sum is at most 2^bits * Q * group_k in magnitude;
+ * Q = qwi_q4i_qmax(group_k, bits) keeps that below 2^31. A call whose
+ * weights have both widths uses the smaller Q (ops.c): 32767 either way
+ * for groups of up to 256 columns.
  */
 #ifndef QWI_CPU_Q4I_H
 #define QWI_CPU_Q4I_H
@@ -57,23 +65,27 @@ typedef struct qwi_q4act {
     int64_t KP;               /* pairs per row: ceil(K / 2)                   */
     int64_t G;                /* groups per row: ceil(K / group_k)            */
     int64_t group_k;          /* input columns per group (even)               */
+    int32_t qmax;             /* Q: the largest |q| (qwi_q4i_qmax)            */
 } qwi_q4act;
 
-/* Largest |q| for groups of group_k columns: min(32767, (2^31 - 1) /
- * (16 * group_k)); 0 when group_k is not positive and even, or so long that
- * fewer than 127 levels would remain (group_k > 2^31 / (16 * 127)). */
-int32_t qwi_q4i_qmax(int64_t group_k);
+/* Largest |q| for groups of group_k columns times codes of `bits` (4 or
+ * 8) bits: min(32767, (2^31 - 1) / (2^bits * group_k)); 0 when group_k is
+ * not positive and even, bits is neither 4 nor 8, or the group is so long
+ * that fewer than 127 levels would remain. */
+int32_t qwi_q4i_qmax(int64_t group_k, int bits);
 
-/* Quantize rows [m0, m1) of x ([*][K] f32, row-major) as above into row m
- * of q (q + m * ceil(K/2) pairs), d and sum (+ m * G, G = ceil(K /
- * group_k)). group_k must have qwi_q4i_qmax(group_k) > 0. Rows are
- * independent, so callers may split rows between threads. Uses AVX2 where
- * the CPU has it (the same bits as the portable loop). */
+/* Quantize rows [m0, m1) of x ([*][K] f32, row-major) as above, with
+ * Q = qmax (a nonzero qwi_q4i_qmax(group_k, bits) of the weights it will
+ * meet), into row m of q (q + m * ceil(K/2) pairs), d and sum (+ m * G,
+ * G = ceil(K / group_k)). Rows are independent, so callers may split rows
+ * between threads. Uses AVX2 where the CPU has it (the same bits as the
+ * portable loop). */
 void qwi_q4i_quantize_rows(const float *x, int64_t m0, int64_t m1, int64_t K, int64_t group_k,
-                           uint32_t *q, float *d, int32_t *sum);
+                           int32_t qmax, uint32_t *q, float *d, int32_t *sum);
 
 /* The portable loop of qwi_q4i_quantize_rows, whatever the CPU (tests). */
 void qwi_q4i_quantize_rows_portable(const float *x, int64_t m0, int64_t m1, int64_t K,
-                                    int64_t group_k, uint32_t *q, float *d, int32_t *sum);
+                                    int64_t group_k, int32_t qmax, uint32_t *q, float *d,
+                                    int32_t *sum);
 
 #endif

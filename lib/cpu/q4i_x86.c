@@ -1,7 +1,8 @@
 /*
- * q4i_x86.c - the x86 matmul_q4i kernels (cpu/q4i.h): AVX2 (vpmaddwd on
- * ymm), AVX-512 with AVX512BW (vpmaddwd on zmm) and with AVX512_VNNI
- * (vpdpwssd). All give the portable kernel's bits (q4i.c): the dots are
+ * q4i_x86.c - the x86 matmul_q4i kernels (cpu/q4i.h), for U4 and U8
+ * codes: AVX2 (vpmaddwd on ymm), AVX-512 with AVX512BW (vpmaddwd on zmm)
+ * and with AVX512_VNNI (vpdpwssd). All give the portable kernel's bits
+ * (q4i.c): the dots are
  * exact int32 sums, and the per-group float epilogue is the contract's
  * (tests/test_quant_kernels.c).
  */
@@ -59,15 +60,18 @@ void qwi_avx512vnni_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *
 #define A2_TARGET "avx2,fma"
 #define A2_INLINE static inline __attribute__((always_inline, target(A2_TARGET)))
 
-A2_INLINE __m256i a2_code(__m256i v, int jj, __m256i m15) {
-    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(4 * jj)), m15);
+/* Pair jj of the block half in v: (word >> w*jj) & cm per 16-bit word
+ * (w = 4 for U4, 8 for U8; cm = 15 or 255). */
+A2_INLINE __m256i a2_code(__m256i v, int jj, __m256i cm, const int u8) {
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128((u8 ? 8 : 4) * jj)), cm);
 }
 
 A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res,
-                         const int mr, const int np) {
+                         const int mr, const int np, const int u8) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
     const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    const __m256i m15 = _mm256_set1_epi16(15);
+    const int PB = u8 ? 2 : 4;   /* pairs per 64-byte block */
+    const __m256i cm = _mm256_set1_epi16(u8 ? 255 : 15);
     const uint8_t *pc = w->codes + p0 * pb;
     const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
     __m256 tot[4][2][2];
@@ -81,15 +85,15 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                 _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) acc[r][q][h] = _mm256_setzero_si256();
         for (int64_t j = js; j < je; j++) {
-            const uint8_t *blk = pc + (j / 4) * 64;
-            if (j % 4 == 0)
+            const uint8_t *blk = pc + (j / PB) * 64;
+            if (j % PB == 0)
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                     _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);
             __m256i c[2][2];
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                 _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
                     c[q][h] = a2_code(_mm256_loadu_si256((const __m256i *)(const void *)(blk + q * pb + 32 * h)),
-                                      (int)(j % 4), m15);
+                                      (int)(j % PB), cm, u8);
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
                 const __m256i xb = _mm256_set1_epi32((int)x->q[r * KP + j]);
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -125,6 +129,7 @@ __attribute__((target(A2_TARGET))) void qwi_avx2_matmul_q4i(const qwi_q4act *x, 
                                                             int accumulate) {
     if (M <= 0 || N <= 0) return;
     const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16);
+    const int u8 = w->fmt == QWI_QFMT_U8;
     float res[4 * 64] __attribute__((aligned(32)));
     const int64_t pstep = M <= 2 ? 2 : 1;
     for (int64_t pq = 0; pq < np_all; pq += pstep) {
@@ -133,11 +138,16 @@ __attribute__((target(A2_TARGET))) void qwi_avx2_matmul_q4i(const qwi_q4act *x, 
             const int mr = (int)QWI_MIN((int64_t)4, M - m0);
             const qwi_q4act xr = { .q = x->q + m0 * x->KP, .d = x->d + m0 * x->G,
                                    .sum = x->sum + m0 * x->G, .KP = x->KP, .G = x->G,
-                                   .group_k = x->group_k };
+                                   .group_k = x->group_k, .qmax = x->qmax };
 #define A2_D(MR)                                                                                \
     do {                                                                                        \
-        if (np == 2) a2_direct(&xr, w, P0 + pq, res, MR, 2);                                    \
-        else a2_direct(&xr, w, P0 + pq, res, MR, 1);                                            \
+        if (u8) {                                                                               \
+            if (np == 2) a2_direct(&xr, w, P0 + pq, res, MR, 2, 1);                             \
+            else a2_direct(&xr, w, P0 + pq, res, MR, 1, 1);                                     \
+        } else {                                                                                \
+            if (np == 2) a2_direct(&xr, w, P0 + pq, res, MR, 2, 0);                             \
+            else a2_direct(&xr, w, P0 + pq, res, MR, 1, 0);                                     \
+        }                                                                                       \
     } while (0)
             switch (mr) {
             case 4: A2_D(4); break;

@@ -5,9 +5,11 @@
  * Q4I_DOT(acc, c, x) adds the int16 pair products of c and x to the int32
  * lanes of acc (vpdpwssd, or vpmaddwd + vpaddd). Not a public header.
  *
- * One zmm = one 16-output panel; a 64-byte code block holds 4 pairs of each
- * slot, pair jj = (word >> 4jj) & 15 (qpanel.h), so a pair costs a shift
- * and a mask (none for jj = 0, no mask for jj = 3) next to its dot.
+ * One zmm = one 16-output panel; a 64-byte code block holds PB pairs of
+ * each slot (U4: 4, pair jj = (word >> 4jj) & 15; U8: 2, pair jj =
+ * (word >> 8jj) & 255, per 16-bit word; qpanel.h), so a pair costs a shift
+ * and a mask (no shift for jj = 0, no mask for the last pair) next to its
+ * dot. Every function below takes u8 (0: U4, 1: U8) as a constant.
  *   M <= 2 (decode): up to 4 panels decoded in registers next to the dots,
  *     the weights streamed once (what decode is bound by).
  *   M > 2: per row block of Q4I_MB rows, chunks of up to Q4I_KP pairs of
@@ -17,16 +19,17 @@
  * bits; only the per-group epilogue is float, and it is the same code.
  */
 
-/* Code pair jj (0..3, a constant after unrolling) of the block in v. */
-#define Q4I_CODE(v, jj, m15)                                                                    \
-    ((jj) == 0 ? _mm512_and_si512((v), (m15))                                                   \
-               : (jj) == 3 ? _mm512_srli_epi16((v), 12)                                         \
-                           : _mm512_and_si512(_mm512_srli_epi16((v), 4 * (jj)), (m15)))
+/* Code pair jj (0..PB-1, a constant after unrolling) of the block in v;
+ * cm = the field mask (15 or 255) in every 16-bit word. */
+#define Q4I_CODE(v, jj, cm, u8)                                                                 \
+    ((jj) == 0 ? _mm512_and_si512((v), (cm))                                                    \
+               : (jj) == ((u8) ? 1 : 3) ? _mm512_srli_epi16((v), ((u8) ? 8 : 4) * (jj))         \
+                           : _mm512_and_si512(_mm512_srli_epi16((v), 4 * (jj)), (cm)))
 
 /* The same for a jj known only at run time. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) __m512i
-Q4I_FN(code_var)(__m512i v, int jj, __m512i m15) {
-    return _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128(4 * jj)), m15);
+Q4I_FN(code_var)(__m512i v, int jj, __m512i cm, const int u8) {
+    return _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128((u8 ? 8 : 4) * jj)), cm);
 }
 
 /* tot[r] += (float)(acc[r] - zero * sum(r, g)) * (scale * d(r, g)) for the
@@ -41,10 +44,11 @@ Q4I_FN(epilogue)(__m512i acc, __m512i zero, __m512 sc, int32_t sum, float d, __m
  * res[r*64 + q*16]. x's rows start at the call's first row. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, const int mr,
-               const int np) {
+               const int np, const int u8) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
     const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    const __m512i m15 = _mm512_set1_epi16(15);
+    const int PB = u8 ? 2 : 4;
+    const __m512i cm = _mm512_set1_epi16(u8 ? 255 : 15);
     const uint8_t *pc = w->codes + p0 * pb;
     const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
     /* One row: the odd pairs of a block add into a second accumulator, so
@@ -63,9 +67,9 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc_odd[q] = _mm512_setzero_si512();
         int64_t j = js;
-        if (js % 4 == 0)
-            for (; j + 4 <= je; j += 4) {
-                const uint8_t *blk = pc + (j / 4) * 64;
+        if (js % PB == 0)
+            for (; j + PB <= je; j += PB) {
+                const uint8_t *blk = pc + (j / PB) * 64;
                 __m512i v[4];
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
                     /* decoding keeps the core busy enough that the hardware
@@ -73,9 +77,9 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
                     _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);
                     v[q] = _mm512_loadu_si512(blk + q * pb);
                 }
-                _Pragma("GCC unroll 8") for (int jj = 0; jj < 4; jj++) {
+                _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++) {
                     __m512i c[4];
-                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) c[q] = Q4I_CODE(v[q], jj, m15);
+                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) c[q] = Q4I_CODE(v[q], jj, cm, u8);
                     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
                         const __m512i xb = _mm512_set1_epi32((int)x->q[r * KP + j + jj]);
                         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
@@ -86,10 +90,10 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
                 }
             }
         for (; j < je; j++) {   /* a group that starts or ends inside a block */
-            const uint8_t *blk = pc + (j / 4) * 64;
+            const uint8_t *blk = pc + (j / PB) * 64;
             __m512i c[4];
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                c[q] = Q4I_FN(code_var)(_mm512_loadu_si512(blk + q * pb), (int)(j % 4), m15);
+                c[q] = Q4I_FN(code_var)(_mm512_loadu_si512(blk + q * pb), (int)(j % PB), cm, u8);
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
                 const __m512i xb = _mm512_set1_epi32((int)x->q[r * KP + j]);
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -115,22 +119,24 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
  * buf[q][j - j0][16] as int16 pair lanes. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1, uint32_t *buf,
-                     const int np) {
+                     const int np, const int u8) {
     const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    const __m512i m15 = _mm512_set1_epi16(15);
+    const int PB = u8 ? 2 : 4;
+    const __m512i cm = _mm512_set1_epi16(u8 ? 255 : 15);
     for (int q = 0; q < np; q++) {
         const uint8_t *pc = w->codes + (p0 + q) * pb;
         uint32_t *o = buf + (int64_t)q * Q4I_KP * 16;
         int64_t j = j0;
-        if (j0 % 4 == 0)
-            for (; j + 4 <= j1; j += 4) {
-                const __m512i v = _mm512_loadu_si512(pc + (j / 4) * 64);
-                _Pragma("GCC unroll 4") for (int jj = 0; jj < 4; jj++)
-                    _mm512_storeu_si512(o + (j + jj - j0) * 16, Q4I_CODE(v, jj, m15));
+        if (j0 % PB == 0)
+            for (; j + PB <= j1; j += PB) {
+                const __m512i v = _mm512_loadu_si512(pc + (j / PB) * 64);
+                _Pragma("GCC unroll 4") for (int jj = 0; jj < PB; jj++)
+                    _mm512_storeu_si512(o + (j + jj - j0) * 16, Q4I_CODE(v, jj, cm, u8));
             }
         for (; j < j1; j++)
             _mm512_storeu_si512(o + (j - j0) * 16,
-                                Q4I_FN(code_var)(_mm512_loadu_si512(pc + (j / 4) * 64), (int)(j % 4), m15));
+                                Q4I_FN(code_var)(_mm512_loadu_si512(pc + (j / PB) * 64),
+                                                 (int)(j % PB), cm, u8));
     }
 }
 
@@ -176,7 +182,7 @@ Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, in
 
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, int64_t N,
-                const float *bias, float *out, int64_t ldo, int accumulate) {
+                const float *bias, float *out, int64_t ldo, int accumulate, const int u8) {
     uint32_t buf[4 * Q4I_KP * 16] __attribute__((aligned(64)));
     int32_t part[Q4I_MB * 64] __attribute__((aligned(64)));
     float tot[Q4I_MB * 64] __attribute__((aligned(64)));
@@ -191,7 +197,7 @@ Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, 
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
                 for (int64_t j0 = js; j0 < je; j0 += Q4I_KP) {
                     const int64_t j1 = QWI_MIN(je, j0 + Q4I_KP);
-                    Q4I_FN(decode_chunk)(w, P0 + pq, j0, j1, buf, np);
+                    Q4I_FN(decode_chunk)(w, P0 + pq, j0, j1, buf, np, u8);
                     QWI_ROW_TILES(6, mb, Q4I_TILE);
                 }
                 for (int q = 0; q < np; q++) {
@@ -222,8 +228,10 @@ __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int6
                                                         const float *bias, float *out, int64_t ldo,
                                                         int accumulate) {
     if (M <= 0 || N <= 0) return;
+    const int u8 = w->fmt == QWI_QFMT_U8;
     if (M > 2) {
-        Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate);
+        if (u8) Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 1);
+        else Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 0);
         return;
     }
     const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16);
@@ -232,8 +240,13 @@ __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int6
         const int64_t np = QWI_MIN((int64_t)4, np_all - pq);
 #define Q4I_D(NP)                                                                               \
     do {                                                                                        \
-        if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP);                                  \
-        else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP);                                         \
+        if (u8) {                                                                               \
+            if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 1);                           \
+            else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 1);                                  \
+        } else {                                                                                \
+            if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 0);                           \
+            else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 0);                                  \
+        }                                                                                       \
     } while (0)
         switch (np) {
         case 4: Q4I_D(4); break;

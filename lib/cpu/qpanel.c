@@ -20,8 +20,10 @@ static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, 
     if (n <= 0 || k <= 0 || group_k < 2 || group_k % 2 != 0) return false;
     if (fmt != QWI_QFMT_U4 && fmt != QWI_QFMT_U8 && fmt != QWI_QFMT_E4M3) return false;
     if (layout != QWI_QPANEL_SEQ && layout != QWI_QPANEL_PAIR) return false;
-    /* fast-mode int4 sums must stay exact in int32 (cpu/q4i.h) */
-    if (fmt == QWI_QFMT_U4 && layout == QWI_QPANEL_PAIR && !qwi_q4i_qmax(group_k)) return false;
+    /* fast-mode int4/int8 sums must stay exact in int32 (cpu/q4i.h) */
+    if (fmt != QWI_QFMT_E4M3 && layout == QWI_QPANEL_PAIR &&
+        !qwi_q4i_qmax(group_k, fmt == QWI_QFMT_U4 ? 4 : 8))
+        return false;
     const size_t np = (size_t)QWI_DIV_UP(n, QWI_QPANEL), G = (size_t)QWI_DIV_UP(k, group_k);
     size_t codes, sc, zs = 0;
     if (__builtin_mul_overflow(np, (size_t)qwi_qpanel_panel_bytes(fmt, k), &codes) ||
@@ -29,7 +31,7 @@ static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, 
         return false;
     if (fmt != QWI_QFMT_E4M3 &&
         (__builtin_mul_overflow(np, G, &zs) ||
-         __builtin_mul_overflow(zs, (size_t)qwi_qpanel_zero_stride(fmt, layout) * 4, &zs)))
+         __builtin_mul_overflow(zs, (size_t)16 * 4, &zs)))
         return false;
     *scales_at = align64(codes);
     *zeros_at = *scales_at + align64(sc);
@@ -59,9 +61,7 @@ float qwi_qpanel_c(const qwi_qpanel *w, int64_t n, int64_t k) {
     const uint8_t code = w->codes[p * qwi_qpanel_panel_bytes(w->fmt, w->k) + byte];
     if (w->fmt == QWI_QFMT_E4M3) return qwi_qpanel_e4m3_c(code);
     const int c = w->fmt == QWI_QFMT_U4 ? (code >> shift) & 0xf : code;
-    const int64_t zs = qwi_qpanel_zero_stride(w->fmt, w->layout);
-    return (float)c - w->zeros[p * w->ngroups * zs +
-                               qwi_qpanel_zero_index(w->fmt, w->layout, k / w->group_k, r)];
+    return (float)c - w->zeros[(p * w->ngroups + k / w->group_k) * 16 + r];
 }
 
 double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k) {
@@ -94,10 +94,9 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
     const float smul = d->fmt == QWI_QFMT_E4M3 ? 0x1p8f : 1.0f;
     const float zmax = d->fmt == QWI_QFMT_U4 ? 16.0f : 256.0f;
     float *pz = NULL;
-    const int64_t zs = qwi_qpanel_zero_stride(d->fmt, d->layout);
     if (d->fmt != QWI_QFMT_E4M3) {
-        pz = (float *)d->zeros + p * G * zs;
-        memset(pz, 0, (size_t)(G * zs) * sizeof(float));
+        pz = (float *)d->zeros + p * G * 16;
+        memset(pz, 0, (size_t)(G * 16) * sizeof(float));
     }
     for (int r = 0; r < rows; r++) {
         const uint8_t *cr = codes + r * k;
@@ -116,9 +115,7 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
                 *bad_g = g;
                 return r;
             }
-            const int64_t zi = qwi_qpanel_zero_index(d->fmt, d->layout, g, r);
-            pz[zi] = z;
-            if (qwi_qpanel_zeros_interleaved(d->fmt, d->layout)) pz[zi + 1] = z;
+            pz[g * 16 + r] = z;
         }
     }
     return -1;

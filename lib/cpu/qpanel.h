@@ -24,19 +24,13 @@
  *     A field shifted down, masked and OR-ed into 2^23's bits is the f32
  *     2^23 + code (one vpternlogd); subtracting 2^23 + zero gives code - zero
  *     exactly.
- *     PAIR U4: lane l, field i = code(slot l, k0 + 2*(i mod 4) + (i >= 4)):
- *     the low 16 bits of lane l hold slot l's even columns of the block's 4
- *     pairs, the high 16 bits its odd ones. As 32 16-bit words (word 2l + t
- *     = slot l, parity t) that is the order of a pair panel's bf16 halves,
- *     so (word >> 4j) & 15 plus 16 - zero, an index in [0, 32), looks up
- *     bf16(code - zero) with one vpermw from a 32-entry table: pair j of the
- *     panel in 4 integer operations, no conversion. (The FMA tables read
- *     the same fields like SEQ's: even k = field j, odd k = field 4 + j.)
- *     PAIR U8: lane l, field i = code(slot (i < 2 ? 0 : 8) + l/2,
- *                                    k0 + 2*(i mod 2) + (l & 1)):
- *     lane order (slot l/2, k even|odd) is the order of the 16 f32 values
- *     one vcvtne2ps2bf16 source holds, so decoding fields i and i + 2 as
- *     above and converting gives the pair panel without a shuffle.
+ *     PAIR (U4 and U8, P = F/2 pairs per block: 4 / 2): lane l, field i =
+ *     code(slot l, k0 + 2*(i mod P) + (i >= P)): the low 16 bits of lane l
+ *     hold slot l's even columns of the block's P pairs, the high 16 bits
+ *     its odd ones, so pair j of the panel is, per 16-bit half, the field
+ *     shifted down by w*j and masked to w bits - the int16 pairs that the
+ *     fast mode's integer matmul (cpu/q4i.h) feeds to vpmaddwd / vpdpwssd,
+ *     in one or two operations. No float kernel reads U4/U8 in PAIR.
  *   E4M3 (KB = 2, one k pair, 32 bytes):
  *     SEQ:  16-bit word r = code(r, k0) | code(r, k0+1) << 8.
  *     PAIR: code(slot s, k0 + t) is byte (w / 8) * 16 + (s < 8 ? 0 : 8) + w % 8
@@ -50,9 +44,7 @@
  *     widens that to f32. The kernels therefore use c' = value * 2^-8 and a
  *     scale' = scale * 2^8 (stored that way here).
  * scales: [panel][group][16] f32, slot order (E4M3: times 2^8, exact).
- * zeros (U4/U8; NULL for E4M3): [panel][group][16] f32 in slot order, except
- *   PAIR U8: [panel][group][32]: entry l = zero of slot l/2, entry 16 + l =
- *   of slot 8 + l/2 (the lane order of its decoded fields).
+ * zeros (U4/U8; NULL for E4M3): [panel][group][16] f32 in slot order.
  *   Zero points must be integers in [0, 2^bits] (GPTQ v1 adds 1 to a
  *   stored zero): packing refuses anything else.
  *
@@ -63,13 +55,14 @@
  *   for each group g in order (k in [g*group_k, min(K, (g+1)*group_k))):
  *     exact (SEQ, matmul_qf32): acc = 0; for k in order:
  *        acc = fma(x[m][k], c(n,k), acc)
- *     fast (PAIR, matmul_qpair, U8 and E4M3, x = bf16 pairs, c exact in
+ *     fast (PAIR, matmul_qpair, E4M3, x = bf16 pairs, c exact in
  *        bf16): acc = 0; for each pair j of the group in order:
  *        acc = acc + xo*co, then acc = acc + xe*ce (o = k 2j+1, e = k 2j;
  *        vdpbf16ps's lane, products exact in f32)
  *     total = fma(acc, scale(n, g), total)
- * The fast mode's U4 (PAIR layout too) has its own integer contract,
- * cpu/q4i.h: activations quantized to int16 per group, exact int32 dots.
+ * The fast mode's U4 and U8 (PAIR layout too) have their own integer
+ * contract, cpu/q4i.h: activations quantized to int16 per group, exact
+ * int32 dots.
  *   v = bias ? total + bias[n] : total; out = accumulate ? out + v : v.
  * The generic table does exactly this with fmaf(); the ISA tables with
  * vfmadd / vdpbf16ps in vector lanes. All give the same bits as long as no
@@ -84,7 +77,7 @@
 #include "quant.h"
 
 typedef enum qwi_qpanel_layout { QWI_QPANEL_SEQ = 0,   /* exact mode: f32 activations      */
-                                 QWI_QPANEL_PAIR = 1   /* fast mode: bf16 activation pairs */
+                                 QWI_QPANEL_PAIR = 1   /* fast mode: activation pairs       */
 } qwi_qpanel_layout;
 
 typedef struct qwi_qpanel {            /* a qwi_qweight repacked into 16-output panels */
@@ -93,7 +86,7 @@ typedef struct qwi_qpanel {            /* a qwi_qweight repacked into 16-output 
     int64_t n, k, group_k, ngroups;
     const uint8_t *codes;              /* [panel][qwi_qpanel_panel_bytes]          */
     const float *scales;               /* [panel][group][16]                       */
-    const float *zeros;                /* [panel][group][16 | 32]; NULL for E4M3   */
+    const float *zeros;                /* [panel][group][16]; NULL for E4M3        */
 } qwi_qpanel;
 
 #define QWI_QPANEL 16
@@ -109,16 +102,6 @@ static inline int64_t qwi_qpanel_block_bytes(qwi_qfmt fmt) { return fmt == QWI_Q
 /* Bytes of one panel's codes for K input columns. */
 static inline int64_t qwi_qpanel_panel_bytes(qwi_qfmt fmt, int64_t k) {
     return QWI_DIV_UP(k, qwi_qpanel_kb(fmt)) * qwi_qpanel_block_bytes(fmt);
-}
-
-/* Whether the zeros are in PAIR U8's interleaved lane order (else slot order). */
-static inline bool qwi_qpanel_zeros_interleaved(qwi_qfmt fmt, qwi_qpanel_layout layout) {
-    return layout == QWI_QPANEL_PAIR && fmt == QWI_QFMT_U8;
-}
-
-/* Floats per (panel, group) of zeros: 32 (PAIR U8) or 16. */
-static inline int64_t qwi_qpanel_zero_stride(qwi_qfmt fmt, qwi_qpanel_layout layout) {
-    return qwi_qpanel_zeros_interleaved(fmt, layout) ? 32 : 16;
 }
 
 /* Bytes of the packed form of an fmt weight [n][k] with groups of group_k
@@ -168,23 +151,13 @@ static inline void qwi_qpanel_code_pos(qwi_qfmt fmt, qwi_qpanel_layout layout, i
     if (layout == QWI_QPANEL_SEQ) {
         lane = r;
         field = (int)kk;
-    } else if (fmt == QWI_QFMT_U4) {
-        lane = r;
-        field = (int)(kk / 2) + (kk & 1 ? 4 : 0);
     } else {
-        lane = 2 * (r % 8) + (int)(kk & 1);
-        field = (int)(kk / 2) + (r < 8 ? 0 : (int)kb / 2);
+        lane = r;
+        field = (int)(kk / 2) + (kk & 1 ? (int)kb / 2 : 0);
     }
     const int bit = field * bits;
     *byte = base + 4 * lane + bit / 8;
     *shift = bit % 8;
-}
-
-/* The zeros entry of (slot r, group g) relative to a panel's zeros. */
-static inline int64_t qwi_qpanel_zero_index(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t g,
-                                            int r) {
-    if (!qwi_qpanel_zeros_interleaved(fmt, layout)) return g * 16 + r;
-    return g * 32 + (r < 8 ? 0 : 16) + 2 * (r % 8);
 }
 
 /* c(n, k) of the contract above, as the kernels use it (E4M3: value * 2^-8). */
