@@ -88,7 +88,7 @@ void qwi_cpu_matmul_rounded(const qwi_cpu_ctx *cx, const float *x, int64_t M, in
                             const qwi_cpu_mm_job *jobs, int njobs);
 
 /* Whether any of the jobs reads x as cx->xpair's bf16 pairs (bf16 pair
- * panels, int8 and fp8 PAIR panels): the calls whose x is worth rounding
+ * panels, fp8 PAIR panels): the calls whose x is worth rounding
  * ahead. Pure. */
 bool qwi_cpu_jobs_read_pairs(const qwi_cpu_mm_job *jobs, int njobs);
 
