@@ -136,7 +136,7 @@ static qwi_q4act make_q4act(const float *x, int64_t M, int64_t K, int64_t gk, qw
     float *dd = malloc(sizeof(float) * (size_t)(M * G));
     int32_t *sum = malloc(sizeof(int32_t) * (size_t)(M * G));
     cr_assert(q && dd && sum);
-    const int32_t qmax = qwi_q4i_qmax(gk, fmt == QWI_QFMT_U8 ? 8 : 4);
+    const int32_t qmax = qwi_q4i_qmax(gk, fmt == QWI_QFMT_E4M3 ? QWI_QFMT_U4 : fmt);
     cr_assert(qmax > 0);
     qwi_q4i_quantize_rows(x, 0, M, K, gk, qmax, q, dd, sum);
     return (qwi_q4act){ .q = q, .d = dd, .sum = sum, .KP = KP, .G = G, .group_k = gk, .qmax = qmax };
@@ -507,19 +507,19 @@ Test(quant_kernels, packs_a_gptq_int4_qweight) {
 /* ---- the integer matmul's activation quantization (cpu/q4i.h) ----------- */
 
 Test(quant_kernels, q4i_levels_keep_the_int32_sums_exact) {
-    cr_assert_eq(qwi_q4i_qmax(128, 4), 32767);
-    cr_assert_eq(qwi_q4i_qmax(4096, 4), 32767);
-    cr_assert_eq(qwi_q4i_qmax(12288, 4), 10922);   /* (2^31 - 1) / (16 * 12288) */
-    cr_assert_eq(qwi_q4i_qmax(128, 8), 32767);
-    cr_assert_eq(qwi_q4i_qmax(256, 8), 32767);     /* (2^31 - 1) / (256 * 256) = 32767 */
-    cr_assert_eq(qwi_q4i_qmax(512, 8), 16383);
-    cr_assert_eq(qwi_q4i_qmax(12288, 8), 682);
-    cr_assert_eq(qwi_q4i_qmax(0, 4), 0);
-    cr_assert_eq(qwi_q4i_qmax(7, 4), 0);            /* odd */
-    cr_assert_eq(qwi_q4i_qmax(128, 5), 0);          /* neither 4 nor 8 bits */
-    cr_assert_eq(qwi_q4i_qmax(2000000, 4), 0);      /* fewer than 127 levels */
-    cr_assert_eq(qwi_q4i_qmax(70000, 8), 0);
-    cr_assert_gt(qwi_q4i_qmax(70000, 4), 0);
+    cr_assert_eq(qwi_q4i_qmax(128, QWI_QFMT_U4), 32767);
+    cr_assert_eq(qwi_q4i_qmax(4096, QWI_QFMT_U4), 32767);
+    cr_assert_eq(qwi_q4i_qmax(12288, QWI_QFMT_U4), 10922);  /* (2^31 - 1) / (16 * 12288) */
+    cr_assert_eq(qwi_q4i_qmax(128, QWI_QFMT_U8), 32767);
+    cr_assert_eq(qwi_q4i_qmax(256, QWI_QFMT_U8), 32767);    /* (2^31 - 1) / (256 * 256) */
+    cr_assert_eq(qwi_q4i_qmax(512, QWI_QFMT_U8), 16383);
+    cr_assert_eq(qwi_q4i_qmax(12288, QWI_QFMT_U8), 682);
+    cr_assert_eq(qwi_q4i_qmax(0, QWI_QFMT_U4), 0);
+    cr_assert_eq(qwi_q4i_qmax(7, QWI_QFMT_U4), 0);             /* odd */
+    cr_assert_eq(qwi_q4i_qmax(128, QWI_QFMT_E4M3), 0);         /* not an integer format */
+    cr_assert_eq(qwi_q4i_qmax(2000000, QWI_QFMT_U4), 0);       /* fewer than 127 levels */
+    cr_assert_eq(qwi_q4i_qmax(70000, QWI_QFMT_U8), 0);
+    cr_assert_gt(qwi_q4i_qmax(70000, QWI_QFMT_U4), 0);
     /* and such a weight cannot be packed for the fast kernels */
     cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, 16, 2000000, 2000000), 0);
     cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 2000000, 2000000), 0);
@@ -540,7 +540,7 @@ static void wide_rows(float *x, int64_t n) {
 Test(quant_kernels, q4i_activations_follow_the_contract) {
     const int64_t M = 4, K = 1185, gk = 296;   /* odd K, a short last group */
     const int64_t KP = qwi_pair_kp(K), G = QWI_DIV_UP(K, gk);
-    const int32_t Q = qwi_q4i_qmax(gk, 4);
+    const int32_t Q = qwi_q4i_qmax(gk, QWI_QFMT_U4);
     float *x = malloc(sizeof(float) * (size_t)(M * K));
     wide_rows(x, M * K);
     for (int64_t k = 0; k < gk; k++) x[1 * K + k] = 0.0f;                  /* row 1 group 0: zero */

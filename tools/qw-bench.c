@@ -33,8 +33,9 @@
  * non-first token. Decode is reported as bytes read per step (weights + the
  * KV of every sequence's context) / step time / measured read bandwidth
  * (probed before the runs and again after each; the larger is the limit,
- * since a VM's memory swings between phases within seconds); prefill as (2 * params * tokens + attention FLOPs) / step time / measured
- * peak GEMM FLOP/s, and against the raw bf16 dot-product (vdpbf16ps) and
+ * since a VM's memory swings between phases within seconds); prefill as
+ * (2 * params * tokens + attention FLOPs) / step time / measured peak GEMM
+ * FLOP/s, and against the raw bf16 dot-product (vdpbf16ps) and
  * f32 FMA peaks of the cores, measured with tight register-only loops.
  * Prefill is also given in tokens/s, and memory as the load time, the RSS
  * after load and the peak RSS (VmHWM) of the load and of the whole run.

@@ -607,12 +607,12 @@ static qw_status setup_scratch(cpu_backend *b) {
         if (!b->xpair)
             return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: bf16 activation scratch allocation failed "
                             "(max_num_batched_tokens %zu)", T);
-        const int64_t u4g = max_int_groups(b);
-        if (u4g > 0) {
+        const int64_t int_groups = max_int_groups(b);
+        if (int_groups > 0) {
             const size_t rows = QWI_MAX(T, (size_t)b->logit_rows);
             b->q4_q = (uint32_t *)alloc_floats(rows, (size_t)qwi_pair_kp((int64_t)max_k));
-            b->q4_d = alloc_floats(rows, (size_t)u4g);
-            b->q4_sum = (int32_t *)alloc_floats(rows, (size_t)u4g);
+            b->q4_d = alloc_floats(rows, (size_t)int_groups);
+            b->q4_sum = (int32_t *)alloc_floats(rows, (size_t)int_groups);
             if (!b->q4_q || !b->q4_d || !b->q4_sum)
                 return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4/int8 activation scratch allocation "
                                 "failed (max_num_batched_tokens %zu)", T);

@@ -153,7 +153,7 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
             q4_gk = l->qp.group_k;
             /* the smaller Q where int4 and int8 weights meet (packing
              * made sure each is nonzero) */
-            const int32_t qm = qwi_q4i_qmax(q4_gk, l->qp.fmt == QWI_QFMT_U4 ? 4 : 8);
+            const int32_t qm = qwi_q4i_qmax(q4_gk, l->qp.fmt);
             q4_qmax = q4_qmax ? QWI_MIN(q4_qmax, qm) : qm;
         }
         total_n += l->n;

@@ -17,8 +17,9 @@ typedef int16_t __attribute__((may_alias)) i16_alias;
 /* Below this a group's largest |x| counts as 0: Q / amax would overflow f32. */
 #define Q4I_AMAX_MIN 0x1p-100f
 
-int32_t qwi_q4i_qmax(int64_t group_k, int bits) {
-    if (group_k <= 0 || group_k % 2 != 0 || (bits != 4 && bits != 8)) return 0;
+int32_t qwi_q4i_qmax(int64_t group_k, qwi_qfmt fmt) {
+    const int bits = fmt == QWI_QFMT_U4 ? 4 : fmt == QWI_QFMT_U8 ? 8 : 0;
+    if (group_k <= 0 || group_k % 2 != 0 || !bits) return 0;
     if (group_k > (int64_t)INT32_MAX) return 0;
     const int64_t q = (int64_t)INT32_MAX / (((int64_t)1 << bits) * group_k);
     if (q < 127) return 0;

@@ -48,7 +48,7 @@
  *   v = bias ? total + bias[n] : total; out = accumulate ? out + v : v.
  * Exactness: |code - zero| <= 2^bits (16 for U4, 256 for U8) and |q| <= Q,
  * so every partial sum is at most 2^bits * Q * group_k in magnitude;
- * Q = qwi_q4i_qmax(group_k, bits) keeps that below 2^31. A call whose
+ * Q = qwi_q4i_qmax(group_k, fmt) keeps that below 2^31. A call whose
  * weights have both widths uses the smaller Q (ops.c): 32767 either way
  * for groups of up to 256 columns.
  */
@@ -56,6 +56,7 @@
 #define QWI_CPU_Q4I_H
 
 #include "common.h"
+#include "quant.h"
 
 /* The quantized activation rows of one matmul call (borrowed pointers). */
 typedef struct qwi_q4act {
@@ -68,14 +69,15 @@ typedef struct qwi_q4act {
     int32_t qmax;             /* Q: the largest |q| (qwi_q4i_qmax)            */
 } qwi_q4act;
 
-/* Largest |q| for groups of group_k columns times codes of `bits` (4 or
- * 8) bits: min(32767, (2^31 - 1) / (2^bits * group_k)); 0 when group_k is
- * not positive and even, bits is neither 4 nor 8, or the group is so long
- * that fewer than 127 levels would remain. */
-int32_t qwi_q4i_qmax(int64_t group_k, int bits);
+/* Largest |q| for groups of group_k columns times codes of format fmt
+ * (U4: bits = 4, U8: bits = 8): min(32767, (2^31 - 1) / (2^bits *
+ * group_k)); 0 when group_k is not positive and even, fmt is not an
+ * integer format, or the group is so long that fewer than 127 levels
+ * would remain. */
+int32_t qwi_q4i_qmax(int64_t group_k, qwi_qfmt fmt);
 
 /* Quantize rows [m0, m1) of x ([*][K] f32, row-major) as above, with
- * Q = qmax (a nonzero qwi_q4i_qmax(group_k, bits) of the weights it will
+ * Q = qmax (a nonzero qwi_q4i_qmax(group_k, fmt) of the weights it will
  * meet), into row m of q (q + m * ceil(K/2) pairs), d and sum (+ m * G,
  * G = ceil(K / group_k)). Rows are independent, so callers may split rows
  * between threads. Uses AVX2 where the CPU has it (the same bits as the

@@ -24,7 +24,7 @@
 #define Q4I_CODE(v, jj, cm, u8)                                                                 \
     ((jj) == 0 ? _mm512_and_si512((v), (cm))                                                    \
                : (jj) == ((u8) ? 1 : 3) ? _mm512_srli_epi16((v), ((u8) ? 8 : 4) * (jj))         \
-                           : _mm512_and_si512(_mm512_srli_epi16((v), 4 * (jj)), (cm)))
+                           : _mm512_and_si512(_mm512_srli_epi16((v), ((u8) ? 8 : 4) * (jj)), (cm)))
 
 /* The same for a jj known only at run time. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) __m512i

@@ -21,8 +21,7 @@ static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, 
     if (fmt != QWI_QFMT_U4 && fmt != QWI_QFMT_U8 && fmt != QWI_QFMT_E4M3) return false;
     if (layout != QWI_QPANEL_SEQ && layout != QWI_QPANEL_PAIR) return false;
     /* fast-mode int4/int8 sums must stay exact in int32 (cpu/q4i.h) */
-    if (fmt != QWI_QFMT_E4M3 && layout == QWI_QPANEL_PAIR &&
-        !qwi_q4i_qmax(group_k, fmt == QWI_QFMT_U4 ? 4 : 8))
+    if (fmt != QWI_QFMT_E4M3 && layout == QWI_QPANEL_PAIR && !qwi_q4i_qmax(group_k, fmt))
         return false;
     const size_t np = (size_t)QWI_DIV_UP(n, QWI_QPANEL), G = (size_t)QWI_DIV_UP(k, group_k);
     size_t codes, sc, zs = 0;
