@@ -2,19 +2,25 @@
  * test_gemv_prefetch.c - the batch-1 quantized GEMVs' prefetch distance
  * (cpu/gemv_prefetch.h): QWINFER_GEMV_PREFETCH, when valid, is the
  * distance for every kernel; an invalid value is ignored, and without one
- * each kernel keeps its own (or its core's: Zen 5's 2 KiB). The value is read once per process, and each
- * Criterion test runs in its own, so each sets its environment first.
+ * each kernel keeps its own (or its core's: Zen 5's 2 KiB). The value is
+ * read once per process, and each Criterion test runs in its own, so each
+ * sets its environment first.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 
+#include "cpu/cpu_features.h"
 #include "cpu/gemv_prefetch.h"
 
-/* Without an override: the kernel's own distance, or this core's. */
+/* Without an override: the kernel's own distance, or this core's (the
+ * vendor and family CPUID reports here). */
 static void expect_tuned(void) {
-    cr_assert_eq(qwi_cpu_gemv_prefetch(256), qwi_cpu_gemv_prefetch_default(256));
-    cr_assert_eq(qwi_cpu_gemv_prefetch(512), qwi_cpu_gemv_prefetch_default(512));
-    cr_assert(qwi_cpu_gemv_prefetch_default(256) == 256 || qwi_cpu_gemv_prefetch_default(256) == 2048);
+    bool amd;
+    int family;
+    qwi_cpu_vendor_family(&amd, &family);
+    cr_assert_eq(qwi_cpu_gemv_prefetch(256), qwi_cpu_gemv_prefetch_for_core(256, amd, family));
+    cr_assert_eq(qwi_cpu_gemv_prefetch(512), qwi_cpu_gemv_prefetch_for_core(512, amd, family));
+    cr_assert_eq(qwi_cpu_gemv_prefetch_default(256), qwi_cpu_gemv_prefetch(256));
 }
 
 Test(gemv_prefetch, each_kernel_keeps_its_distance_without_an_override) {
