@@ -16,15 +16,15 @@
 
 #define QMR 4
 
-/* c(slot s, k) of the panel at pc for s in [0, 16); zg = the panel's zeros
- * of k's group (U4/U8). */
-static inline void decode16(const qwi_qpanel *w, const uint8_t *pc, const float *zg, int64_t k,
+/* c(slot s, k) of panel p for s in [0, 16); zg = the panel's zeros of k's
+ * group (U4/U8). */
+static inline void decode16(const qwi_qpanel *w, int64_t p, const float *zg, int64_t k,
                             float c[16]) {
     for (int s = 0; s < 16; s++) {
         int64_t byte;
         int shift;
-        qwi_qpanel_code_pos(w->fmt, w->layout, k, s, &byte, &shift);
-        const uint8_t code = pc[byte];
+        qwi_qpanel_code_pos(w, p, k, s, &byte, &shift);
+        const uint8_t code = w->codes[byte];
         if (w->fmt == QWI_QFMT_E4M3) {
             c[s] = qwi_qpanel_e4m3_c(code);
         } else {
@@ -50,10 +50,9 @@ static inline float hi_f32(uint32_t pair) {
 
 void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, int64_t n0,
                      int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
-    const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int64_t G = w->ngroups, gk = w->group_k;
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int64_t p = (n0 + j0) / 16;
-        const uint8_t *pc = w->codes + p * pb;
         for (int64_t m = 0; m < M; m += QMR) {
             const int mr = (int)QWI_MIN((int64_t)QMR, M - m);
             float tot[QMR][16] = { { 0 } };
@@ -63,7 +62,7 @@ void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, 
                 float acc[QMR][16] = { { 0 } };
                 for (int64_t k = ks; k < ke; k++) {
                     float c[16];
-                    decode16(w, pc, zg, k, c);
+                    decode16(w, p, zg, k, c);
                     for (int r = 0; r < mr; r++) {
                         const float xv = x[(m + r) * K + k];
                         for (int s = 0; s < 16; s++) acc[r][s] = fmaf(xv, c[s], acc[r][s]);
@@ -80,10 +79,9 @@ void qwr_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, 
 
 void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w, int64_t n0,
                       int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
-    const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int64_t G = w->ngroups, gk = w->group_k;
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int64_t p = (n0 + j0) / 16;
-        const uint8_t *pc = w->codes + p * pb;
         for (int64_t m = 0; m < M; m += QMR) {
             const int mr = (int)QWI_MIN((int64_t)QMR, M - m);
             float tot[QMR][16] = { { 0 } };
@@ -95,8 +93,8 @@ void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel
                 float acc[QMR][16] = { { 0 } };
                 for (int64_t j = js; j < je; j++) {
                     float ce[16], co[16];
-                    decode16(w, pc, zg, 2 * j, ce);
-                    decode16(w, pc, zg, 2 * j + 1, co);
+                    decode16(w, p, zg, 2 * j, ce);
+                    decode16(w, p, zg, 2 * j + 1, co);
                     for (int r = 0; r < mr; r++) {
                         const uint32_t xp = x[(m + r) * KP + j];
                         const float xo = hi_f32(xp), xe = lo_f32(xp);

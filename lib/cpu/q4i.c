@@ -163,11 +163,9 @@ void qwi_q4i_quantize_rows(const float *x, int64_t m0, int64_t m1, int64_t K, in
 void qwr_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, int64_t N,
                     const float *bias, float *out, int64_t ldo, int accumulate) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
-    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
     const int cmask = w->fmt == QWI_QFMT_U4 ? 0xf : 0xff;
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int64_t p = (n0 + j0) / 16;
-        const uint8_t *pc = w->codes + p * pb;
         for (int64_t m = 0; m < M; m++) {
             const i16_alias *qr = (const i16_alias *)(x->q + m * KP);
             float tot[16] = { 0 };
@@ -179,8 +177,8 @@ void qwr_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t 
                     for (int s = 0; s < 16; s++) {
                         int64_t byte;
                         int shift;
-                        qwi_qpanel_code_pos(w->fmt, w->layout, k, s, &byte, &shift);
-                        acc[s] += (int64_t)((pc[byte] >> shift) & cmask) * qr[k];
+                        qwi_qpanel_code_pos(w, p, k, s, &byte, &shift);
+                        acc[s] += (int64_t)((w->codes[byte] >> shift) & cmask) * qr[k];
                     }
                 const float *zg = w->zeros + (p * G + g) * 16, *sc = w->scales + (p * G + g) * 16;
                 const float dg = x->d[m * x->G + g];

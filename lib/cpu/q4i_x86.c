@@ -69,10 +69,10 @@ A2_INLINE __m256i a2_code(__m256i v, int jj, __m256i cm, const int u8) {
 A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res,
                          const int mr, const int np, const int u8) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
-    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int64_t bs = qwi_qpanel_block_stride(w, p0);   /* panel q of block j: j * bs + q * 64 */
     const int PB = u8 ? 2 : 4;   /* pairs per 64-byte block */
     const __m256i cm = _mm256_set1_epi16(u8 ? 255 : 15);
-    const uint8_t *pc = w->codes + p0 * pb;
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);
     const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
     __m256 tot[4][2][2];
     __m256i acc[4][2][2];
@@ -85,14 +85,14 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                 _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) acc[r][q][h] = _mm256_setzero_si256();
         for (int64_t j = js; j < je; j++) {
-            const uint8_t *blk = pc + (j / PB) * 64;
+            const uint8_t *blk = pc + (j / PB) * bs;
             if (j % PB == 0)
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                    _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
             __m256i c[2][2];
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                 _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
-                    c[q][h] = a2_code(_mm256_loadu_si256((const __m256i *)(const void *)(blk + q * pb + 32 * h)),
+                    c[q][h] = a2_code(_mm256_loadu_si256((const __m256i *)(const void *)(blk + q * 64 + 32 * h)),
                                       (int)(j % PB), cm, u8);
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
                 const __m256i xb = _mm256_set1_epi32((int)x->q[r * KP + j]);
@@ -132,8 +132,8 @@ __attribute__((target(A2_TARGET))) void qwi_avx2_matmul_q4i(const qwi_q4act *x, 
     const int u8 = w->fmt == QWI_QFMT_U8;
     float res[4 * 64] __attribute__((aligned(32)));
     const int64_t pstep = M <= 2 ? 2 : 1;
-    for (int64_t pq = 0; pq < np_all; pq += pstep) {
-        const int np = (int)QWI_MIN(pstep, np_all - pq);
+    for (int64_t pq = 0, np; pq < np_all; pq += np) {
+        np = qwi_qpanel_run(w, P0 + pq, QWI_MIN(pstep, np_all - pq));
         for (int64_t m0 = 0; m0 < M; m0 += 4) {
             const int mr = (int)QWI_MIN((int64_t)4, M - m0);
             const qwi_q4act xr = { .q = x->q + m0 * x->KP, .d = x->d + m0 * x->G,

@@ -40,16 +40,17 @@ Q4I_FN(epilogue)(__m512i acc, __m512i zero, __m512 sc, int32_t sum, float d, __m
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(sc, _mm512_set1_ps(d)), tot);
 }
 
-/* M <= 2: MR rows x NP panels from panel p0, all groups, totals to
+/* M <= 2: MR rows x NP panels from panel p0 (all in p0's group of
+ * interleaved panels, qwi_qpanel_run), all groups, totals to
  * res[r*64 + q*16]. x's rows start at the call's first row. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, const int mr,
                const int np, const int u8) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
-    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int64_t bs = qwi_qpanel_block_stride(w, p0);   /* panel q of block j: j * bs + q * 64 */
     const int PB = u8 ? 2 : 4;
     const __m512i cm = _mm512_set1_epi16(u8 ? 255 : 15);
-    const uint8_t *pc = w->codes + p0 * pb;
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);
     const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
     /* One row: the odd pairs of a block add into a second accumulator, so
      * each chain is 2 dots deep per block instead of 4 (the dot latency,
@@ -69,13 +70,13 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
         int64_t j = js;
         if (js % PB == 0)
             for (; j + PB <= je; j += PB) {
-                const uint8_t *blk = pc + (j / PB) * 64;
+                const uint8_t *blk = pc + (j / PB) * bs;
                 __m512i v[4];
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
                     /* decoding keeps the core busy enough that the hardware
                      * prefetchers alone leave the loads waiting on memory */
-                    _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);
-                    v[q] = _mm512_loadu_si512(blk + q * pb);
+                    _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
+                    v[q] = _mm512_loadu_si512(blk + q * 64);
                 }
                 _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++) {
                     __m512i c[4];
@@ -90,10 +91,10 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
                 }
             }
         for (; j < je; j++) {   /* a group that starts or ends inside a block */
-            const uint8_t *blk = pc + (j / PB) * 64;
+            const uint8_t *blk = pc + (j / PB) * bs;
             __m512i c[4];
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                c[q] = Q4I_FN(code_var)(_mm512_loadu_si512(blk + q * pb), (int)(j % PB), cm, u8);
+                c[q] = Q4I_FN(code_var)(_mm512_loadu_si512(blk + q * 64), (int)(j % PB), cm, u8);
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
                 const __m512i xb = _mm512_set1_epi32((int)x->q[r * KP + j]);
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -115,27 +116,27 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
             _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);
 }
 
-/* M > 2: pairs [j0, j1) (within one group) of NP panels from p0 into
- * buf[q][j - j0][16] as int16 pair lanes. */
+/* M > 2: pairs [j0, j1) (within one group) of NP panels from p0 (in p0's
+ * group of interleaved panels) into buf[q][j - j0][16] as int16 pair lanes. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1, uint32_t *buf,
                      const int np, const int u8) {
-    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int64_t bs = qwi_qpanel_block_stride(w, p0);
     const int PB = u8 ? 2 : 4;
     const __m512i cm = _mm512_set1_epi16(u8 ? 255 : 15);
     for (int q = 0; q < np; q++) {
-        const uint8_t *pc = w->codes + (p0 + q) * pb;
+        const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0 + q, 0);
         uint32_t *o = buf + (int64_t)q * Q4I_KP * 16;
         int64_t j = j0;
         if (j0 % PB == 0)
             for (; j + PB <= j1; j += PB) {
-                const __m512i v = _mm512_loadu_si512(pc + (j / PB) * 64);
+                const __m512i v = _mm512_loadu_si512(pc + (j / PB) * bs);
                 _Pragma("GCC unroll 4") for (int jj = 0; jj < PB; jj++)
                     _mm512_storeu_si512(o + (j + jj - j0) * 16, Q4I_CODE(v, jj, cm, u8));
             }
         for (; j < j1; j++)
             _mm512_storeu_si512(o + (j - j0) * 16,
-                                Q4I_FN(code_var)(_mm512_loadu_si512(pc + (j / PB) * 64),
+                                Q4I_FN(code_var)(_mm512_loadu_si512(pc + (j / PB) * bs),
                                                  (int)(j % PB), cm, u8));
     }
 }
@@ -188,8 +189,8 @@ Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, 
     float tot[Q4I_MB * 64] __attribute__((aligned(64)));
     const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16), G = w->ngroups, gk = w->group_k;
     const int64_t KP = x->KP;
-    for (int64_t pq = 0; pq < np_all; pq += 4) {
-        const int np = (int)QWI_MIN((int64_t)4, np_all - pq);
+    for (int64_t pq = 0, np; pq < np_all; pq += np) {
+        np = qwi_qpanel_run(w, P0 + pq, QWI_MIN((int64_t)4, np_all - pq));
         for (int64_t m0 = 0; m0 < M; m0 += Q4I_MB) {
             const int64_t mb = QWI_MIN((int64_t)Q4I_MB, M - m0);
             memset(tot, 0, sizeof(float) * (size_t)mb * 64);
@@ -236,8 +237,8 @@ __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int6
     }
     const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16);
     float res[2 * 64] __attribute__((aligned(64)));
-    for (int64_t pq = 0; pq < np_all; pq += 4) {
-        const int64_t np = QWI_MIN((int64_t)4, np_all - pq);
+    for (int64_t pq = 0, np; pq < np_all; pq += np) {
+        np = qwi_qpanel_run(w, P0 + pq, QWI_MIN((int64_t)4, np_all - pq));
 #define Q4I_D(NP)                                                                               \
     do {                                                                                        \
         if (u8) {                                                                               \

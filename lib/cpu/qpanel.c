@@ -56,8 +56,8 @@ float qwi_qpanel_c(const qwi_qpanel *w, int64_t n, int64_t k) {
     const int r = (int)(n % QWI_QPANEL);
     int64_t byte;
     int shift;
-    qwi_qpanel_code_pos(w->fmt, w->layout, k, r, &byte, &shift);
-    const uint8_t code = w->codes[p * qwi_qpanel_panel_bytes(w->fmt, w->k) + byte];
+    qwi_qpanel_code_pos(w, p, k, r, &byte, &shift);
+    const uint8_t code = w->codes[byte];
     if (w->fmt == QWI_QFMT_E4M3) return qwi_qpanel_e4m3_c(code);
     const int c = w->fmt == QWI_QFMT_U4 ? (code >> shift) & 0xf : code;
     return (float)c - w->zeros[(p * w->ngroups + k / w->group_k) * 16 + r];
@@ -68,7 +68,8 @@ double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k) {
     return (double)qwi_qpanel_c(w, n, k) * (double)w->scales[(p * w->ngroups + g) * 16 + r];
 }
 
-/* Describe a packed weight at dst. */
+/* Describe a packed weight at dst and zero its codes (pack_panel ORs the
+ * fields in; interleaved panels share their bytes' range). */
 static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
                      void *dst, qwi_qpanel *out) {
     size_t s_at = 0, z_at = 0, total = 0;   /* sizes() was checked by the caller */
@@ -78,6 +79,7 @@ static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t 
                          .scales = (const float *)(void *)((char *)dst + s_at),
                          .zeros = fmt == QWI_QFMT_E4M3 ? NULL
                                                        : (const float *)(void *)((char *)dst + z_at) };
+    memset(dst, 0, s_at);
 }
 
 /* Pack panel p from rows [16p, 16p + rows) given as codes [rows][k] and
@@ -85,10 +87,9 @@ static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t 
  * bad zero's row (>= 0) or -1. */
 static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const uint8_t *codes,
                           const float *scales, const float *zeros, int64_t *bad_g) {
-    const int64_t k = d->k, G = d->ngroups, pb = qwi_qpanel_panel_bytes(d->fmt, k);
-    uint8_t *pc = (uint8_t *)d->codes + p * pb;
+    const int64_t k = d->k, G = d->ngroups;
+    uint8_t *packed = (uint8_t *)d->codes;   /* zeroed by describe() */
     float *ps = (float *)d->scales + p * G * 16;
-    memset(pc, 0, (size_t)pb);
     memset(ps, 0, (size_t)G * 16 * sizeof(float));
     const float smul = d->fmt == QWI_QFMT_E4M3 ? 0x1p8f : 1.0f;
     const float zmax = d->fmt == QWI_QFMT_U4 ? 16.0f : 256.0f;
@@ -102,9 +103,9 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
         for (int64_t c = 0; c < k; c++) {
             int64_t byte;
             int shift;
-            qwi_qpanel_code_pos(d->fmt, d->layout, c, r, &byte, &shift);
+            qwi_qpanel_code_pos(d, p, c, r, &byte, &shift);
             const uint8_t v = d->fmt == QWI_QFMT_U4 ? (uint8_t)(cr[c] & 0xf) : cr[c];
-            pc[byte] |= (uint8_t)(v << shift);
+            packed[byte] |= (uint8_t)(v << shift);
         }
         for (int64_t g = 0; g < G; g++) {
             ps[g * 16 + r] = scales[r * G + g] * smul;

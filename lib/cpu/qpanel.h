@@ -17,7 +17,17 @@
  * Layout of an [N][K] weight: ceil(N/16) panels, panel p = rows 16p..16p+15
  * (slot r = row 16p + r; rows past N have code 0, scale 0, zero 0). Each
  * panel's codes are blocks of KB input columns, qwi_qpanel_panel_bytes()
- * per panel (codes past K are 0 and never read with an activation):
+ * per panel (codes past K are 0 and never read with an activation). Where
+ * the blocks lie (qwi_qpanel_block_at, the one definition):
+ *   SEQ, and E4M3 in PAIR: panel after panel, block after block.
+ *   U4/U8 in PAIR: panels in groups of 4 (QWI_QPANEL_GROUP; the last group
+ *     holds what is left), a group's codes where its panels' would be, but
+ *     block j of each of its gp panels in turn: block j of the group's
+ *     i-th panel at (j * gp + i) * 64 from the group's first byte. Why:
+ *     decode reads four panels at a time, and on a Zen 4 four separate
+ *     8 KiB panel streams (K = 1024) read 30-32 GB/s where one 32 KiB
+ *     stream of the same bytes reads 42-46 (qw-qbench --k 1024 --n 6144
+ *     against --k 4096 --n 1536); interleaved, a group is one stream.
  *   U4/U8 (KB = 8 / 4; w = 4 / 8 bits): a block is 16 little-endian 32-bit
  *     lanes of F = 32/w fields, field i = bits [w*i, w*i+w) of the lane.
  *     SEQ:  lane l, field i = code(slot l, k0 + i).
@@ -90,6 +100,7 @@ typedef struct qwi_qpanel {            /* a qwi_qweight repacked into 16-output 
 } qwi_qpanel;
 
 #define QWI_QPANEL 16
+#define QWI_QPANEL_GROUP 4   /* panels interleaved block by block (U4/U8 PAIR) */
 
 /* Input columns per code block: 8 (U4), 4 (U8), 2 (E4M3). */
 static inline int64_t qwi_qpanel_kb(qwi_qfmt fmt) {
@@ -102,6 +113,40 @@ static inline int64_t qwi_qpanel_block_bytes(qwi_qfmt fmt) { return fmt == QWI_Q
 /* Bytes of one panel's codes for K input columns. */
 static inline int64_t qwi_qpanel_panel_bytes(qwi_qfmt fmt, int64_t k) {
     return QWI_DIV_UP(k, qwi_qpanel_kb(fmt)) * qwi_qpanel_block_bytes(fmt);
+}
+
+/* Whether the layout interleaves groups of QWI_QPANEL_GROUP panels. */
+static inline bool qwi_qpanel_interleaved(qwi_qfmt fmt, qwi_qpanel_layout layout) {
+    return layout == QWI_QPANEL_PAIR && fmt != QWI_QFMT_E4M3;
+}
+
+/* Panels of the group that holds panel p (interleaved layouts):
+ * QWI_QPANEL_GROUP, or what is left in the last group. */
+static inline int64_t qwi_qpanel_group_panels(const qwi_qpanel *w, int64_t p) {
+    const int64_t first = p - p % QWI_QPANEL_GROUP;
+    return QWI_MIN((int64_t)QWI_QPANEL_GROUP, QWI_DIV_UP(w->n, QWI_QPANEL) - first);
+}
+
+/* Bytes from block blk of panel p to block blk + 1 of the same panel. */
+static inline int64_t qwi_qpanel_block_stride(const qwi_qpanel *w, int64_t p) {
+    const int64_t bb = qwi_qpanel_block_bytes(w->fmt);
+    return qwi_qpanel_interleaved(w->fmt, w->layout) ? qwi_qpanel_group_panels(w, p) * bb : bb;
+}
+
+/* Offset of code block blk of panel p from w->codes. Panels p and p + 1 of
+ * one group are then block_bytes apart in every block. */
+static inline int64_t qwi_qpanel_block_at(const qwi_qpanel *w, int64_t p, int64_t blk) {
+    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    if (!qwi_qpanel_interleaved(w->fmt, w->layout)) return p * pb + blk * qwi_qpanel_block_bytes(w->fmt);
+    const int64_t first = p - p % QWI_QPANEL_GROUP;
+    return first * pb + blk * qwi_qpanel_block_stride(w, p) +
+           (p - first) * qwi_qpanel_block_bytes(w->fmt);
+}
+
+/* Panels from p on, at most max, that lie in p's group (interleaved
+ * layouts): the panels a kernel reads through one base pointer and stride. */
+static inline int64_t qwi_qpanel_run(const qwi_qpanel *w, int64_t p, int64_t max) {
+    return QWI_MIN(max, qwi_qpanel_group_panels(w, p) - p % QWI_QPANEL_GROUP);
 }
 
 /* Bytes of the packed form of an fmt weight [n][k] with groups of group_k
@@ -128,35 +173,29 @@ bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, in
                            int64_t group_k, const uint8_t *codes, const float *scales,
                            const float *zeros, void *dst, qwi_qpanel *out);
 
-/* Where code (slot r, column k) of a panel lives: *byte is its offset from
- * the panel's first code byte, *shift its bit position in that byte (0 or
- * 4 for U4, else 0). The one definition of the layout above: packing and
- * the generic kernels both go through it. */
-static inline void qwi_qpanel_code_pos(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t k, int r,
+/* Where code (slot r, column k) of panel p of w lives: *byte is its offset
+ * from w->codes, *shift its bit position in that byte (0 or 4 for U4, else
+ * 0). With qwi_qpanel_block_at, the one definition of the layout above:
+ * packing and the generic kernels both go through it. */
+static inline void qwi_qpanel_code_pos(const qwi_qpanel *w, int64_t p, int64_t k, int r,
                                        int64_t *byte, int *shift) {
-    const int64_t kb = qwi_qpanel_kb(fmt), blk = k / kb, kk = k % kb;
-    const int64_t base = blk * qwi_qpanel_block_bytes(fmt);
-    if (fmt == QWI_QFMT_E4M3) {
+    const int64_t kb = qwi_qpanel_kb(w->fmt), kk = k % kb;
+    const int64_t base = qwi_qpanel_block_at(w, p, k / kb);
+    if (w->fmt == QWI_QFMT_E4M3) {
         *shift = 0;
-        if (layout == QWI_QPANEL_SEQ) {
+        if (w->layout == QWI_QPANEL_SEQ) {
             *byte = base + 2 * r + kk;
         } else {
-            const int w = 2 * (r % 8) + (int)kk;
-            *byte = base + (w / 8) * 16 + (r < 8 ? 0 : 8) + w % 8;
+            const int wd = 2 * (r % 8) + (int)kk;
+            *byte = base + (wd / 8) * 16 + (r < 8 ? 0 : 8) + wd % 8;
         }
         return;
     }
-    const int bits = fmt == QWI_QFMT_U4 ? 4 : 8;
-    int lane, field;
-    if (layout == QWI_QPANEL_SEQ) {
-        lane = r;
-        field = (int)kk;
-    } else {
-        lane = r;
-        field = (int)(kk / 2) + (kk & 1 ? (int)kb / 2 : 0);
-    }
+    const int bits = w->fmt == QWI_QFMT_U4 ? 4 : 8;
+    const int field = w->layout == QWI_QPANEL_SEQ ? (int)kk
+                                                  : (int)(kk / 2) + (kk & 1 ? (int)kb / 2 : 0);
     const int bit = field * bits;
-    *byte = base + 4 * lane + bit / 8;
+    *byte = base + 4 * r + bit / 8;
     *shift = bit % 8;
 }
 
