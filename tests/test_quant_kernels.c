@@ -198,8 +198,9 @@ static const shape shapes[] = {
     { 48, 330, 330, 7 },   /* one group per row, longer than a decoded chunk     */
     { 20, 48, 6, 7 },      /* groups that split code blocks (the per-k path)     */
     { 64, 512, 256, 7 },   /* several 128-column chunks per group                */
-    { 100, 192, 64, 3 },   /* int4/int8: a full group of 4 interleaved panels,
-                              then one of 3 (and n0 = 16 starts inside a group) */
+    { 100, 192, 64, 7 },   /* a full group of 4 interleaved panels, then one
+                              of 3 (and n0 = 16 starts inside a group)          */
+    { 72, 202, 64, 4 },    /* FP8: 5 interleaved panels, an odd number of pairs */
 };
 
 /* Every table, format, layout and shape: bit-identical to the generic

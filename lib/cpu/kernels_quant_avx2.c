@@ -79,10 +79,11 @@ A_INLINE __m256 bc_lo(uint32_t p) { return _mm256_castsi256_ps(_mm256_set1_epi32
 A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, const qwi_qpanel *w,
                    int64_t p, float *res, const int mr, const int fmt,
                    const int pair) {
-    const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int64_t G = w->ngroups, gk = w->group_k;
     const int KB = fmt == QWI_QFMT_U4 ? 8 : fmt == QWI_QFMT_U8 ? 4 : 2;
     const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
-    const uint8_t *pc = w->codes + p * pb;
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p, 0);
+    const int64_t ls = qwi_qpanel_line_stride(w, p);   /* PAIR: 64-byte lines interleaved */
     const __m256 magic = _mm256_set1_ps(0x1p23f);
     memset(res, 0, sizeof(float) * 16 * (size_t)mr);
     for (int64_t g = 0; g < G; g++) {
@@ -111,11 +112,11 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
             for (; k < ke; k++) SEQ_STEP(k, (int)(k % KB));
 #undef SEQ_STEP
         } else {
-            /* E4M3: one pair per 32-byte block */
+            /* E4M3: one pair per 32-byte block, two per line */
             const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
             for (int64_t j = js; j < je; j++) {
                 __m256 ce[2], co[2];
-                pair_c(pc + j * BB, ce, co);
+                pair_c(pc + (j >> 1) * ls + (j & 1) * BB, ce, co);
                 _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {
                     const uint32_t xv = xp[r * KP + j];
                     const __m256 xo = bc_hi(xv), xe = bc_lo(xv);

@@ -176,7 +176,8 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
 #define PAIR_DIRECT(NAME, ATTR, STEP)                                                             \
     ATTR void NAME(const uint32_t *x, int64_t KP, const qwi_qpanel *w, int64_t p0, float *res,   \
                    const int mr, const int np) {                                                 \
-        const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k); \
+        const int64_t G = w->ngroups, gk = w->group_k, ls = qwi_qpanel_line_stride(w, p0);      \
+        const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);                            \
         const int64_t pf = qwi_cpu_gemv_prefetch(QPF);                                           \
         __m512 tot[2][4], acc[2][4];                                                             \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                     \
@@ -186,9 +187,9 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                 \
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] = _mm512_setzero_ps(); \
             for (int64_t j = js; j < je; j++) {                                                  \
-                const uint8_t *blk = w->codes + p0 * pb + j * 32;                                \
+                const uint8_t *blk = pc + (j >> 1) * ls + (j & 1) * 32;                          \
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                             \
-                    _mm_prefetch((const char *)(blk + q * pb + pf), _MM_HINT_T0);               \
+                    _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);               \
                 STEP(blk, j);                                                                    \
             }                                                                                    \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
@@ -208,7 +209,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
     do {                                                                                          \
         __m512bh wv[4];                                                                           \
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
-            wv[q] = (__m512bh)pair_bf16((blk) + q * pb);                                          \
+            wv[q] = (__m512bh)pair_bf16((blk) + q * 64);                                          \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                    \
             const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * KP + (J)]);                \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                  \
@@ -220,7 +221,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
     do {                                                                                          \
         __m512 ce[4], co[4];                                                                      \
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)                                      \
-            pair_ce_co((blk) + q * pb, &ce[q], &co[q]);                                           \
+            pair_ce_co((blk) + q * 64, &ce[q], &co[q]);                                           \
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                    \
             const uint32_t xp = x[r * KP + (J)];                                                  \
             const __m512 xo = pair_hi(xp), xe = pair_lo(xp);                                      \
@@ -287,13 +288,13 @@ Q_INLINE void seq_tile(const float *x, int64_t K, const float *buf, int64_t kn, 
  * buf[q][j - j0][2][16] as f32 (odd-k values, then even-k). */
 Q_INLINE void pair_decode_chunk_f32(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1,
                                     float *buf, const int np) {
-    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int64_t ls = qwi_qpanel_line_stride(w, p0);
     for (int q = 0; q < np; q++) {
-        const uint8_t *pc = w->codes + (p0 + q) * pb;
+        const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0 + q, 0);
         float *o = buf + (int64_t)q * (QKC / 2) * 32;
         for (int64_t j = j0; j < j1; j++) {
             __m512 ce, co;
-            pair_ce_co(pc + j * 32, &ce, &co);
+            pair_ce_co(pc + (j >> 1) * ls + (j & 1) * 32, &ce, &co);
             _mm512_storeu_ps(o + (j - j0) * 32, co);
             _mm512_storeu_ps(o + (j - j0) * 32 + 16, ce);
         }
@@ -330,11 +331,12 @@ Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, in
  * buf[q][j - j0][16] as bf16 pair lanes (cpu/pairpanel.h's panel). */
 QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1,
                                       uint32_t *buf, const int np) {
-    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int64_t ls = qwi_qpanel_line_stride(w, p0);
     for (int q = 0; q < np; q++) {
-        const uint8_t *pc = w->codes + (p0 + q) * pb;
+        const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0 + q, 0);
         uint32_t *o = buf + (int64_t)q * (QKC / 2) * 16;
-        for (int64_t j = j0; j < j1; j++) _mm512_storeu_si512(o + (j - j0) * 16, pair_bf16(pc + j * 32));
+        for (int64_t j = j0; j < j1; j++)
+            _mm512_storeu_si512(o + (j - j0) * 16, pair_bf16(pc + (j >> 1) * ls + (j & 1) * 32));
     }
 }
 
@@ -378,8 +380,8 @@ Q_INLINE void apply_scales(const qwi_qpanel *w, int64_t p0, int64_t g, int np, i
 #define DIRECT_ALL(M, N, DIRECT)                                                          \
     do {                                                                                  \
         const int64_t np_all_ = QWI_DIV_UP(N, 16);                                        \
-        for (int64_t pq = 0; pq < np_all_; pq += 4) {                                     \
-            const int64_t np_ = QWI_MIN((int64_t)4, np_all_ - pq);                        \
+        for (int64_t pq = 0, np_; pq < np_all_; pq += np_) {                              \
+            np_ = qwi_qpanel_run(w, P0 + pq, QWI_MIN((int64_t)4, np_all_ - pq));          \
             if ((M) == 1) {                                                               \
                 switch (np_) {                                                            \
                 case 4: DIRECT(pq, 4, 1); break;                                          \
@@ -465,8 +467,8 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
 #define PAIR_CHUNKED(TMR, DECODE, TILE)                                                   \
     do {                                                                                  \
         const int64_t np_all = QWI_DIV_UP(N, 16), G = w->ngroups, gk = w->group_k;        \
-        for (int64_t pq = 0; pq < np_all; pq += 4) {                                      \
-            const int np = (int)QWI_MIN((int64_t)4, np_all - pq);                         \
+        for (int64_t pq = 0, np; pq < np_all; pq += np) {                                 \
+            np = qwi_qpanel_run(w, P0 + pq, QWI_MIN((int64_t)4, np_all - pq));            \
             for (int64_t m0 = 0; m0 < M; m0 += QMB) {                                     \
                 const int64_t mb = QWI_MIN((int64_t)QMB, M - m0);                         \
                 const uint32_t *xb = x + m0 * KP;                                         \
@@ -640,11 +642,11 @@ QV_INLINE void e4m3_vbmi_decode(__m512i v, const __m512i th[2], const __m512i tl
  * panel) per step where the group allows. */
 QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel *w, int64_t p0,
                                 float *res, const int mr, const int np) {
-    const int64_t G = w->ngroups, gk = w->group_k, pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
+    const int64_t G = w->ngroups, gk = w->group_k, ls = qwi_qpanel_line_stride(w, p0);
     const __m512i th[2] = { _mm512_load_si512(e4m3_bf16_hi), _mm512_load_si512(e4m3_bf16_hi + 64) };
     const __m512i tl[2] = { _mm512_load_si512(e4m3_bf16_lo), _mm512_load_si512(e4m3_bf16_lo + 64) };
     const __m512i perm0 = e4m3_vbmi_perm(0), perm1 = e4m3_vbmi_perm(1);
-    const uint8_t *pc = w->codes + p0 * pb;
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);   /* panel q: + q * 64 */
     const int64_t pf = qwi_cpu_gemv_prefetch(QVPF);
     __m512 tot[2][4], acc[2][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
@@ -659,7 +661,7 @@ QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel 
     do {                                                                                          \
         __m512i wv[4], unused_;                                                                   \
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                                    \
-            const __m256i c_ = _mm256_loadu_si256((const __m256i *)(const void *)(pc + q * pb + (J) * 32)); \
+            const __m256i c_ = _mm256_loadu_si256((const __m256i *)(const void *)(pc + q * 64 + ((J) >> 1) * ls + ((J) & 1) * 32)); \
             e4m3_vbmi_decode(_mm512_zextsi256_si512(c_), th, tl, perm0, perm1, &wv[q], &unused_, 0); \
         }                                                                                         \
         (void)unused_;                                                                            \
@@ -676,7 +678,7 @@ QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel 
         for (; j + 2 <= je; j += 2) {
             __m512i w0[4], w1[4];
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
-                const uint8_t *blk = pc + q * pb + j * 32;
+                const uint8_t *blk = pc + q * 64 + (j >> 1) * ls;   /* j is even: a whole line */
                 _mm_prefetch((const char *)(blk + pf), _MM_HINT_T0);
                 e4m3_vbmi_decode(_mm512_loadu_si512(blk), th, tl, perm0, perm1, &w0[q], &w1[q], 1);
             }

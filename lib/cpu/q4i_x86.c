@@ -69,7 +69,7 @@ A2_INLINE __m256i a2_code(__m256i v, int jj, __m256i cm, const int u8) {
 A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res,
                          const int mr, const int np, const int u8) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
-    const int64_t bs = qwi_qpanel_block_stride(w, p0);   /* panel q of block j: j * bs + q * 64 */
+    const int64_t bs = qwi_qpanel_line_stride(w, p0);   /* panel q of block j: j * bs + q * 64 */
     const int PB = u8 ? 2 : 4;   /* pairs per 64-byte block */
     const __m256i cm = _mm256_set1_epi16(u8 ? 255 : 15);
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);

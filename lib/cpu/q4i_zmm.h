@@ -47,7 +47,7 @@ static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, const int mr,
                const int np, const int u8) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
-    const int64_t bs = qwi_qpanel_block_stride(w, p0);   /* panel q of block j: j * bs + q * 64 */
+    const int64_t bs = qwi_qpanel_line_stride(w, p0);   /* panel q of block j: j * bs + q * 64 */
     const int PB = u8 ? 2 : 4;
     const __m512i cm = _mm512_set1_epi16(u8 ? 255 : 15);
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);
@@ -121,7 +121,7 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1, uint32_t *buf,
                      const int np, const int u8) {
-    const int64_t bs = qwi_qpanel_block_stride(w, p0);
+    const int64_t bs = qwi_qpanel_line_stride(w, p0);
     const int PB = u8 ? 2 : 4;
     const __m512i cm = _mm512_set1_epi16(u8 ? 255 : 15);
     for (int q = 0; q < np; q++) {

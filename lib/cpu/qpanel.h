@@ -19,13 +19,14 @@
  * panel's codes are blocks of KB input columns, qwi_qpanel_panel_bytes()
  * per panel (codes past K are 0 and never read with an activation). Where
  * the blocks lie (qwi_qpanel_block_at, the one definition):
- *   SEQ, and E4M3 in PAIR: panel after panel, block after block.
- *   U4/U8 in PAIR: panels in groups of 4 (QWI_QPANEL_GROUP; the last group
- *     holds what is left), a group's codes where its panels' would be, but
- *     block j of each of its gp panels in turn: block j of the group's
- *     i-th panel at (j * gp + i) * 64 from the group's first byte. Why:
- *     decode reads four panels at a time, and on a Zen 4 four separate
- *     8 KiB panel streams (K = 1024) read 30-32 GB/s where one 32 KiB
+ *   SEQ: panel after panel, block after block.
+ *   PAIR: panels in groups of 4 (QWI_QPANEL_GROUP; the last group holds
+ *     what is left), a group's codes where its panels' would be, but cut in
+ *     64-byte lines (one U4/U8 block, two E4M3 blocks) and line l of each
+ *     of its gp panels in turn: line l of the group's i-th panel at
+ *     (l * gp + i) * 64 from the group's first byte. Why: batch-1 decode
+ *     reads four panels at a time, and on a Zen 4 four separate 8 KiB
+ *     panel streams (int4, K = 1024) read 30-32 GB/s where one 32 KiB
  *     stream of the same bytes reads 42-46 (qw-qbench --k 1024 --n 6144
  *     against --k 4096 --n 1536); interleaved, a group is one stream.
  *   U4/U8 (KB = 8 / 4; w = 4 / 8 bits): a block is 16 little-endian 32-bit
@@ -110,42 +111,45 @@ static inline int64_t qwi_qpanel_kb(qwi_qfmt fmt) {
 /* Bytes of one code block: 64 (U4, U8), 32 (E4M3). */
 static inline int64_t qwi_qpanel_block_bytes(qwi_qfmt fmt) { return fmt == QWI_QFMT_E4M3 ? 32 : 64; }
 
-/* Bytes of one panel's codes for K input columns. */
+/* Bytes of one panel's codes for K input columns: whole 64-byte lines
+ * (an E4M3 panel of an odd number of pairs ends in a zero block). */
 static inline int64_t qwi_qpanel_panel_bytes(qwi_qfmt fmt, int64_t k) {
-    return QWI_DIV_UP(k, qwi_qpanel_kb(fmt)) * qwi_qpanel_block_bytes(fmt);
+    return QWI_DIV_UP(QWI_DIV_UP(k, qwi_qpanel_kb(fmt)) * qwi_qpanel_block_bytes(fmt), 64) * 64;
 }
 
 /* Whether the layout interleaves groups of QWI_QPANEL_GROUP panels. */
-static inline bool qwi_qpanel_interleaved(qwi_qfmt fmt, qwi_qpanel_layout layout) {
-    return layout == QWI_QPANEL_PAIR && fmt != QWI_QFMT_E4M3;
+static inline bool qwi_qpanel_interleaved(qwi_qpanel_layout layout) {
+    return layout == QWI_QPANEL_PAIR;
 }
 
-/* Panels of the group that holds panel p (interleaved layouts):
- * QWI_QPANEL_GROUP, or what is left in the last group. */
+/* Panels of the group that holds panel p: QWI_QPANEL_GROUP, or what is left
+ * in the last group; 1 where the layout does not interleave. */
 static inline int64_t qwi_qpanel_group_panels(const qwi_qpanel *w, int64_t p) {
+    if (!qwi_qpanel_interleaved(w->layout)) return 1;
     const int64_t first = p - p % QWI_QPANEL_GROUP;
     return QWI_MIN((int64_t)QWI_QPANEL_GROUP, QWI_DIV_UP(w->n, QWI_QPANEL) - first);
 }
 
-/* Bytes from block blk of panel p to block blk + 1 of the same panel. */
-static inline int64_t qwi_qpanel_block_stride(const qwi_qpanel *w, int64_t p) {
-    const int64_t bb = qwi_qpanel_block_bytes(w->fmt);
-    return qwi_qpanel_interleaved(w->fmt, w->layout) ? qwi_qpanel_group_panels(w, p) * bb : bb;
+/* Bytes from a 64-byte line of panel p's codes to its next line; panels
+ * p and p + 1 of one group are 64 bytes apart in every line. */
+static inline int64_t qwi_qpanel_line_stride(const qwi_qpanel *w, int64_t p) {
+    return 64 * qwi_qpanel_group_panels(w, p);
 }
 
-/* Offset of code block blk of panel p from w->codes. Panels p and p + 1 of
- * one group are then block_bytes apart in every block. */
+/* Offset of code block blk of panel p from w->codes. */
 static inline int64_t qwi_qpanel_block_at(const qwi_qpanel *w, int64_t p, int64_t blk) {
-    const int64_t pb = qwi_qpanel_panel_bytes(w->fmt, w->k);
-    if (!qwi_qpanel_interleaved(w->fmt, w->layout)) return p * pb + blk * qwi_qpanel_block_bytes(w->fmt);
-    const int64_t first = p - p % QWI_QPANEL_GROUP;
-    return first * pb + blk * qwi_qpanel_block_stride(w, p) +
-           (p - first) * qwi_qpanel_block_bytes(w->fmt);
+    const int64_t first = qwi_qpanel_interleaved(w->layout) ? p - p % QWI_QPANEL_GROUP : p;
+    const int64_t off = blk * qwi_qpanel_block_bytes(w->fmt);
+    return first * qwi_qpanel_panel_bytes(w->fmt, w->k) + (off / 64) * qwi_qpanel_line_stride(w, p) +
+           (p - first) * 64 + off % 64;
 }
 
-/* Panels from p on, at most max, that lie in p's group (interleaved
- * layouts): the panels a kernel reads through one base pointer and stride. */
+/* Panels from p on, at most max, that a kernel reads together: in an
+ * interleaved layout the rest of p's group (read through panel p's base
+ * qwi_qpanel_block_at(w, p, 0), its line stride and 64 bytes per panel),
+ * else max (panels are qwi_qpanel_panel_bytes apart). */
 static inline int64_t qwi_qpanel_run(const qwi_qpanel *w, int64_t p, int64_t max) {
+    if (!qwi_qpanel_interleaved(w->layout)) return max;
     return QWI_MIN(max, qwi_qpanel_group_panels(w, p) - p % QWI_QPANEL_GROUP);
 }
 
