@@ -284,21 +284,22 @@ Q_INLINE void seq_tile(const float *x, int64_t K, const float *buf, int64_t kn, 
             _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
 }
 
-/* PAIR (E4M3), emulation: pairs [j0, j1) of NP panels into
- * buf[q][j - j0][2][16] as f32 (odd-k values, then even-k). */
+/* PAIR (E4M3), emulation: pairs [j0, j1) of NP panels (in p0's group)
+ * into buf[q][j - j0][2][16] as f32 (odd-k values, then even-k). Pairs
+ * outside, panels inside: the interleaved lines are read in the order they
+ * lie, one stream for the hardware prefetchers. */
 Q_INLINE void pair_decode_chunk_f32(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1,
                                     float *buf, const int np) {
     const int64_t ls = qwi_qpanel_line_stride(w, p0);
-    for (int q = 0; q < np; q++) {
-        const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0 + q, 0);
-        float *o = buf + (int64_t)q * (QKC / 2) * 32;
-        for (int64_t j = j0; j < j1; j++) {
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);   /* panel q: + q * 64 */
+    for (int64_t j = j0; j < j1; j++)
+        for (int q = 0; q < np; q++) {
+            float *o = buf + ((int64_t)q * (QKC / 2) + j - j0) * 32;
             __m512 ce, co;
-            pair_ce_co(pc + (j >> 1) * ls + (j & 1) * 32, &ce, &co);
-            _mm512_storeu_ps(o + (j - j0) * 32, co);
-            _mm512_storeu_ps(o + (j - j0) * 32 + 16, ce);
+            pair_ce_co(pc + (j >> 1) * ls + (j & 1) * 32 + q * 64, &ce, &co);
+            _mm512_storeu_ps(o, co);
+            _mm512_storeu_ps(o + 16, ce);
         }
-    }
 }
 
 Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, int64_t jn,
@@ -327,17 +328,17 @@ Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, in
             _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
 }
 
-/* PAIR (E4M3), vdpbf16ps: pairs [j0, j1) of NP panels into
- * buf[q][j - j0][16] as bf16 pair lanes (cpu/pairpanel.h's panel). */
+/* PAIR (E4M3), vdpbf16ps: pairs [j0, j1) of NP panels (in p0's group)
+ * into buf[q][j - j0][16] as bf16 pair lanes (cpu/pairpanel.h's panel),
+ * read in line order as above. */
 QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1,
                                       uint32_t *buf, const int np) {
     const int64_t ls = qwi_qpanel_line_stride(w, p0);
-    for (int q = 0; q < np; q++) {
-        const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0 + q, 0);
-        uint32_t *o = buf + (int64_t)q * (QKC / 2) * 16;
-        for (int64_t j = j0; j < j1; j++)
-            _mm512_storeu_si512(o + (j - j0) * 16, pair_bf16(pc + (j >> 1) * ls + (j & 1) * 32));
-    }
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);   /* panel q: + q * 64 */
+    for (int64_t j = j0; j < j1; j++)
+        for (int q = 0; q < np; q++)
+            _mm512_storeu_si512(buf + ((int64_t)q * (QKC / 2) + j - j0) * 16,
+                                pair_bf16(pc + (j >> 1) * ls + (j & 1) * 32 + q * 64));
 }
 
 QB_INLINE void pair_tile_bf16(const uint32_t *x, int64_t KP, const uint32_t *buf, int64_t jn,

@@ -117,28 +117,30 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
 }
 
 /* M > 2: pairs [j0, j1) (within one group) of NP panels from p0 (in p0's
- * group of interleaved panels) into buf[q][j - j0][16] as int16 pair lanes. */
+ * group of interleaved panels) into buf[q][j - j0][16] as int16 pair lanes.
+ * Blocks outside, panels inside: the group's lines are read in the order
+ * they lie, one stream for the hardware prefetchers. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1, uint32_t *buf,
                      const int np, const int u8) {
     const int64_t bs = qwi_qpanel_line_stride(w, p0);
     const int PB = u8 ? 2 : 4;
     const __m512i cm = _mm512_set1_epi16(u8 ? 255 : 15);
-    for (int q = 0; q < np; q++) {
-        const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0 + q, 0);
-        uint32_t *o = buf + (int64_t)q * Q4I_KP * 16;
-        int64_t j = j0;
-        if (j0 % PB == 0)
-            for (; j + PB <= j1; j += PB) {
-                const __m512i v = _mm512_loadu_si512(pc + (j / PB) * bs);
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);   /* panel q: + q * 64 */
+    int64_t j = j0;
+    if (j0 % PB == 0)
+        for (; j + PB <= j1; j += PB)
+            _Pragma("GCC unroll 4") for (int q = 0; q < np; q++) {
+                const __m512i v = _mm512_loadu_si512(pc + (j / PB) * bs + q * 64);
+                uint32_t *o = buf + ((int64_t)q * Q4I_KP + j - j0) * 16;
                 _Pragma("GCC unroll 4") for (int jj = 0; jj < PB; jj++)
-                    _mm512_storeu_si512(o + (j + jj - j0) * 16, Q4I_CODE(v, jj, cm, u8));
+                    _mm512_storeu_si512(o + jj * 16, Q4I_CODE(v, jj, cm, u8));
             }
-        for (; j < j1; j++)
-            _mm512_storeu_si512(o + (j - j0) * 16,
-                                Q4I_FN(code_var)(_mm512_loadu_si512(pc + (j / PB) * bs),
+    for (; j < j1; j++)
+        for (int q = 0; q < np; q++)
+            _mm512_storeu_si512(buf + ((int64_t)q * Q4I_KP + j - j0) * 16,
+                                Q4I_FN(code_var)(_mm512_loadu_si512(pc + (j / PB) * bs + q * 64),
                                                  (int)(j % PB), cm, u8));
-    }
 }
 
 /* MR x NP tile over the decoded pairs [0, jn): acc from part (or 0 when
