@@ -98,15 +98,26 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
         pz = (float *)d->zeros + p * G * 16;
         memset(pz, 0, (size_t)(G * 16) * sizeof(float));
     }
-    for (int r = 0; r < rows; r++) {
-        const uint8_t *cr = codes + r * k;
-        for (int64_t c = 0; c < k; c++) {
-            int64_t byte;
-            int shift;
-            qwi_qpanel_code_pos(d, p, c, r, &byte, &shift);
-            const uint8_t v = d->fmt == QWI_QFMT_U4 ? (uint8_t)(cr[c] & 0xf) : cr[c];
-            packed[byte] |= (uint8_t)(v << shift);
+    /* where each column of a block goes, per slot (the layout's in-block
+     * part is the same in every block) */
+    const int64_t kb = qwi_qpanel_kb(d->fmt);
+    int64_t in_byte[16][8];
+    int in_shift[16][8];
+    for (int r = 0; r < QWI_QPANEL; r++)
+        for (int64_t kk = 0; kk < kb; kk++)
+            qwi_qpanel_code_in_block(d->fmt, d->layout, kk, r, &in_byte[r][kk], &in_shift[r][kk]);
+    for (int64_t blk = 0; blk * kb < k; blk++) {
+        uint8_t *b = packed + qwi_qpanel_block_at(d, p, blk);
+        const int64_t c0 = blk * kb, kn = QWI_MIN(kb, k - c0);
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *cr = codes + r * k + c0;
+            for (int64_t kk = 0; kk < kn; kk++) {
+                const uint8_t v = d->fmt == QWI_QFMT_U4 ? (uint8_t)(cr[kk] & 0xf) : cr[kk];
+                b[in_byte[r][kk]] |= (uint8_t)(v << in_shift[r][kk]);
+            }
         }
+    }
+    for (int r = 0; r < rows; r++) {
         for (int64_t g = 0; g < G; g++) {
             ps[g * 16 + r] = scales[r * G + g] * smul;
             if (!pz) continue;

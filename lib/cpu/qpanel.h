@@ -177,30 +177,38 @@ bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, in
                            int64_t group_k, const uint8_t *codes, const float *scales,
                            const float *zeros, void *dst, qwi_qpanel *out);
 
-/* Where code (slot r, column k) of panel p of w lives: *byte is its offset
- * from w->codes, *shift its bit position in that byte (0 or 4 for U4, else
- * 0). With qwi_qpanel_block_at, the one definition of the layout above:
- * packing and the generic kernels both go through it. */
-static inline void qwi_qpanel_code_pos(const qwi_qpanel *w, int64_t p, int64_t k, int r,
-                                       int64_t *byte, int *shift) {
-    const int64_t kb = qwi_qpanel_kb(w->fmt), kk = k % kb;
-    const int64_t base = qwi_qpanel_block_at(w, p, k / kb);
-    if (w->fmt == QWI_QFMT_E4M3) {
+/* Where code (slot r, column kk of its block) lies inside a code block of
+ * fmt in layout: *byte from the block's first byte, *shift its bit
+ * position in that byte (0 or 4 for U4, else 0). */
+static inline void qwi_qpanel_code_in_block(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t kk,
+                                            int r, int64_t *byte, int *shift) {
+    if (fmt == QWI_QFMT_E4M3) {
         *shift = 0;
-        if (w->layout == QWI_QPANEL_SEQ) {
-            *byte = base + 2 * r + kk;
+        if (layout == QWI_QPANEL_SEQ) {
+            *byte = 2 * r + kk;
         } else {
             const int wd = 2 * (r % 8) + (int)kk;
-            *byte = base + (wd / 8) * 16 + (r < 8 ? 0 : 8) + wd % 8;
+            *byte = (wd / 8) * 16 + (r < 8 ? 0 : 8) + wd % 8;
         }
         return;
     }
-    const int bits = w->fmt == QWI_QFMT_U4 ? 4 : 8;
-    const int field = w->layout == QWI_QPANEL_SEQ ? (int)kk
-                                                  : (int)(kk / 2) + (kk & 1 ? (int)kb / 2 : 0);
+    const int64_t kb = qwi_qpanel_kb(fmt);
+    const int bits = fmt == QWI_QFMT_U4 ? 4 : 8;
+    const int field = layout == QWI_QPANEL_SEQ ? (int)kk : (int)(kk / 2) + (kk & 1 ? (int)kb / 2 : 0);
     const int bit = field * bits;
-    *byte = base + 4 * r + bit / 8;
+    *byte = 4 * r + bit / 8;
     *shift = bit % 8;
+}
+
+/* Where code (slot r, column k) of panel p of w lives: *byte is its offset
+ * from w->codes, *shift its bit position in that byte. With
+ * qwi_qpanel_block_at and qwi_qpanel_code_in_block, the one definition of
+ * the layout above: packing and the generic kernels both go through them. */
+static inline void qwi_qpanel_code_pos(const qwi_qpanel *w, int64_t p, int64_t k, int r,
+                                       int64_t *byte, int *shift) {
+    const int64_t kb = qwi_qpanel_kb(w->fmt);
+    qwi_qpanel_code_in_block(w->fmt, w->layout, k % kb, r, byte, shift);
+    *byte += qwi_qpanel_block_at(w, p, k / kb);
 }
 
 /* c(n, k) of the contract above, as the kernels use it (E4M3: value * 2^-8). */
