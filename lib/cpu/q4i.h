@@ -41,7 +41,10 @@
  *   total = 0
  *   for each group g in order:
  *     i = sum over the group's k of code(n, k) * q(m, k)
- *         - zero(n, g) * sum(m, g)                  exact in int32 (below)
+ *         - zero(n, g) * sum(m, g)                  exact in int32 (below;
+ *       the same integer as the sum of (code - zero) * q, which is how the
+ *       AVX-512 kernels compute it for M > 2: their decoded chunks hold
+ *       code - zero, so the epilogue has no zero term)
  *     total = fmaf((float)i, scale(n, g) * d(m, g), total)
  *             ((float)i rounds to nearest even; the product is one f32
  *             multiply, rounded, then the fused multiply-add)

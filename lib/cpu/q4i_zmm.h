@@ -13,8 +13,10 @@
  *   M <= 2 (decode): up to 4 panels decoded in registers next to the dots,
  *     the weights streamed once (what decode is bound by).
  *   M > 2: per row block of Q4I_MB rows, chunks of up to Q4I_KP pairs of
- *     one group of 4 panels are decoded once into an L1 buffer and swept by
- *     6 x 4 register tiles, so decoding costs 1/48 of the dots.
+ *     one group of 4 panels are decoded once (as code - zero) into an L1
+ *     buffer and swept by 6 x 4 register tiles, so decoding costs 1/48 of
+ *     the dots; the tile that ends a group applies its epilogue from the
+ *     registers (no zero term: the codes carry it).
  * Integer sums are exact, so both paths (and any tile) give the contract's
  * bits; only the per-group epilogue is float, and it is the same code.
  */
@@ -116,17 +118,24 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
             _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);
 }
 
-/* M > 2: pairs [j0, j1) (within one group) of NP panels from p0 (in p0's
- * group of interleaved panels) into buf[q][j - j0][16] as int16 pair lanes.
- * Blocks outside, panels inside: the group's lines are read in the order
- * they lie, one stream for the hardware prefetchers. */
+/* M > 2: pairs [j0, j1) (within group g) of NP panels from p0 (in p0's
+ * group of interleaved panels) into buf[q][j - j0][16] as int16 pairs of
+ * code - zero (|code - zero| <= 2^bits: the same exact int32 sums as
+ * sum(code * q) - zero * sum(q), with no per-row zero term left for the
+ * epilogue). Blocks outside, panels inside: the group's lines are read in
+ * the order they lie, one stream for the hardware prefetchers. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
-Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1, uint32_t *buf,
-                     const int np, const int u8) {
+Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0, int64_t j1,
+                     uint32_t *buf, const int np, const int u8) {
     const int64_t bs = qwi_qpanel_line_stride(w, p0);
     const int PB = u8 ? 2 : 4;
     const __m512i cm = _mm512_set1_epi16(u8 ? 255 : 15);
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);   /* panel q: + q * 64 */
+    __m512i zz[4];   /* each lane's zero point in both 16-bit halves */
+    _Pragma("GCC unroll 4") for (int q = 0; q < np; q++) {
+        const __m512i z = _mm512_cvttps_epi32(_mm512_loadu_ps(w->zeros + ((p0 + q) * w->ngroups + g) * 16));
+        zz[q] = _mm512_or_si512(z, _mm512_slli_epi32(z, 16));
+    }
     int64_t j = j0;
     if (j0 % PB == 0)
         for (; j + PB <= j1; j += PB)
@@ -134,21 +143,27 @@ Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1, ui
                 const __m512i v = _mm512_loadu_si512(pc + (j / PB) * bs + q * 64);
                 uint32_t *o = buf + ((int64_t)q * Q4I_KP + j - j0) * 16;
                 _Pragma("GCC unroll 4") for (int jj = 0; jj < PB; jj++)
-                    _mm512_storeu_si512(o + jj * 16, Q4I_CODE(v, jj, cm, u8));
+                    _mm512_storeu_si512(o + jj * 16, _mm512_sub_epi16(Q4I_CODE(v, jj, cm, u8), zz[q]));
             }
     for (; j < j1; j++)
         for (int q = 0; q < np; q++)
             _mm512_storeu_si512(buf + ((int64_t)q * Q4I_KP + j - j0) * 16,
-                                Q4I_FN(code_var)(_mm512_loadu_si512(pc + (j / PB) * bs + q * 64),
-                                                 (int)(j % PB), cm, u8));
+                                _mm512_sub_epi16(Q4I_FN(code_var)(_mm512_loadu_si512(pc + (j / PB) * bs + q * 64),
+                                                                  (int)(j % PB), cm, u8),
+                                                 zz[q]));
 }
 
 /* MR x NP tile over the decoded pairs [0, jn): acc from part (or 0 when
- * first), back to part (int32, row stride 64). xr: the tile's first row at
- * the chunk's first pair, row stride KP. */
+ * first). Not the group's last chunk: acc back to part (int32, row stride
+ * 64). Its last: the contract's epilogue from the registers,
+ * tot[r][q] += (float)acc * (scale[q] * d[r]) (tot: f32, row stride 64;
+ * sc: the panels' scales of the group, panel q at sc + q * sc_stride; d:
+ * the rows' steps of the group, row stride d_stride). xr: the tile's first
+ * row at the chunk's first pair, row stride KP. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, int32_t *part,
-             int first, const int mr, const int np) {
+             int first, int last, float *tot, const float *sc, int64_t sc_stride, const float *d,
+             int64_t d_stride, const int mr, const int np) {
     __m512i acc[6][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -163,14 +178,27 @@ Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, in
                 acc[r][q] = Q4I_DOT(acc[r][q], c[q], xb);
         }
     }
-    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
-        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-            _mm512_storeu_si512(part + r * 64 + q * 16, acc[r][q]);
+    if (!last) {
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                _mm512_storeu_si512(part + r * 64 + q * 16, acc[r][q]);
+        return;
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+        const __m512 dr = _mm512_set1_ps(d[r * d_stride]);
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+            float *t = tot + r * 64 + q * 16;
+            const __m512 scd = _mm512_mul_ps(_mm512_loadu_ps(sc + q * sc_stride), dr);
+            _mm512_storeu_ps(t, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][q]), scd, _mm512_loadu_ps(t)));
+        }
+    }
 }
 
 /* The tile over rows r.. of the row block, for the chunk's NP. */
 #define Q4I_TILE_NP(NP)                                                                         \
-    Q4I_FN(tile)(x->q + (m0 + r_t) * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, mr_t, NP)
+    Q4I_FN(tile)(x->q + (m0 + r_t) * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js,      \
+                 j1 == je, tot + r_t * 64, w->scales + ((P0 + pq) * G + g) * 16, G * 16,        \
+                 x->d + (m0 + r_t) * x->G + g, x->G, mr_t, NP)
 #define Q4I_TILE(r, MR)                                                                         \
     do {                                                                                        \
         const int64_t r_t = (r);                                                                \
@@ -200,20 +228,8 @@ Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, 
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
                 for (int64_t j0 = js; j0 < je; j0 += Q4I_KP) {
                     const int64_t j1 = QWI_MIN(je, j0 + Q4I_KP);
-                    Q4I_FN(decode_chunk)(w, P0 + pq, j0, j1, buf, np, u8);
+                    Q4I_FN(decode_chunk)(w, P0 + pq, g, j0, j1, buf, np, u8);
                     QWI_ROW_TILES(6, mb, Q4I_TILE);
-                }
-                for (int q = 0; q < np; q++) {
-                    const int64_t zi = ((P0 + pq + q) * G + g) * 16;
-                    const __m512i z = _mm512_cvttps_epi32(_mm512_loadu_ps(w->zeros + zi));
-                    const __m512 sc = _mm512_loadu_ps(w->scales + zi);
-                    for (int64_t r = 0; r < mb; r++) {
-                        float *t = tot + r * 64 + q * 16;
-                        const int64_t xi = (m0 + r) * x->G + g;
-                        _mm512_storeu_ps(t, Q4I_FN(epilogue)(_mm512_loadu_si512(part + r * 64 + q * 16),
-                                                             z, sc, x->sum[xi], x->d[xi],
-                                                             _mm512_loadu_ps(t)));
-                    }
                 }
             }
             for (int64_t r = 0; r < mb; r++)
