@@ -121,15 +121,16 @@ bool qwi_cpu_jobs_read_pairs(const qwi_cpu_mm_job *jobs, int njobs) {
     return false;
 }
 
-/* qwi_cpu_matmul; x_rounded: cx->xpair already holds x's rounded rows. */
 /* Bytes of l's packed weight per output column (input width K), for the
- * task size below; only packed layouts (panel, pair, quant) are asked. */
+ * task size in matmul_run; only packed layouts (panel, pair, quant) are
+ * asked. */
 static int64_t packed_col_bytes(const qwi_cpu_linear *l, int64_t K) {
     if (l->quant) return qwi_qpanel_panel_bytes(l->qp.fmt, K) / QWI_QPANEL;
     if (l->pair) return 4 * qwi_pair_kp(K);
     return K * (int64_t)qwi_dtype_size(l->dtype);
 }
 
+/* qwi_cpu_matmul; x_rounded: cx->xpair already holds x's rounded rows. */
 static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
                        const qwi_cpu_mm_job *jobs, int njobs, int x_rounded) {
     if (M <= 0 || njobs <= 0) return;

@@ -101,7 +101,7 @@ typedef struct qwi_qpanel {            /* a qwi_qweight repacked into 16-output 
 } qwi_qpanel;
 
 #define QWI_QPANEL 16
-#define QWI_QPANEL_GROUP 4   /* panels interleaved block by block (U4/U8 PAIR) */
+#define QWI_QPANEL_GROUP 4   /* panels interleaved line by line (PAIR layout) */
 
 /* Input columns per code block: 8 (U4), 4 (U8), 2 (E4M3). */
 static inline int64_t qwi_qpanel_kb(qwi_qfmt fmt) {
