@@ -121,10 +121,11 @@ bool qwi_cpu_jobs_read_pairs(const qwi_cpu_mm_job *jobs, int njobs) {
     return false;
 }
 
-/* Bytes of l's packed weight per output column (input width K), for the
- * task size in matmul_run; only packed layouts (panel, pair, quant) are
- * asked. */
-static int64_t packed_col_bytes(const qwi_cpu_linear *l, int64_t K) {
+/* Bytes of l's weight per output column (input width K), in whatever layout
+ * it is stored, for matmul_run's batch-1 task size (its L2 column block
+ * keeps the coarser per-weight esize that the prefill tiles were tuned
+ * with). */
+static int64_t col_bytes_of(const qwi_cpu_linear *l, int64_t K) {
     if (l->quant) return qwi_qpanel_panel_bytes(l->qp.fmt, K) / QWI_QPANEL;
     if (l->pair) return 4 * qwi_pair_kp(K);
     return K * (int64_t)qwi_dtype_size(l->dtype);
@@ -171,7 +172,7 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
         panel |= l->panel || l->pair || l->quant;
         packed &= l->panel || l->pair || l->quant;
         bf16_pair &= l->pair;
-        col_bytes = QWI_MIN(col_bytes, packed_col_bytes(l, K));
+        col_bytes = QWI_MIN(col_bytes, col_bytes_of(l, K));
     }
     if (q4_gk) {   /* the same for the integer jobs' quantized rows */
         c.q4 = (qwi_q4act){ .q = cx->q4_q, .d = cx->q4_d, .sum = cx->q4_sum,
@@ -207,7 +208,7 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
      * weight once, and tasks are handed out in turn, so each task is a new
      * stream for the hardware prefetchers to ramp up on. 64 columns of an
      * int4 weight with K = 1024 are 32 KiB, about a microsecond: on a Zen 4
-     * such tasks read 27-35 GB/s where 256-column ones read 43-47
+     * such tasks read 27-35 GB/s where 256-column ones read 37-47
      * (qw-qbench --k 1024 --n 6144 --threads 2, U4, interleaved panels).
      * So tasks grow to about 128 KiB of weights (bf16 at K >= 1024 already
      * is), while every thread keeps at least 8 of them. */
