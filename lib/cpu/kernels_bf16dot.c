@@ -174,10 +174,12 @@ void qwi_bf16dot_matmul_avx2(const uint32_t *x, int64_t M, int64_t KP, const uin
  * (same panel stride) get one line each prefetched (none if qa == qb). The accumulators start at zero (first) or
  * at the partial sums in part (row stride 64 floats) and end there: an
  * f32 store and load change no bit, so the chain of every output is the
- * same as one unbroken loop over all pairs. */
+ * same as one unbroken loop over all pairs. In the last k block of a
+ * group whose panels are all whole (d.o set, last), they go to the output
+ * instead, through qwi_put16's two additions from the registers. */
 BF16_INLINE void bf16_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j0,
                            int64_t j1, float *part, int first, const int mr, const int np,
-                           const uint32_t *pf, int qa, int qb) {
+                           const uint32_t *pf, int qa, int qb, qwi_tile_dest d, int last) {
     __m512 acc[6][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -193,6 +195,12 @@ BF16_INLINE void bf16_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int
                 acc[r][q] = _mm512_dpbf16_ps(acc[r][q], (__m512bh)b, (__m512bh)wv[q]);
         }
     }
+    if (last && d.o) {
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                qwi_tile_dest_put_zmm(&d, r, q, acc[r][q]);
+        return;
+    }
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
             _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
@@ -203,16 +211,17 @@ BF16_INLINE void bf16_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int
  * like bf16_block_many: one function holding every tile shape made GCC
  * spill the M = 1 loop's panel offsets to the stack (-10% GEMV). */
 BF16_INLINE void bf16_one_tile(const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp,
-                               float *part, const int np) {
+                               float *part, qwi_tile_dest d, const int np) {
     for (int64_t j0 = 0; j0 < KP; j0 += BF16_KC) {
         const int64_t j1 = QWI_MIN(KP, j0 + BF16_KC);
+        const int first = j0 == 0, last = j1 >= KP;
         switch (mb) {
-        case 6: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 6, np, NULL, 0, 0); break;
-        case 5: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 5, np, NULL, 0, 0); break;
-        case 4: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 4, np, NULL, 0, 0); break;
-        case 3: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 3, np, NULL, 0, 0); break;
-        case 2: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 2, np, NULL, 0, 0); break;
-        default: bf16_tile(xb, KP, wp, j0, j1, part, j0 == 0, 1, np, NULL, 0, 0); break;
+        case 6: bf16_tile(xb, KP, wp, j0, j1, part, first, 6, np, NULL, 0, 0, d, last); break;
+        case 5: bf16_tile(xb, KP, wp, j0, j1, part, first, 5, np, NULL, 0, 0, d, last); break;
+        case 4: bf16_tile(xb, KP, wp, j0, j1, part, first, 4, np, NULL, 0, 0, d, last); break;
+        case 3: bf16_tile(xb, KP, wp, j0, j1, part, first, 3, np, NULL, 0, 0, d, last); break;
+        case 2: bf16_tile(xb, KP, wp, j0, j1, part, first, 2, np, NULL, 0, 0, d, last); break;
+        default: bf16_tile(xb, KP, wp, j0, j1, part, first, 1, np, NULL, 0, 0, d, last); break;
         }
     }
 }
@@ -228,21 +237,23 @@ BF16_INLINE void bf16_one_tile(const uint32_t *xb, int64_t mb, int64_t KP, const
  * --layers 42); prefetch from the first tile alone, all at once, did not
  * help. Prefetches never fault, so a smaller next group only wastes a
  * few past its end. In the last k block each tile also pulls its rows'
- * output lines (ob, row stride ldo; NULL: none) into L1, where the stores
- * after the block find them: with only the T1 prefetch before the block,
+ * output lines (ob, row stride ldo; NULL: none) into L1, where its stores
+ * (or the driver's, from part) find them: with only the T1 prefetch before the block,
  * which the block's weight stream through L2 evicts again, those stores
  * and the residual loads were ~5% of a 32-sequence decode step; ~2% after
  * (perf, qw-bench 32 x 16+48). Full 48-row blocks keep their output out
  * of L1, where their 32 KiB k block lives. */
 BF16_INLINE void bf16_block_many(const uint32_t *xb, const int *rows, int nt, int64_t kc,
                                  int64_t KP, const uint32_t *wp, const uint32_t *next,
-                                 float *part, const float *ob, int64_t ldo, const int np) {
+                                 float *part, const float *ob, int64_t ldo, qwi_tile_dest d,
+                                 const int np) {
     for (int64_t j0 = 0; j0 < KP; j0 += kc) {
         const int64_t j1 = QWI_MIN(KP, j0 + kc);
+        const int first = j0 == 0, last = j1 >= KP;
         const uint32_t *pf = j1 < KP ? wp + j1 * 16 : next;
         int64_t r = 0;
         for (int i = 0; i < nt; i++) {
-            if (ob && j1 >= KP)
+            if (ob && last)
                 for (int rr = 0; rr < rows[i]; rr++)
                     for (int q = 0; q < np; q++)
                         _mm_prefetch((const char *)(ob + (r + rr) * ldo + 16 * q), _MM_HINT_T0);
@@ -251,13 +262,15 @@ BF16_INLINE void bf16_block_many(const uint32_t *xb, const int *rows, int nt, in
             else if (pf) { qa = i * np / nt; qb = (i + 1) * np / nt; }
             const uint32_t *xr = xb + r * KP;
             float *pr = part + r * 64;
+            qwi_tile_dest dr = d;
+            if (dr.o) dr.o += r * dr.ldo;
             switch (rows[i]) {
-            case 6: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 6, np, pf, qa, qb); break;
-            case 5: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 5, np, pf, qa, qb); break;
-            case 4: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 4, np, pf, qa, qb); break;
-            case 3: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 3, np, pf, qa, qb); break;
-            case 2: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 2, np, pf, qa, qb); break;
-            default: bf16_tile(xr, KP, wp, j0, j1, pr, j0 == 0, 1, np, pf, qa, qb); break;
+            case 6: bf16_tile(xr, KP, wp, j0, j1, pr, first, 6, np, pf, qa, qb, dr, last); break;
+            case 5: bf16_tile(xr, KP, wp, j0, j1, pr, first, 5, np, pf, qa, qb, dr, last); break;
+            case 4: bf16_tile(xr, KP, wp, j0, j1, pr, first, 4, np, pf, qa, qb, dr, last); break;
+            case 3: bf16_tile(xr, KP, wp, j0, j1, pr, first, 3, np, pf, qa, qb, dr, last); break;
+            case 2: bf16_tile(xr, KP, wp, j0, j1, pr, first, 2, np, pf, qa, qb, dr, last); break;
+            default: bf16_tile(xr, KP, wp, j0, j1, pr, first, 1, np, pf, qa, qb, dr, last); break;
             }
             r += rows[i];
         }
@@ -267,13 +280,15 @@ BF16_INLINE void bf16_block_many(const uint32_t *xb, const int *rows, int nt, in
 /* The two block shapes out of line, per panel count (see bf16_one_tile). */
 #define BF16_BLOCK_FNS(NP)                                                                   \
     static __attribute__((noinline, target("avx512f,avx512bf16"))) void bf16_one_##NP(       \
-        const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, float *part) {       \
-        bf16_one_tile(xb, mb, KP, wp, part, NP);                                             \
+        const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, float *part,         \
+        const qwi_tile_dest *d) {                                                                \
+        bf16_one_tile(xb, mb, KP, wp, part, *d, NP);                                         \
     }                                                                                        \
     static __attribute__((noinline, target("avx512f,avx512bf16"))) void bf16_many_##NP(      \
         const uint32_t *xb, const int *rows, int nt, int64_t kc, int64_t KP,                 \
-        const uint32_t *wp, const uint32_t *next, float *part, const float *ob, int64_t ldo) { \
-        bf16_block_many(xb, rows, nt, kc, KP, wp, next, part, ob, ldo, NP);                  \
+        const uint32_t *wp, const uint32_t *next, float *part, const float *ob, int64_t ldo, \
+        const qwi_tile_dest *d) {                                                                \
+        bf16_block_many(xb, rows, nt, kc, KP, wp, next, part, ob, ldo, *d, NP);              \
     }
 BF16_BLOCK_FNS(1)
 BF16_BLOCK_FNS(2)
@@ -286,13 +301,13 @@ BF16_BLOCK_FNS(4)
  * rows: M = 8 ran at ~0.9x of M = 6 or 16). */
 static inline __attribute__((target("avx512f,avx512bf16"))) void
 bf16_block(const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, const uint32_t *next,
-           float *part, const float *ob, int64_t ldo, int64_t np) {
+           float *part, const float *ob, int64_t ldo, const qwi_tile_dest *d, int64_t np) {
     if (mb <= 6) {
         switch (np) {
-        case 4: bf16_one_4(xb, mb, KP, wp, part); break;
-        case 3: bf16_one_3(xb, mb, KP, wp, part); break;
-        case 2: bf16_one_2(xb, mb, KP, wp, part); break;
-        default: bf16_one_1(xb, mb, KP, wp, part); break;
+        case 4: bf16_one_4(xb, mb, KP, wp, part, d); break;
+        case 3: bf16_one_3(xb, mb, KP, wp, part, d); break;
+        case 2: bf16_one_2(xb, mb, KP, wp, part, d); break;
+        default: bf16_one_1(xb, mb, KP, wp, part, d); break;
         }
         return;
     }
@@ -305,10 +320,10 @@ bf16_block(const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, const
     const int64_t kc = mb == BF16_MB ? BF16_KC : BF16_KC_SHORT;
     if (mb == BF16_MB) ob = NULL;
     switch (np) {
-    case 4: bf16_many_4(xb, rows, nt, kc, KP, wp, next, part, ob, ldo); break;
-    case 3: bf16_many_3(xb, rows, nt, kc, KP, wp, next, part, ob, ldo); break;
-    case 2: bf16_many_2(xb, rows, nt, kc, KP, wp, next, part, ob, ldo); break;
-    default: bf16_many_1(xb, rows, nt, kc, KP, wp, next, part, ob, ldo); break;
+    case 4: bf16_many_4(xb, rows, nt, kc, KP, wp, next, part, ob, ldo, d); break;
+    case 3: bf16_many_3(xb, rows, nt, kc, KP, wp, next, part, ob, ldo, d); break;
+    case 2: bf16_many_2(xb, rows, nt, kc, KP, wp, next, part, ob, ldo, d); break;
+    default: bf16_many_1(xb, rows, nt, kc, KP, wp, next, part, ob, ldo, d); break;
     }
 }
 
@@ -329,19 +344,23 @@ void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, con
             const uint32_t *xb = x + m0 * KP;
             /* The block's output lines (mb rows x np x 64 B, each row in
              * its own page of a large output) toward L2 now, so that the
-             * stores after the last k block find them there: without this
-             * those stores, missing the cache in a burst, were ~9% of a
-             * prefill GEMM. Not to L1, where the block's weights live (T0
-             * measured slower). */
+             * tiles' stores in the last k block find them there: without
+             * this those stores, missing the cache in a burst, were ~9% of
+             * a prefill GEMM. Not to L1, where the block's weights live (T0
+             * measured slower, again with the stores in the tiles). */
             for (int64_t r = 0; r < mb; r++)
                 for (int64_t q = 0; q < np; q++)
                     _mm_prefetch((const char *)(out + (m0 + r) * ldo + n0 + 16 * q), _MM_HINT_T1);
             const uint32_t *next = m0 + mb >= M && p + np < np_all ? wp + np * KP * 16 : NULL;
-            bf16_block(xb, mb, KP, wp, next, part, out + m0 * ldo + n0, ldo, np);
-            for (int64_t r = 0; r < mb; r++)
-                for (int64_t q = 0; q < np; q++)
-                    qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
-                              accumulate);
+            const int whole = n0 + 16 * np <= N;
+            const qwi_tile_dest d = { whole ? out + m0 * ldo + n0 : NULL, ldo, bias ? bias + n0 : NULL,
+                                  accumulate };
+            bf16_block(xb, mb, KP, wp, next, part, out + m0 * ldo + n0, ldo, &d, np);
+            if (!whole)
+                for (int64_t r = 0; r < mb; r++)
+                    for (int64_t q = 0; q < np; q++)
+                        qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias,
+                                  out + (m0 + r) * ldo, accumulate);
         }
         p += np;
     }

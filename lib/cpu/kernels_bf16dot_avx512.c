@@ -38,10 +38,13 @@
  * panel stride) get one line per pair prefetched. The accumulators
  * start at zero (first) or at the partial sums in part (row stride ldp
  * floats) and end there: an f32 store and load
- * change no bit, so each output's chain is one unbroken loop over all pairs. */
+ * change no bit, so each output's chain is one unbroken loop over all pairs.
+ * In the last k block with d.o set they go to the output instead
+ * (qwi_tile_dest, tile_out.h). */
 Z_INLINE void z_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j0, int64_t j1,
                      float *part, int64_t ldp, int first, const int mr, const int np,
-                     const int prefetch, const uint32_t *pf, int qa, int qb) {
+                     const int prefetch, const uint32_t *pf, int qa, int qb, qwi_tile_dest d,
+                     int last) {
     __m512 acc[4][8];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -66,6 +69,12 @@ Z_INLINE void z_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j
                 acc[r][q] = _mm512_fmadd_ps(xe, we[q], acc[r][q]);
             }
         }
+    }
+    if (last && d.o) {
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                qwi_tile_dest_put_zmm(&d, r, q, acc[r][q]);
+        return;
     }
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -102,11 +111,13 @@ Z_INLINE void z_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j
                             _mm_prefetch((const char *)(ob + (r + rr_) * ldo + 16 * q_), _MM_HINT_T0); \
                 const uint32_t *xr = xb + r * KP;                                         \
                 float *pr = part + r * 64;                                                \
+                qwi_tile_dest dr_ = *d;                                                   \
+                if (dr_.o) dr_.o += r * dr_.ldo;                                          \
                 switch (mr_) {                                                            \
-                case 4: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 4, NP, 1, pf_, qa_, qb_); break; \
-                case 3: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 3, NP, 1, pf_, qa_, qb_); break; \
-                case 2: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 2, NP, 1, pf_, qa_, qb_); break; \
-                default: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 1, NP, 1, pf_, qa_, qb_); break; \
+                case 4: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 4, NP, 1, pf_, qa_, qb_, dr_, j1 >= KP); break; \
+                case 3: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 3, NP, 1, pf_, qa_, qb_, dr_, j1 >= KP); break; \
+                case 2: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 2, NP, 1, pf_, qa_, qb_, dr_, j1 >= KP); break; \
+                default: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 1, NP, 1, pf_, qa_, qb_, dr_, j1 >= KP); break; \
                 }                                                                         \
             }                                                                             \
         }                                                                                 \
@@ -118,7 +129,7 @@ Z_INLINE void z_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j
 #define Z_BLOCK_FN(NP)                                                                    \
     static __attribute__((noinline, target("avx512f"))) void z_block_##NP(                \
         const uint32_t *xb, int64_t mb, int64_t KP, const uint32_t *wp, const uint32_t *next, \
-        float *part, const float *ob, int64_t ldo) {                                      \
+        float *part, const float *ob, int64_t ldo, const qwi_tile_dest *d) {              \
         Z_BLOCK(NP);                                                                      \
     }
 Z_BLOCK_FN(1)
@@ -133,6 +144,7 @@ Z_BLOCK_FN(4)
 Z_INLINE void z_small_m(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w, int64_t N,
                         const float *bias, float *out, int64_t ldo, int accumulate) {
     float part[2 * 128] __attribute__((aligned(64)));
+    const qwi_tile_dest nodest = { NULL, 0, NULL, 0 };
     const int64_t np_all = QWI_DIV_UP(N, 16);
     const int64_t g = M == 1 ? 8 : 4;
     for (int64_t p = 0; p < np_all;) {
@@ -140,21 +152,21 @@ Z_INLINE void z_small_m(const uint32_t *x, int64_t M, int64_t KP, const uint32_t
         const int64_t np = QWI_MIN(np_all - p, g);
         if (M == 1) {
             switch (np) {
-            case 8: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 8, 0, NULL, 0, 0); break;
-            case 7: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 7, 0, NULL, 0, 0); break;
-            case 6: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 6, 0, NULL, 0, 0); break;
-            case 5: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 5, 0, NULL, 0, 0); break;
-            case 4: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 4, 0, NULL, 0, 0); break;
-            case 3: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 3, 0, NULL, 0, 0); break;
-            case 2: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 2, 0, NULL, 0, 0); break;
-            default: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 1, 0, NULL, 0, 0); break;
+            case 8: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 8, 0, NULL, 0, 0, nodest, 0); break;
+            case 7: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 7, 0, NULL, 0, 0, nodest, 0); break;
+            case 6: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 6, 0, NULL, 0, 0, nodest, 0); break;
+            case 5: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 5, 0, NULL, 0, 0, nodest, 0); break;
+            case 4: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 4, 0, NULL, 0, 0, nodest, 0); break;
+            case 3: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 3, 0, NULL, 0, 0, nodest, 0); break;
+            case 2: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 2, 0, NULL, 0, 0, nodest, 0); break;
+            default: z_tile(x, KP, wp, 0, KP, part, 128, 1, 1, 1, 0, NULL, 0, 0, nodest, 0); break;
             }
         } else {
             switch (np) {
-            case 4: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 4, 0, NULL, 0, 0); break;
-            case 3: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 3, 0, NULL, 0, 0); break;
-            case 2: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 2, 0, NULL, 0, 0); break;
-            default: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 1, 0, NULL, 0, 0); break;
+            case 4: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 4, 0, NULL, 0, 0, nodest, 0); break;
+            case 3: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 3, 0, NULL, 0, 0, nodest, 0); break;
+            case 2: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 2, 0, NULL, 0, 0, nodest, 0); break;
+            default: z_tile(x, KP, wp, 0, KP, part, 128, 1, 2, 1, 0, NULL, 0, 0, nodest, 0); break;
             }
         }
         for (int64_t r = 0; r < M; r++)
@@ -186,16 +198,20 @@ void qwi_bf16dot_matmul_avx512(const uint32_t *x, int64_t M, int64_t KP, const u
             const uint32_t *xb = x + m0 * KP;
             const uint32_t *next = m0 + mb >= M && p + np < np_all ? wp + np * KP * 16 : NULL;
             const float *ob = out + m0 * ldo + n0;
+            const int whole = n0 + 16 * np <= N;
+            const qwi_tile_dest d = { whole ? out + m0 * ldo + n0 : NULL, ldo,
+                                      bias ? bias + n0 : NULL, accumulate };
             switch (np) {
-            case 4: z_block_4(xb, mb, KP, wp, next, part, ob, ldo); break;
-            case 3: z_block_3(xb, mb, KP, wp, next, part, ob, ldo); break;
-            case 2: z_block_2(xb, mb, KP, wp, next, part, ob, ldo); break;
-            default: z_block_1(xb, mb, KP, wp, next, part, ob, ldo); break;
+            case 4: z_block_4(xb, mb, KP, wp, next, part, ob, ldo, &d); break;
+            case 3: z_block_3(xb, mb, KP, wp, next, part, ob, ldo, &d); break;
+            case 2: z_block_2(xb, mb, KP, wp, next, part, ob, ldo, &d); break;
+            default: z_block_1(xb, mb, KP, wp, next, part, ob, ldo, &d); break;
             }
-            for (int64_t r = 0; r < mb; r++)
-                for (int64_t q = 0; q < np; q++)
-                    qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias, out + (m0 + r) * ldo,
-                              accumulate);
+            if (!whole)
+                for (int64_t r = 0; r < mb; r++)
+                    for (int64_t q = 0; q < np; q++)
+                        qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias,
+                                  out + (m0 + r) * ldo, accumulate);
         }
         p += np;
     }

@@ -41,6 +41,36 @@ static inline void qwi_put16(const float *restrict acc, int64_t j0, int64_t N,
     }
 }
 
+/* Where the register tiles of one row block put their finished sums
+ * themselves: row r of the block at o + r * ldo (the group's first
+ * column), plus b (the bias at that column; NULL: none), added to what is
+ * there when accumulate - qwi_put16's arithmetic, in its order, for a
+ * group whose panels are all whole. o == NULL: the tiles leave their sums
+ * in the kernel's scratch for qwi_put16 (a group with a partial panel).
+ * Stored by each tile as it finishes, the output lines drain while the
+ * next tile computes; stored by the driver in one burst after the block,
+ * they missed the cache together (~7% of a 0.6B prefill, perf). */
+typedef struct {
+    float *o;
+    int64_t ldo;
+    const float *b;
+    int accumulate;
+} qwi_tile_dest;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/* One zmm accumulator (outputs 16q..16q+15 of row r) to d: the AVX-512
+ * tiles' end of the last k block, qwi_put16's two additions in its order. */
+static inline __attribute__((always_inline, target("avx512f"))) void
+qwi_tile_dest_put_zmm(const qwi_tile_dest *d, int64_t r, int q, __m512 acc) {
+    float *o = d->o + r * d->ldo + q * 16;
+    if (d->b) acc = _mm512_add_ps(acc, _mm512_loadu_ps(d->b + q * 16));
+    if (d->accumulate) acc = _mm512_add_ps(_mm512_loadu_ps(o), acc);
+    _mm512_storeu_ps(o, acc);
+}
+#endif
+
 /* Rows [0, mb) in tiles of TMR rows (TMR <= 6), the rest in one smaller
  * tile: TILE(first row, rows) with a constant row count, so each tile
  * height compiles to its own unrolled body. */
