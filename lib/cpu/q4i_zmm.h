@@ -159,11 +159,13 @@ Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0, int
  * tot[r][q] += (float)acc * (scale[q] * d[r]) (tot: f32, row stride 64;
  * sc: the panels' scales of the group, panel q at sc + q * sc_stride; d:
  * the rows' steps of the group, row stride d_stride). xr: the tile's first
- * row at the chunk's first pair, row stride KP. */
+ * row at the chunk's first pair, row stride KP. With dst (the last chunk
+ * of the last group, all panels whole) the finished tot goes to the output
+ * from the registers instead (qwi_tile_dest, tile_out.h). */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, int32_t *part,
              int first, int last, float *tot, const float *sc, int64_t sc_stride, const float *d,
-             int64_t d_stride, const int mr, const int np) {
+             int64_t d_stride, const qwi_tile_dest *dst, const int mr, const int np) {
     __m512i acc[6][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -189,7 +191,9 @@ Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, in
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
             float *t = tot + r * 64 + q * 16;
             const __m512 scd = _mm512_mul_ps(_mm512_loadu_ps(sc + q * sc_stride), dr);
-            _mm512_storeu_ps(t, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][q]), scd, _mm512_loadu_ps(t)));
+            const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][q]), scd, _mm512_loadu_ps(t));
+            if (dst) qwi_tile_dest_put_zmm(dst, r, q, v);
+            else _mm512_storeu_ps(t, v);
         }
     }
 }
@@ -198,11 +202,14 @@ Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, in
 #define Q4I_TILE_NP(NP)                                                                         \
     Q4I_FN(tile)(x->q + (m0 + r_t) * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js,      \
                  j1 == je, tot + r_t * 64, w->scales + ((P0 + pq) * G + g) * 16, G * 16,        \
-                 x->d + (m0 + r_t) * x->G + g, x->G, mr_t, NP)
+                 x->d + (m0 + r_t) * x->G + g, x->G, dst_t, mr_t, NP)
 #define Q4I_TILE(r, MR)                                                                         \
     do {                                                                                        \
         const int64_t r_t = (r);                                                                \
         const int mr_t = (MR);                                                                  \
+        qwi_tile_dest dt_ = dest;                                                               \
+        if (dt_.o) dt_.o += r_t * ldo;                                                          \
+        const qwi_tile_dest *dst_t = dt_.o && g == G - 1 ? &dt_ : NULL;                         \
         switch (np) {                                                                           \
         case 4: Q4I_TILE_NP(4); break;                                                          \
         case 3: Q4I_TILE_NP(3); break;                                                          \
@@ -223,6 +230,9 @@ Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, 
         np = qwi_qpanel_run(w, P0 + pq, QWI_MIN((int64_t)4, np_all - pq));
         for (int64_t m0 = 0; m0 < M; m0 += Q4I_MB) {
             const int64_t mb = QWI_MIN((int64_t)Q4I_MB, M - m0);
+            const int whole = 16 * (pq + np) <= N;
+            const qwi_tile_dest dest = { whole ? out + m0 * ldo + 16 * pq : NULL, ldo,
+                                         bias ? bias + 16 * pq : NULL, accumulate };
             memset(tot, 0, sizeof(float) * (size_t)mb * 64);
             for (int64_t g = 0; g < G; g++) {
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
@@ -232,10 +242,11 @@ Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, 
                     QWI_ROW_TILES(6, mb, Q4I_TILE);
                 }
             }
-            for (int64_t r = 0; r < mb; r++)
-                for (int q = 0; q < np; q++)
-                    qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias, out + (m0 + r) * ldo,
-                              accumulate);
+            if (!whole)
+                for (int64_t r = 0; r < mb; r++)
+                    for (int q = 0; q < np; q++)
+                        qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,
+                                  out + (m0 + r) * ldo, accumulate);
         }
     }
 }
