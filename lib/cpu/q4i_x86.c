@@ -53,10 +53,9 @@ void qwi_avx512vnni_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *
 /* ---- AVX2 ------------------------------------------------------------------ */
 
 /* One ymm = half a panel (slots 0-7: block bytes 0-31, slots 8-15: 32-63).
- * No decoded chunks: MR rows x NP panels decoded in registers for every M
- * (M <= 2: 2 panels; else 4-row tiles of one panel), which costs 6 decode
- * operations per 8 dots at 4 rows - the portable ISA's path, not the one
- * serving is tuned on. */
+ * M <= 2: 1-2 rows x 2 panels decoded in registers next to the dots
+ * (a2_direct); M > 2: decoded chunks swept by 4-row x 1-panel tiles
+ * (a2_chunked), as on AVX-512 with narrower tiles (16 ymm registers). */
 #define A2_TARGET "avx2,fma"
 #define A2_INLINE static inline __attribute__((always_inline, target(A2_TARGET)))
 
@@ -66,6 +65,10 @@ A2_INLINE __m256i a2_code(__m256i v, int jj, __m256i cm, const int u8) {
     return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128((u8 ? 8 : 4) * jj)), cm);
 }
 
+/* M <= 2: MR (1-2) rows x NP (1-2) panels from p0 (in p0's group of
+ * interleaved panels), all groups, the contract's totals to
+ * res[r*64 + q*16]; codes decoded in registers, the zero point applied in
+ * the group's epilogue. */
 A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res,
                          const int mr, const int np, const int u8) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
@@ -74,8 +77,8 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
     const __m256i cm = _mm256_set1_epi16(u8 ? 255 : 15);
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);
     const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
-    __m256 tot[4][2][2];
-    __m256i acc[4][2][2];
+    __m256 tot[2][2][2];
+    __m256i acc[2][2][2];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) tot[r][q][h] = _mm256_setzero_ps();
@@ -122,6 +125,112 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
                 _mm256_storeu_ps(res + r * 64 + q * 16 + 8 * h, tot[r][q][h]);
 }
 
+/* M > 2: pairs [j0, j1) (within group g) of panel p into buf[(j - j0) * 16
+ * ..] as int16 pairs of code - zero (slots 0-7, then 8-15), as the AVX-512
+ * decode_chunk does: exact, so the epilogue has no zero term. */
+A2_INLINE void a2_decode_chunk(const qwi_qpanel *w, int64_t p, int64_t g, int64_t j0, int64_t j1,
+                               uint32_t *buf, const int u8) {
+    const int64_t bs = qwi_qpanel_line_stride(w, p);
+    const int PB = u8 ? 2 : 4;
+    const __m256i cm = _mm256_set1_epi16(u8 ? 255 : 15);
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p, 0);
+    __m256i zz[2];   /* each lane's zero point in both 16-bit halves */
+    for (int h = 0; h < 2; h++) {
+        const __m256i z = _mm256_cvttps_epi32(_mm256_loadu_ps(w->zeros + (p * w->ngroups + g) * 16 + 8 * h));
+        zz[h] = _mm256_or_si256(z, _mm256_slli_epi32(z, 16));
+    }
+    for (int64_t j = j0; j < j1; j++) {
+        const uint8_t *blk = pc + (j / PB) * bs;
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 32 * h));
+            _mm256_storeu_si256((__m256i *)(void *)(buf + (j - j0) * 16 + 8 * h),
+                                _mm256_sub_epi16(a2_code(v, (int)(j % PB), cm, u8), zz[h]));
+        }
+    }
+}
+
+/* MR rows (xr: the first at the chunk's first pair, row stride KP) x the
+ * decoded pairs [0, jn) of one panel: acc from part (or 0 when first; int32,
+ * row stride 16) and back there, or at the group's last chunk the
+ * contract's epilogue tot[r] = fma((float)acc, scale * d(r), tot[r])
+ * (sc: the panel's 16 scales of the group; d: the rows' steps, stride
+ * d_stride; tot row stride 16). */
+A2_INLINE void a2_chunk_tile(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn,
+                             int32_t *part, int first, int last, float *tot, const float *sc,
+                             const float *d, int64_t d_stride, const int mr) {
+    __m256i acc[4][2];
+    _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
+        for (int h = 0; h < 2; h++)
+            acc[r][h] = first ? _mm256_setzero_si256()
+                              : _mm256_loadu_si256((const __m256i *)(const void *)(part + r * 16 + 8 * h));
+    for (int64_t j = 0; j < jn; j++) {
+        const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)(buf + j * 16));
+        const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(buf + j * 16 + 8));
+        _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {
+            const __m256i xb = _mm256_set1_epi32((int)xr[r * KP + j]);
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(c0, xb));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(c1, xb));
+        }
+    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {
+        const __m256 dr = _mm256_set1_ps(d[r * d_stride]);
+        for (int h = 0; h < 2; h++) {
+            if (last) {
+                float *t = tot + r * 16 + 8 * h;
+                const __m256 scd = _mm256_mul_ps(_mm256_loadu_ps(sc + 8 * h), dr);
+                _mm256_storeu_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), scd,
+                                                    _mm256_loadu_ps(t)));
+            } else {
+                _mm256_storeu_si256((__m256i *)(void *)(part + r * 16 + 8 * h), acc[r][h]);
+            }
+        }
+    }
+}
+
+/* M > 2: per panel and row block of A2_MB rows, each chunk of up to A2_KP
+ * pairs of a group is decoded once and swept by 4-row tiles. Decoding in
+ * the tile, as a2_direct does, cost 4 shift/mask operations per pair next
+ * to the 4 rows' 16 (int4 prefill at 85% of bf16's with the table forced
+ * on a Zen 4). */
+#define A2_KP 64
+#define A2_MB 48
+A2_INLINE void a2_chunked(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, int64_t N,
+                          const float *bias, float *out, int64_t ldo, int accumulate, const int u8) {
+    uint32_t buf[A2_KP * 16] __attribute__((aligned(32)));
+    int32_t part[A2_MB * 16] __attribute__((aligned(32)));
+    float tot[A2_MB * 16] __attribute__((aligned(32)));
+    const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
+    for (int64_t j0n = 0; j0n < N; j0n += 16) {
+        const int64_t p = (n0 + j0n) / 16;
+        for (int64_t m0 = 0; m0 < M; m0 += A2_MB) {
+            const int64_t mb = QWI_MIN((int64_t)A2_MB, M - m0);
+            memset(tot, 0, sizeof(float) * 16 * (size_t)mb);
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
+                const float *sc = w->scales + (p * G + g) * 16;
+                for (int64_t c0 = js; c0 < je; c0 += A2_KP) {
+                    const int64_t c1 = QWI_MIN(je, c0 + A2_KP);
+                    a2_decode_chunk(w, p, g, c0, c1, buf, u8);
+#define A2_TILE(r, MR)                                                                          \
+    a2_chunk_tile(x->q + (m0 + (r)) * KP + c0, KP, buf, c1 - c0, part + (r) * 16, c0 == js,     \
+                  c1 == je, tot + (r) * 16, sc, x->d + (m0 + (r)) * x->G + g, x->G, MR)
+                    int64_t r = 0;
+                    for (; r + 4 <= mb; r += 4) A2_TILE(r, 4);
+                    switch (mb - r) {
+                    case 3: A2_TILE(r, 3); break;
+                    case 2: A2_TILE(r, 2); break;
+                    case 1: A2_TILE(r, 1); break;
+                    default: break;
+                    }
+#undef A2_TILE
+                }
+            }
+            for (int64_t r = 0; r < mb; r++)
+                qwi_put16(tot + r * 16, j0n, N, bias, out + (m0 + r) * ldo, accumulate);
+        }
+    }
+}
+
 __attribute__((target(A2_TARGET))) void qwi_avx2_matmul_q4i(const qwi_q4act *x, int64_t M,
                                                             const qwi_qpanel *w, int64_t n0,
                                                             int64_t N, const float *bias,
@@ -130,37 +239,31 @@ __attribute__((target(A2_TARGET))) void qwi_avx2_matmul_q4i(const qwi_q4act *x, 
     if (M <= 0 || N <= 0) return;
     const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16);
     const int u8 = w->fmt == QWI_QFMT_U8;
-    float res[4 * 64] __attribute__((aligned(32)));
-    const int64_t pstep = M <= 2 ? 2 : 1;
+    if (M > 2) {
+        if (u8) a2_chunked(x, M, w, n0, N, bias, out, ldo, accumulate, 1);
+        else a2_chunked(x, M, w, n0, N, bias, out, ldo, accumulate, 0);
+        return;
+    }
+    float res[2 * 64] __attribute__((aligned(32)));
     for (int64_t pq = 0, np; pq < np_all; pq += np) {
-        np = qwi_qpanel_run(w, P0 + pq, QWI_MIN(pstep, np_all - pq));
-        for (int64_t m0 = 0; m0 < M; m0 += 4) {
-            const int mr = (int)QWI_MIN((int64_t)4, M - m0);
-            const qwi_q4act xr = { .q = x->q + m0 * x->KP, .d = x->d + m0 * x->G,
-                                   .sum = x->sum + m0 * x->G, .KP = x->KP, .G = x->G,
-                                   .group_k = x->group_k, .qmax = x->qmax };
+        np = qwi_qpanel_run(w, P0 + pq, QWI_MIN((int64_t)2, np_all - pq));
 #define A2_D(MR)                                                                                \
     do {                                                                                        \
         if (u8) {                                                                               \
-            if (np == 2) a2_direct(&xr, w, P0 + pq, res, MR, 2, 1);                             \
-            else a2_direct(&xr, w, P0 + pq, res, MR, 1, 1);                                     \
+            if (np == 2) a2_direct(x, w, P0 + pq, res, MR, 2, 1);                               \
+            else a2_direct(x, w, P0 + pq, res, MR, 1, 1);                                       \
         } else {                                                                                \
-            if (np == 2) a2_direct(&xr, w, P0 + pq, res, MR, 2, 0);                             \
-            else a2_direct(&xr, w, P0 + pq, res, MR, 1, 0);                                     \
+            if (np == 2) a2_direct(x, w, P0 + pq, res, MR, 2, 0);                               \
+            else a2_direct(x, w, P0 + pq, res, MR, 1, 0);                                       \
         }                                                                                       \
     } while (0)
-            switch (mr) {
-            case 4: A2_D(4); break;
-            case 3: A2_D(3); break;
-            case 2: A2_D(2); break;
-            default: A2_D(1); break;
-            }
+        if (M == 2) A2_D(2);
+        else A2_D(1);
 #undef A2_D
-            for (int r = 0; r < mr; r++)
-                for (int q = 0; q < np; q++)
-                    qwi_put16(res + r * 64 + q * 16, 16 * (pq + q), N, bias,
-                              out + (m0 + r) * ldo, accumulate);
-        }
+        for (int64_t r = 0; r < M; r++)
+            for (int q = 0; q < np; q++)
+                qwi_put16(res + r * 64 + q * 16, 16 * (pq + q), N, bias, out + r * ldo,
+                          accumulate);
     }
 }
 
