@@ -222,14 +222,7 @@ A_INLINE void pair_chunked(const uint32_t *x, int64_t M, int64_t KP, const qwi_q
 #define A_TILE(r, MR)                                                                      \
     pair_chunk_tile(x + (m0 + (r)) * KP + c0, KP, buf, c1 - c0, part + (r) * 16, c0 == js, \
                     c1 == je, sc, tot + (r) * 16, MR)
-                    int64_t r = 0;
-                    for (; r + 4 <= mb; r += 4) A_TILE(r, 4);
-                    switch (mb - r) {
-                    case 3: A_TILE(r, 3); break;
-                    case 2: A_TILE(r, 2); break;
-                    case 1: A_TILE(r, 1); break;
-                    default: break;
-                    }
+                    QWI_ROW_TILES(4, mb, A_TILE);
 #undef A_TILE
                 }
             }

@@ -214,14 +214,7 @@ A2_INLINE void a2_chunked(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, in
 #define A2_TILE(r, MR)                                                                          \
     a2_chunk_tile(x->q + (m0 + (r)) * KP + c0, KP, buf, c1 - c0, part + (r) * 16, c0 == js,     \
                   c1 == je, tot + (r) * 16, sc, x->d + (m0 + (r)) * x->G + g, x->G, MR)
-                    int64_t r = 0;
-                    for (; r + 4 <= mb; r += 4) A2_TILE(r, 4);
-                    switch (mb - r) {
-                    case 3: A2_TILE(r, 3); break;
-                    case 2: A2_TILE(r, 2); break;
-                    case 1: A2_TILE(r, 1); break;
-                    default: break;
-                    }
+                    QWI_ROW_TILES(4, mb, A2_TILE);
 #undef A2_TILE
                 }
             }

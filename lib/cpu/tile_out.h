@@ -71,16 +71,18 @@ qwi_tile_dest_put_zmm(const qwi_tile_dest *d, int64_t r, int q, __m512 acc) {
 }
 #endif
 
-/* Rows [0, mb) in tiles of TMR rows (TMR <= 6), the rest in one smaller
- * tile: TILE(first row, rows) with a constant row count, so each tile
- * height compiles to its own unrolled body. */
+/* Rows [0, mb) in tiles of TMR rows (a constant, TMR <= 6), the rest in
+ * one smaller tile: TILE(first row, rows) with a constant row count, so
+ * each tile height compiles to its own unrolled body (and none of TMR
+ * rows or more is instantiated for the rest, so a tile's arrays can be
+ * sized for TMR). */
 #define QWI_ROW_TILES(TMR, mb, TILE)                                                              \
     do {                                                                                          \
         int64_t r_ = 0;                                                                           \
         for (; r_ + (TMR) <= (mb); r_ += (TMR)) TILE(r_, TMR);                                    \
         switch ((mb) - r_) {                                                                      \
-        case 5: TILE(r_, 5); break;                                                               \
-        case 4: TILE(r_, 4); break;                                                               \
+        case 5: if ((TMR) > 5) TILE(r_, 5); break;                                                \
+        case 4: if ((TMR) > 4) TILE(r_, 4); break;                                                \
         case 3: TILE(r_, 3); break;                                                               \
         case 2: TILE(r_, 2); break;                                                               \
         case 1: TILE(r_, 1); break;                                                               \
