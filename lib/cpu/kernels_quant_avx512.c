@@ -302,8 +302,32 @@ Q_INLINE void pair_decode_chunk_f32(const qwi_qpanel *w, int64_t p0, int64_t j0,
         }
 }
 
+/* The end of a PAIR tile's chunk: not the group's last (!last), the
+ * partial sums back to part; its last, apply_scales' tot += acc * scale
+ * from the registers (sc: the group's scales of the tile's first panel,
+ * panel stride sc_stride), and at the last group (dst) the finished total
+ * to the output (qwi_tile_dest) instead of tot. */
+#define PAIR_TILE_END(acc, mr, np, part, last, tot, sc, sc_stride, dst)                      \
+    do {                                                                                  \
+        _Pragma("GCC unroll 8") for (int r_ = 0; r_ < (mr); r_++)                           \
+            _Pragma("GCC unroll 8") for (int q_ = 0; q_ < (np); q_++) {                     \
+                if (!(last)) {                                                            \
+                    _mm512_storeu_ps((part) + r_ * 64 + q_ * 16, acc[r_][q_]);            \
+                    continue;                                                             \
+                }                                                                         \
+                float *t_ = (tot) + r_ * 64 + q_ * 16;                                    \
+                const __m512 v_ = _mm512_fmadd_ps(acc[r_][q_],                            \
+                                                  _mm512_loadu_ps((sc) + q_ * (sc_stride)), \
+                                                  _mm512_loadu_ps(t_));                   \
+                if (dst) qwi_tile_dest_put_zmm((dst), r_, q_, v_);                        \
+                else _mm512_storeu_ps(t_, v_);                                            \
+            }                                                                             \
+    } while (0)
+
 Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, int64_t jn,
-                             float *part, int first, const int mr, const int np) {
+                             float *part, int first, int last, float *tot, const float *sc,
+                             int64_t sc_stride, const qwi_tile_dest *dst, const int mr,
+                             const int np) {
     __m512 acc[6][4];   /* mr <= 4 in use (QWI_ROW_TILES(4, ...)): 16 accumulators + 8 weights */
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -323,9 +347,7 @@ Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, in
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
-        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-            _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
+    PAIR_TILE_END(acc, mr, np, part, last, tot, sc, sc_stride, dst);
 }
 
 /* PAIR (E4M3), vdpbf16ps: pairs [j0, j1) of NP panels (in p0's group)
@@ -342,7 +364,9 @@ QB_INLINE void pair_decode_chunk_bf16(const qwi_qpanel *w, int64_t p0, int64_t j
 }
 
 QB_INLINE void pair_tile_bf16(const uint32_t *x, int64_t KP, const uint32_t *buf, int64_t jn,
-                              float *part, int first, const int mr, const int np) {
+                              float *part, int first, int last, float *tot, const float *sc,
+                              int64_t sc_stride, const qwi_tile_dest *dst, const int mr,
+                              const int np) {
     __m512 acc[6][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -357,9 +381,7 @@ QB_INLINE void pair_tile_bf16(const uint32_t *x, int64_t KP, const uint32_t *buf
                 acc[r][q] = _mm512_dpbf16_ps(acc[r][q], xb, wv[q]);
         }
     }
-    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
-        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-            _mm512_storeu_ps(part + r * 64 + q * 16, acc[r][q]);
+    PAIR_TILE_END(acc, mr, np, part, last, tot, sc, sc_stride, dst);
 }
 
 /* totals += partial sums of group g times its scales, rows [0, mb). */
@@ -464,7 +486,9 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
     }
 }
 
-/* The chunked PAIR path: DECODE(g, j0, j1) fills buf, TILE(r, MR) sweeps it. */
+/* The chunked PAIR path: DECODE(g, j0, j1) fills buf, TILE(r, MR) sweeps it
+ * and, in a group's last chunk, applies the group's scales (sc) to tot
+ * and, in the last group, stores the outputs (dest; PAIR_TILE_END). */
 #define PAIR_CHUNKED(TMR, DECODE, TILE)                                                   \
     do {                                                                                  \
         const int64_t np_all = QWI_DIV_UP(N, 16), G = w->ngroups, gk = w->group_k;        \
@@ -473,20 +497,24 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
             for (int64_t m0 = 0; m0 < M; m0 += QMB) {                                     \
                 const int64_t mb = QWI_MIN((int64_t)QMB, M - m0);                         \
                 const uint32_t *xb = x + m0 * KP;                                         \
+                const int whole = 16 * (pq + np) <= N;                                    \
+                const qwi_tile_dest dest = { whole ? out + m0 * ldo + 16 * pq : NULL, ldo,  \
+                                             bias ? bias + 16 * pq : NULL, accumulate };  \
                 memset(tot, 0, sizeof(float) * (size_t)mb * 64);                          \
                 for (int64_t g = 0; g < G; g++) {                                         \
                     const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);    \
+                    const float *sc = w->scales + ((P0 + pq) * G + g) * 16;               \
                     for (int64_t j0 = js; j0 < je; j0 += QKC / 2) {                       \
                         const int64_t j1 = QWI_MIN(je, j0 + QKC / 2);                     \
                         DECODE(g, j0, j1);                                                \
-                        QWI_ROW_TILES(TMR, mb, TILE);                                         \
+                        QWI_ROW_TILES(TMR, mb, TILE);                                     \
                     }                                                                     \
-                    apply_scales(w, P0 + pq, g, np, mb, part, tot);                       \
                 }                                                                         \
-                for (int64_t r = 0; r < mb; r++)                                          \
-                    for (int q = 0; q < np; q++)                                          \
-                        qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,          \
-                                  out + (m0 + r) * ldo, accumulate);                      \
+                if (!whole)                                                               \
+                    for (int64_t r = 0; r < mb; r++)                                      \
+                        for (int q = 0; q < np; q++)                                      \
+                            qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,      \
+                                      out + (m0 + r) * ldo, accumulate);                  \
             }                                                                             \
         }                                                                                 \
     } while (0)
@@ -515,11 +543,16 @@ Q_INLINE void qpair_emul_e4m3(const uint32_t *x, int64_t M, int64_t KP, const qw
     float buf[4 * (QKC / 2) * 32] __attribute__((aligned(64)));
     float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
 #define DEC(g, j0, j1) pair_decode_chunk_f32(w, P0 + pq, j0, j1, buf, np)
-#define TL_NP(NP) pair_tile_emul(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, mr_t, NP)
+#define TL_NP(NP)                                                                         \
+    pair_tile_emul(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, j1 == je,    \
+                   tot + r_t * 64, sc, G * 16, dst_t, mr_t, NP)
 #define TL(r, MR)                                                                         \
     do {                                                                                  \
         const int64_t r_t = (r);                                                          \
         const int mr_t = (MR);                                                            \
+        qwi_tile_dest dt_ = dest;                                                         \
+        if (dt_.o) dt_.o += r_t * ldo;                                                    \
+        const qwi_tile_dest *dst_t = dt_.o && g == G - 1 ? &dt_ : NULL;                   \
         NP_SWITCH(TL_NP);                                                                 \
     } while (0)
     PAIR_CHUNKED(4, DEC, TL);
@@ -550,11 +583,16 @@ QB_INLINE void qpair_bf16_e4m3(const uint32_t *x, int64_t M, int64_t KP, const q
     uint32_t buf[4 * (QKC / 2) * 16] __attribute__((aligned(64)));
     float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
 #define DEC(g, j0, j1) pair_decode_chunk_bf16(w, P0 + pq, j0, j1, buf, np)
-#define TL_NP(NP) pair_tile_bf16(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, mr_t, NP)
+#define TL_NP(NP)                                                                         \
+    pair_tile_bf16(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, j1 == je,    \
+                   tot + r_t * 64, sc, G * 16, dst_t, mr_t, NP)
 #define TL(r, MR)                                                                         \
     do {                                                                                  \
         const int64_t r_t = (r);                                                          \
         const int mr_t = (MR);                                                            \
+        qwi_tile_dest dt_ = dest;                                                         \
+        if (dt_.o) dt_.o += r_t * ldo;                                                    \
+        const qwi_tile_dest *dst_t = dt_.o && g == G - 1 ? &dt_ : NULL;                   \
         NP_SWITCH(TL_NP);                                                                 \
     } while (0)
     PAIR_CHUNKED(6, DEC, TL);
