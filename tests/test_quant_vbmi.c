@@ -3,7 +3,8 @@
  * fast-mode quantized matmul (qwi_avx512vbmi_matmul_qpair, kernels.h):
  * bit for bit the same as the vcvtph2ps decode it replaces
  * (qwi_avx512bf16_matmul_qpair) and as the generic table, for every one
- * of the 256 code bytes (NaN patterns included), M = 1 and 2, groups of
+ * of the 256 code bytes (NaN patterns included), M = 1 and 2 (the
+ * register path) and 7 (decoded chunks: a 6-row tile and a 1-row one), groups of
  * odd pair counts (a pair before and after the two-pair steps), odd K, a
  * partial last block, column splits (n0 > 0), bias and accumulate; and the
  * avx512bf16 table picks it where the CPU has avx512vbmi. Skipped on a CPU
@@ -56,6 +57,8 @@ static void run(qwr_matmul_qpair_fn fn, const qwi_qpanel *qp, const uint32_t *xp
 
 Test(quant_vbmi, e4m3_decode_matches_the_f16_decode_bit_for_bit) {
     if (!have_vbmi()) cr_skip_test("no AVX512_BF16 + AVX512_VBMI on this CPU");
+    enum { MM = 7 };   /* rows of the largest call */
+    const int64_t Ms[] = { 1, 2, MM };
     const qwr_matmul_qpair_fn gen = qwi_cpu_kernels_generic()->matmul_qpair;
     int compared = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -63,29 +66,30 @@ Test(quant_vbmi, e4m3_decode_matches_the_f16_decode_bit_for_bit) {
         const int64_t G = QWI_DIV_UP(sh.k, sh.gk), KP = qwi_pair_kp(sh.k), ldo = sh.n + 3;
         uint8_t *codes = malloc((size_t)(sh.n * sh.k));
         float *scales = malloc(sizeof(float) * (size_t)(sh.n * G));
-        float *x = malloc(sizeof(float) * (size_t)(2 * sh.k)), *bias = malloc(sizeof(float) * (size_t)sh.n);
-        uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(2 * KP));
-        float *o_new = malloc(sizeof(float) * (size_t)(2 * ldo)), *o_old = malloc(sizeof(float) * (size_t)(2 * ldo));
-        float *o_gen = malloc(sizeof(float) * (size_t)(2 * ldo));
+        float *x = malloc(sizeof(float) * (size_t)(MM * sh.k)), *bias = malloc(sizeof(float) * (size_t)sh.n);
+        uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(MM * KP));
+        float *o_new = malloc(sizeof(float) * (size_t)(MM * ldo)), *o_old = malloc(sizeof(float) * (size_t)(MM * ldo));
+        float *o_gen = malloc(sizeof(float) * (size_t)(MM * ldo));
         cr_assert(codes && scales && x && bias && xp && o_new && o_old && o_gen);
         /* every byte, in every lane position over the shapes */
         for (int64_t i = 0; i < sh.n * sh.k; i++) codes[i] = (uint8_t)(i * 7 + s);
         for (int64_t i = 0; i < sh.n * G; i++) scales[i] = (0.25f + 0.75f * fabsf(urand())) * 0.004f;
-        for (int64_t i = 0; i < 2 * sh.k; i++) x[i] = urand();
+        for (int64_t i = 0; i < MM * sh.k; i++) x[i] = urand();
         for (int64_t i = 0; i < sh.n; i++) bias[i] = urand();
-        qwi_pair_round_rows(x, 0, 2, sh.k, xp);
+        qwi_pair_round_rows(x, 0, MM, sh.k, xp);
         const size_t bytes = qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, sh.n, sh.k, sh.gk);
         void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
         cr_assert(buf);
         qwi_qpanel qp;
         cr_assert(qwi_qpanel_pack_codes(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, sh.n, sh.k, sh.gk, codes,
                                         scales, NULL, buf, &qp), "%s", qwi_last_error());
-        for (int64_t M = 1; M <= 2; M++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
             for (int variant = 0; variant < 3; variant++) {
+                const int64_t M = Ms[mi];
                 /* 0: whole; 1: bias + accumulate; 2: split at column 16 */
                 const float *b = variant == 1 ? bias : NULL;
                 const int acc = variant == 1;
-                for (int64_t i = 0; i < 2 * ldo; i++) o_new[i] = o_old[i] = o_gen[i] = (float)i;
+                for (int64_t i = 0; i < MM * ldo; i++) o_new[i] = o_old[i] = o_gen[i] = (float)i;
                 if (variant == 2 && sh.n > 16) {
                     run(qwi_avx512vbmi_matmul_qpair, &qp, xp, M, 0, 16, b, o_new, ldo, acc);
                     run(qwi_avx512vbmi_matmul_qpair, &qp, xp, M, 16, sh.n - 16, b, o_new, ldo, acc);
@@ -93,7 +97,7 @@ Test(quant_vbmi, e4m3_decode_matches_the_f16_decode_bit_for_bit) {
                     run(qwi_avx512vbmi_matmul_qpair, &qp, xp, M, 0, sh.n, b, o_new, ldo, acc);
                 }
                 run(qwi_avx512bf16_matmul_qpair, &qp, xp, M, 0, sh.n, b, o_old, ldo, acc);
-                cr_assert(memcmp(o_new, o_old, sizeof(float) * (size_t)(2 * ldo)) == 0,
+                cr_assert(memcmp(o_new, o_old, sizeof(float) * (size_t)(MM * ldo)) == 0,
                           "shape %zu M %lld variant %d: differs from the f16 decode", s, (long long)M,
                           variant);
                 /* the generic table reads 0x7f/0xff as NaN: compare where no row has one */
@@ -101,7 +105,7 @@ Test(quant_vbmi, e4m3_decode_matches_the_f16_decode_bit_for_bit) {
                 for (int64_t i = 0; i < sh.n * sh.k; i++) nan_free &= (codes[i] & 0x7f) != 0x7f;
                 if (nan_free) {
                     run(gen, &qp, xp, M, 0, sh.n, b, o_gen, ldo, acc);
-                    cr_assert(memcmp(o_new, o_gen, sizeof(float) * (size_t)(2 * ldo)) == 0,
+                    cr_assert(memcmp(o_new, o_gen, sizeof(float) * (size_t)(MM * ldo)) == 0,
                               "shape %zu M %lld variant %d: differs from generic", s, (long long)M,
                               variant);
                 }
@@ -117,7 +121,7 @@ Test(quant_vbmi, e4m3_decode_matches_the_f16_decode_bit_for_bit) {
         free(o_old);
         free(o_gen);
     }
-    cr_assert_eq(compared, (int)(sizeof shapes / sizeof shapes[0]) * 6);
+    cr_assert_eq(compared, (int)(sizeof shapes / sizeof shapes[0]) * 9);
 }
 
 /* Without NaN patterns: the generic table agrees too (every other code). */

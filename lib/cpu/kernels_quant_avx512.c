@@ -569,9 +569,21 @@ void qwi_avx512_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi
     qpair_emul_e4m3(x, M, KP, w, n0, N, bias, out, ldo, accumulate);   /* E4M3 only */
 }
 
+/* A decoder of E4M3 pair chunks into bf16 pair lanes, as
+ * pair_decode_chunk_bf16 (one call per chunk of a row block). */
+typedef void (*e4m3_chunk_fn)(const qwi_qpanel *w, int64_t p0, int64_t j0, int64_t j1,
+                              uint32_t *buf, int np);
+
+static __attribute__((target(QB_TARGET))) void e4m3_chunk_convert(const qwi_qpanel *w, int64_t p0,
+                                                                  int64_t j0, int64_t j1,
+                                                                  uint32_t *buf, int np) {
+    pair_decode_chunk_bf16(w, p0, j0, j1, buf, np);
+}
+
+/* M > 2 decodes chunks with `decode` (M <= 2 ignores it). */
 QB_INLINE void qpair_bf16_e4m3(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
                                int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                               int accumulate) {
+                               int accumulate, e4m3_chunk_fn decode) {
     const int64_t P0 = n0 / 16;
     if (M <= 2) {
         float res[2 * 64] __attribute__((aligned(64)));
@@ -582,7 +594,7 @@ QB_INLINE void qpair_bf16_e4m3(const uint32_t *x, int64_t M, int64_t KP, const q
     }
     uint32_t buf[4 * (QKC / 2) * 16] __attribute__((aligned(64)));
     float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
-#define DEC(g, j0, j1) pair_decode_chunk_bf16(w, P0 + pq, j0, j1, buf, np)
+#define DEC(g, j0, j1) decode(w, P0 + pq, j0, j1, buf, (int)np)
 #define TL_NP(NP)                                                                         \
     pair_tile_bf16(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, j1 == je,    \
                    tot + r_t * 64, sc, G * 16, dst_t, mr_t, NP)
@@ -606,7 +618,8 @@ void qwi_avx512bf16_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const
                                  int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                                  int accumulate) {
     if (M <= 0 || N <= 0) return;
-    qpair_bf16_e4m3(x, M, KP, w, n0, N, bias, out, ldo, accumulate);   /* E4M3 only */
+    qpair_bf16_e4m3(x, M, KP, w, n0, N, bias, out, ldo, accumulate,
+                    e4m3_chunk_convert);   /* E4M3 only */
 }
 
 /* ---- AVX512_VBMI: e4m3 pairs through byte tables (M <= 2) ---------------- */
@@ -743,13 +756,50 @@ QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel 
             _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);
 }
 
+/* pair_decode_chunk_bf16 through the byte tables: a whole line (two
+ * pairs of a panel) per step where the chunk allows, in line order. Same
+ * lanes, so the M > 2 tiles give the same bits; about a fifth of the
+ * conversion's operations (an FP8 prefill spent ~10% of its kernel time
+ * decoding). */
+static __attribute__((target(QV_TARGET))) void e4m3_chunk_vbmi(const qwi_qpanel *w, int64_t p0,
+                                                               int64_t j0, int64_t j1,
+                                                               uint32_t *buf, int np) {
+    const int64_t ls = qwi_qpanel_line_stride(w, p0);
+    const __m512i th[2] = { _mm512_load_si512(e4m3_bf16_hi), _mm512_load_si512(e4m3_bf16_hi + 64) };
+    const __m512i tl[2] = { _mm512_load_si512(e4m3_bf16_lo), _mm512_load_si512(e4m3_bf16_lo + 64) };
+    const __m512i perm0 = e4m3_vbmi_perm(0), perm1 = e4m3_vbmi_perm(1);
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);   /* panel q: + q * 64 */
+    for (int64_t j = j0; j < j1;) {
+        const int two = !(j & 1) && j + 1 < j1;
+        for (int q = 0; q < np; q++) {
+            uint32_t *o = buf + ((int64_t)q * (QKC / 2) + j - j0) * 16;
+            const uint8_t *blk = pc + q * 64 + (j >> 1) * ls;
+            __m512i w0, w1;
+            if (two) {
+                e4m3_vbmi_decode(_mm512_loadu_si512(blk), th, tl, perm0, perm1, &w0, &w1, 1);
+                _mm512_storeu_si512(o, w0);
+                _mm512_storeu_si512(o + 16, w1);
+            } else {   /* its 32 bytes only (the panel may end right after) */
+                const __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(blk + (j & 1) * 32));
+                e4m3_vbmi_decode(_mm512_zextsi256_si512(c), th, tl, perm0, perm1, &w0, &w1, 0);
+                _mm512_storeu_si512(o, w0);
+            }
+        }
+        j += two ? 2 : 1;
+    }
+}
+
 __attribute__((target(QV_TARGET)))
 void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
                                  int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                                  int accumulate) {
     if (M <= 0 || N <= 0) return;
-    if (w->fmt != QWI_QFMT_E4M3 || M > 2) {
+    if (w->fmt != QWI_QFMT_E4M3) {
         qwi_avx512bf16_matmul_qpair(x, M, KP, w, n0, N, bias, out, ldo, accumulate);
+        return;
+    }
+    if (M > 2) {
+        qpair_bf16_e4m3(x, M, KP, w, n0, N, bias, out, ldo, accumulate, e4m3_chunk_vbmi);
         return;
     }
     const int64_t P0 = n0 / 16;
