@@ -262,8 +262,7 @@ BF16_INLINE void bf16_block_many(const uint32_t *xb, const int *rows, int nt, in
             else if (pf) { qa = i * np / nt; qb = (i + 1) * np / nt; }
             const uint32_t *xr = xb + r * KP;
             float *pr = part + r * 64;
-            qwi_tile_dest dr = d;
-            if (dr.o) dr.o += r * dr.ldo;
+            const qwi_tile_dest dr = qwi_tile_dest_rows(d, r);
             switch (rows[i]) {
             case 6: bf16_tile(xr, KP, wp, j0, j1, pr, first, 6, np, pf, qa, qb, dr, last); break;
             case 5: bf16_tile(xr, KP, wp, j0, j1, pr, first, 5, np, pf, qa, qb, dr, last); break;

@@ -111,8 +111,7 @@ Z_INLINE void z_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t j
                             _mm_prefetch((const char *)(ob + (r + rr_) * ldo + 16 * q_), _MM_HINT_T0); \
                 const uint32_t *xr = xb + r * KP;                                         \
                 float *pr = part + r * 64;                                                \
-                qwi_tile_dest dr_ = *d;                                                   \
-                if (dr_.o) dr_.o += r * dr_.ldo;                                          \
+                const qwi_tile_dest dr_ = qwi_tile_dest_rows(*d, r);                      \
                 switch (mr_) {                                                            \
                 case 4: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 4, NP, 1, pf_, qa_, qb_, dr_, j1 >= KP); break; \
                 case 3: z_tile(xr, KP, wp, j0, j1, pr, 64, j0 == 0, 3, NP, 1, pf_, qa_, qb_, dr_, j1 >= KP); break; \

@@ -328,7 +328,7 @@ Q_INLINE void pair_tile_emul(const uint32_t *x, int64_t KP, const float *buf, in
                              float *part, int first, int last, float *tot, const float *sc,
                              int64_t sc_stride, const qwi_tile_dest *dst, const int mr,
                              const int np) {
-    __m512 acc[6][4];   /* mr <= 4 in use (QWI_ROW_TILES(4, ...)): 16 accumulators + 8 weights */
+    __m512 acc[4][4];   /* QWI_ROW_TILES(4, ...): 16 accumulators + 8 weights */
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
             acc[r][q] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + r * 64 + q * 16);
@@ -519,13 +519,21 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
         }                                                                                 \
     } while (0)
 
-#define NP_SWITCH(CALL)                                                                   \
+/* Inside PAIR_CHUNKED: FN (pair_tile_emul or pair_tile_bf16) over rows
+ * r..r+MR-1 of the row block and the chunk's np panels, told where the
+ * group ends and, in the last group of whole panels, where the outputs go. */
+#define PAIR_TILE_AT(FN, r, MR)                                                           \
     do {                                                                                  \
+        const int64_t r_t = (r);                                                          \
+        const qwi_tile_dest dt_ = qwi_tile_dest_rows(dest, r_t);                          \
+        const qwi_tile_dest *dst_t = dt_.o && g == G - 1 ? &dt_ : NULL;                   \
+        float *pr_ = part + r_t * 64, *tr_ = tot + r_t * 64;                              \
+        const uint32_t *xr_ = xb + r_t * KP + j0;                                         \
         switch (np) {                                                                     \
-        case 4: CALL(4); break;                                                           \
-        case 3: CALL(3); break;                                                           \
-        case 2: CALL(2); break;                                                           \
-        default: CALL(1); break;                                                          \
+        case 4: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, G * 16, dst_t, MR, 4); break; \
+        case 3: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, G * 16, dst_t, MR, 3); break; \
+        case 2: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, G * 16, dst_t, MR, 2); break; \
+        default: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, G * 16, dst_t, MR, 1); break; \
         }                                                                                 \
     } while (0)
 
@@ -543,22 +551,10 @@ Q_INLINE void qpair_emul_e4m3(const uint32_t *x, int64_t M, int64_t KP, const qw
     float buf[4 * (QKC / 2) * 32] __attribute__((aligned(64)));
     float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
 #define DEC(g, j0, j1) pair_decode_chunk_f32(w, P0 + pq, j0, j1, buf, np)
-#define TL_NP(NP)                                                                         \
-    pair_tile_emul(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, j1 == je,    \
-                   tot + r_t * 64, sc, G * 16, dst_t, mr_t, NP)
-#define TL(r, MR)                                                                         \
-    do {                                                                                  \
-        const int64_t r_t = (r);                                                          \
-        const int mr_t = (MR);                                                            \
-        qwi_tile_dest dt_ = dest;                                                         \
-        if (dt_.o) dt_.o += r_t * ldo;                                                    \
-        const qwi_tile_dest *dst_t = dt_.o && g == G - 1 ? &dt_ : NULL;                   \
-        NP_SWITCH(TL_NP);                                                                 \
-    } while (0)
+#define TL(r, MR) PAIR_TILE_AT(pair_tile_emul, r, MR)
     PAIR_CHUNKED(4, DEC, TL);
 #undef DEC
 #undef TL
-#undef TL_NP
 }
 
 __attribute__((target(Q_TARGET)))
@@ -595,22 +591,10 @@ QB_INLINE void qpair_bf16_e4m3(const uint32_t *x, int64_t M, int64_t KP, const q
     uint32_t buf[4 * (QKC / 2) * 16] __attribute__((aligned(64)));
     float part[QMB * 64] __attribute__((aligned(64))), tot[QMB * 64] __attribute__((aligned(64)));
 #define DEC(g, j0, j1) decode(w, P0 + pq, j0, j1, buf, (int)np)
-#define TL_NP(NP)                                                                         \
-    pair_tile_bf16(xb + r_t * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js, j1 == je,    \
-                   tot + r_t * 64, sc, G * 16, dst_t, mr_t, NP)
-#define TL(r, MR)                                                                         \
-    do {                                                                                  \
-        const int64_t r_t = (r);                                                          \
-        const int mr_t = (MR);                                                            \
-        qwi_tile_dest dt_ = dest;                                                         \
-        if (dt_.o) dt_.o += r_t * ldo;                                                    \
-        const qwi_tile_dest *dst_t = dt_.o && g == G - 1 ? &dt_ : NULL;                   \
-        NP_SWITCH(TL_NP);                                                                 \
-    } while (0)
+#define TL(r, MR) PAIR_TILE_AT(pair_tile_bf16, r, MR)
     PAIR_CHUNKED(6, DEC, TL);
 #undef DEC
 #undef TL
-#undef TL_NP
 }
 
 __attribute__((target(QB_TARGET)))

@@ -207,8 +207,7 @@ Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, in
     do {                                                                                        \
         const int64_t r_t = (r);                                                                \
         const int mr_t = (MR);                                                                  \
-        qwi_tile_dest dt_ = dest;                                                               \
-        if (dt_.o) dt_.o += r_t * ldo;                                                          \
+        const qwi_tile_dest dt_ = qwi_tile_dest_rows(dest, r_t);                                \
         const qwi_tile_dest *dst_t = dt_.o && g == G - 1 ? &dt_ : NULL;                         \
         switch (np) {                                                                           \
         case 4: Q4I_TILE_NP(4); break;                                                          \

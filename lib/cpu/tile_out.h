@@ -57,6 +57,12 @@ typedef struct {
     int accumulate;
 } qwi_tile_dest;
 
+/* d for the tile whose first row is row r of d's block (NULL stays NULL). */
+static inline qwi_tile_dest qwi_tile_dest_rows(qwi_tile_dest d, int64_t r) {
+    if (d.o) d.o += r * d.ldo;
+    return d;
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
@@ -83,9 +89,9 @@ qwi_tile_dest_put_zmm(const qwi_tile_dest *d, int64_t r, int q, __m512 acc) {
         switch ((mb) - r_) {                                                                      \
         case 5: if ((TMR) > 5) TILE(r_, 5); break;                                                \
         case 4: if ((TMR) > 4) TILE(r_, 4); break;                                                \
-        case 3: TILE(r_, 3); break;                                                               \
-        case 2: TILE(r_, 2); break;                                                               \
-        case 1: TILE(r_, 1); break;                                                               \
+        case 3: if ((TMR) > 3) TILE(r_, 3); break;                                                \
+        case 2: if ((TMR) > 2) TILE(r_, 2); break;                                                \
+        case 1: if ((TMR) > 1) TILE(r_, 1); break;                                                \
         default: break;                                                                           \
         }                                                                                         \
     } while (0)
