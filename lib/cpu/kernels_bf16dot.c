@@ -82,13 +82,6 @@ static __attribute__((noinline)) void avx2_put16(const float *acc, int64_t j0, i
     qwi_put16(acc, j0, N, bias, out, accumulate);
 }
 
-/* The same address as p, hidden from the optimizer: a load through it is
- * done again instead of kept in a register from the first load. */
-static inline const uint32_t *reload(const uint32_t *p) {
-    __asm__("" : "+r"(p));
-    return p;
-}
-
 /* An MR x NP-panel tile over all KP pairs, each pair in two phases: the
  * odd halves (high bf16 of every pair, masked to f32) of the NP panels'
  * 16 weight lanes and of each row's broadcast pair meet in one FMA per
@@ -100,7 +93,7 @@ static inline const uint32_t *reload(const uint32_t *p) {
  * 2 dependent FMAs per pair are exactly what two FMA pipes need, any
  * stall showed (perf: samples piled on the chained FMAs) and it ran at
  * 82-85% of the FMA peak on one Zen 4 core. The even phase loads the
- * weights and x again (through reload(): L1 hits) rather than keeping
+ * weights and x again (through qwi_opaque_ptr: L1 hits) rather than keeping
  * them, so that 5 x 1 fits AVX2's 16 registers without a spill: 10
  * accumulators, 2 weights, 1 broadcast, the mask. 6 x 1 spilled three
  * accumulators with GCC 12 (74 GFLOP/s against 5 x 1's 101-109). */
@@ -125,7 +118,7 @@ AVX2_INLINE void avx2_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int
                 _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++)
                     acc[r][q][h] = _mm256_fmadd_ps(xo, wv[q][h], acc[r][q][h]);
         }
-        const uint32_t *w2 = reload(w), *x2 = reload(x);
+        const uint32_t *w2 = qwi_opaque_ptr(w), *x2 = qwi_opaque_ptr(x);
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
             _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(w2 + (q * KP + j) * 16 + h * 8));

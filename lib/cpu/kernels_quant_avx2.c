@@ -12,7 +12,8 @@
  * the products are exact), and the interleaved PAIR layout is split into
  * even and odd k with a shuffle and a permute.
  * Register tiles of up to 4 rows x 1 panel share each decoded weight (the
- * fast E4M3 path at M > 2 decodes a chunk once per 48 rows first); the
+ * fast E4M3 path at M > 2 decodes a chunk once per 50 rows first and
+ * sweeps it with tiles of 5); the
  * totals of each group wait in memory (one FMA per output per group).
  */
 #include <string.h>
@@ -141,7 +142,9 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
 /* ---- PAIR (E4M3), M > 2: decoded chunks ----------------------------------- */
 
 #define A_KP 64   /* pairs per decoded chunk: 64 x 128 B = 8 KiB of f32, in L1 */
-#define A_MB 48   /* rows per row block: the chunk's decoding is shared by all */
+#define A_MB 50   /* rows per row block: the chunk's decoding is shared by all */
+#define A_TR 5    /* rows per tile: A_MB is a multiple, so no short tile runs
+                     inside a block (48 with a 3-row tail: 2-3% slower) */
 
 /* Pairs [j0, j1) of panel p as f32 into buf[(j - j0) * 32 ..]: ce[0], co[0],
  * ce[1], co[1] (8 lanes each; pair_c's values). */
@@ -160,28 +163,38 @@ A_INLINE void pair_decode_chunk(const qwi_qpanel *w, int64_t p, int64_t j0, int6
     }
 }
 
-/* MR rows (xp: the first at the chunk's first pair, row stride KP) x the
- * decoded pairs [0, jn) in buf: tile()'s FMAs in tile()'s order, from acc
+/* MR <= A_TR rows (xp: the first at the chunk's first pair, row stride
+ * KP) x the decoded pairs [0, jn) in buf: tile()'s FMAs in tile()'s order
+ * per accumulator, but each pair in two phases - every row's odd FMAs,
+ * then every even one - so that an accumulator's two FMAs have the
+ * others' between them to hide the FMA latency (as avx2_tile in
+ * kernels_bf16dot.c; back to back, 4 rows were latency-bound), from acc
  * = 0 (first) or the partial sums in part (row stride 16) and back there;
  * at the group's end (last) tot[r] = fma(acc, scale, tot[r]) instead
  * (row stride 16), as tile() does in res. Same bits as tile(). */
 A_INLINE void pair_chunk_tile(const uint32_t *xp, int64_t KP, const float *buf, int64_t jn,
                               float *part, int first, int last, const float *sc, float *tot,
                               const int mr) {
-    __m256 acc[4][2];
-    _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
+    __m256 acc[A_TR][2];
+    _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++)
         for (int h = 0; h < 2; h++)
             acc[r][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(part + r * 16 + 8 * h);
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int64_t j = 0; j < jn; j++) {
         const float *c = buf + j * 32;
-        const __m256 ce0 = _mm256_loadu_ps(c), co0 = _mm256_loadu_ps(c + 8);
-        const __m256 ce1 = _mm256_loadu_ps(c + 16), co1 = _mm256_loadu_ps(c + 24);
-        _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {
-            const uint32_t xv = xp[r * KP + j];
-            const __m256 xo = bc_hi(xv), xe = bc_lo(xv);
+        const __m256 co0 = _mm256_loadu_ps(c + 8), co1 = _mm256_loadu_ps(c + 24);
+        _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++) {
+            const __m256 xo = _mm256_castsi256_ps(
+                _mm256_and_si256(_mm256_set1_epi32((int)xp[r * KP + j]), hi));
             acc[r][0] = _mm256_fmadd_ps(xo, co0, acc[r][0]);
-            acc[r][0] = _mm256_fmadd_ps(xe, ce0, acc[r][0]);
             acc[r][1] = _mm256_fmadd_ps(xo, co1, acc[r][1]);
+        }
+        const __m256 ce0 = _mm256_loadu_ps(c), ce1 = _mm256_loadu_ps(c + 16);
+        const uint32_t *xp2 = qwi_opaque_ptr(xp);
+        _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++) {
+            const __m256 xe = _mm256_castsi256_ps(
+                _mm256_slli_epi32(_mm256_set1_epi32((int)xp2[r * KP + j]), 16));
+            acc[r][0] = _mm256_fmadd_ps(xe, ce0, acc[r][0]);
             acc[r][1] = _mm256_fmadd_ps(xe, ce1, acc[r][1]);
         }
     }
@@ -198,7 +211,7 @@ A_INLINE void pair_chunk_tile(const uint32_t *xp, int64_t KP, const float *buf, 
 }
 
 /* E4M3 pairs, M > 2: per panel and row block, each chunk of a group is
- * decoded once into buf and swept by 4-row tiles. tile() decodes every
+ * decoded once into buf and swept by A_TR-row tiles. tile() decodes every
  * pair for every 4 rows: about 20 decode operations next to 16 FMAs, so
  * the prefill of an FP8 model ran at about half bf16's speed (the avx2
  * table forced on a Zen 4: 86 against 167 tok/s). */
@@ -222,7 +235,7 @@ A_INLINE void pair_chunked(const uint32_t *x, int64_t M, int64_t KP, const qwi_q
 #define A_TILE(r, MR)                                                                      \
     pair_chunk_tile(x + (m0 + (r)) * KP + c0, KP, buf, c1 - c0, part + (r) * 16, c0 == js, \
                     c1 == je, sc, tot + (r) * 16, MR)
-                    QWI_ROW_TILES(4, mb, A_TILE);
+                    QWI_ROW_TILES(A_TR, mb, A_TILE);
 #undef A_TILE
                 }
             }

@@ -1,7 +1,8 @@
 /*
  * tile_out.h - the two steps every CPU panel kernel shares around its
  * register tiles: storing a finished 16-output tile (bias, then the
- * residual add) and walking a block of rows in tiles of a fixed height.
+ * residual add) and walking a block of rows in tiles of a fixed height;
+ * and a pointer the optimizer cannot see through (qwi_opaque_ptr).
  * One definition, so the order of the bias and residual adds - and with
  * it the bits every table must agree on - cannot drift between kernels.
  */
@@ -76,6 +77,16 @@ qwi_tile_dest_put_zmm(const qwi_tile_dest *d, int64_t r, int q, __m512 acc) {
     _mm512_storeu_ps(o, acc);
 }
 #endif
+
+/* p, with the optimizer unable to tell that it is p: the AVX2 tiles read
+ * their weights and x twice per pair (once per FMA phase) through it, so
+ * that GCC loads them again from L1 instead of keeping the first load's
+ * values live across the phase - in AVX2's 16 registers that spilled
+ * accumulators. */
+static inline const void *qwi_opaque_ptr(const void *p) {
+    __asm__("" : "+r"(p));
+    return p;
+}
 
 /* Rows [0, mb) in tiles of TMR rows (a constant, TMR <= 6), the rest in
  * one smaller tile: TILE(first row, rows) with a constant row count, so
