@@ -74,7 +74,7 @@ void qwr_matmul_pair(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w
 
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
 
-/* The tile's output step, kept out of line: inlined, its branches and
+/* A partial panel's output step, kept out of line: inlined, its branches and
  * 16-wide loops changed GCC's register allocation of the 4 x 1 tile's
  * k loop, which then kept accumulators on the stack (-37% prefill). */
 static __attribute__((noinline)) void avx2_put16(const float *acc, int64_t j0, int64_t N,
@@ -96,7 +96,10 @@ static __attribute__((noinline)) void avx2_put16(const float *acc, int64_t j0, i
  * weights and x again (through qwi_opaque_ptr: L1 hits) rather than keeping
  * them, so that 5 x 1 fits AVX2's 16 registers without a spill: 10
  * accumulators, 2 weights, 1 broadcast, the mask. 6 x 1 spilled three
- * accumulators with GCC 12 (74 GFLOP/s against 5 x 1's 101-109). */
+ * accumulators with GCC 12 (74 GFLOP/s against 5 x 1's 101-109).
+ * Whole panels go to the output from the registers (qwi_tile_dest_put_ymm);
+ * through avx2_put16, whose plain-copy case GCC compiles to a call to
+ * memmove, the stores were 5% of an AVX2 prefill (perf). */
 AVX2_INLINE void avx2_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t N,
                            int64_t n0, const float *bias, float *out, int64_t ldo,
                            int accumulate, const int mr, const int np) {
@@ -131,6 +134,14 @@ AVX2_INLINE void avx2_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int
                 _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++)
                     acc[r][q][h] = _mm256_fmadd_ps(xe, wv[q][h], acc[r][q][h]);
         }
+    }
+    if (n0 + 16 * np <= N) {   /* whole panels: from the registers */
+        const qwi_tile_dest d = { out + n0, ldo, bias ? bias + n0 : NULL, accumulate };
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++)
+                    qwi_tile_dest_put_ymm(&d, r, 16 * q + 8 * h, acc[r][q][h]);
+        return;
     }
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {

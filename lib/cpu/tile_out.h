@@ -76,6 +76,16 @@ qwi_tile_dest_put_zmm(const qwi_tile_dest *d, int64_t r, int q, __m512 acc) {
     if (d->accumulate) acc = _mm512_add_ps(_mm512_loadu_ps(o), acc);
     _mm512_storeu_ps(o, acc);
 }
+
+/* The same for 8 outputs from a ymm accumulator: outputs c..c+7 of row r
+ * (the AVX2 tiles; c a multiple of 8 within the group's whole panels). */
+static inline __attribute__((always_inline, target("avx"))) void
+qwi_tile_dest_put_ymm(const qwi_tile_dest *d, int64_t r, int c, __m256 acc) {
+    float *o = d->o + r * d->ldo + c;
+    if (d->b) acc = _mm256_add_ps(acc, _mm256_loadu_ps(d->b + c));
+    if (d->accumulate) acc = _mm256_add_ps(_mm256_loadu_ps(o), acc);
+    _mm256_storeu_ps(o, acc);
+}
 #endif
 
 /* p, with the optimizer unable to tell that it is p: the AVX2 tiles read
