@@ -63,7 +63,7 @@ typedef struct qwi_cpu_kv_bf16_kernels {
      * i < nq, j < n gets exactly the bits tscores gives q[i] (the same
      * chain over d, then the multiply by scale). Attention passes the q
      * heads of several rows of a block at once, so each K tile vector
-     * loaded feeds up to 6 (AVX-512; AVX2 2) of them. */
+     * loaded feeds up to 6 (AVX-512; AVX2 5) of them. */
     void (*tscores_q)(const float *const *q, float *const *out, int32_t nq, int64_t hd,
                       const float *kt, int64_t ld, int32_t n, float scale);
     /* tscores_q straight from the K planes, with no f32 tile: out[i][j]

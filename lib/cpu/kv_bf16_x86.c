@@ -8,7 +8,8 @@
  * single form (same lanes, same order, same tail, same reduction): it only
  * interleaves independent chains and loads each K/V vector once for all of
  * them (register blocks of up to 6 x 4 zmm accumulators for the scores,
- * 8 x 2 for P.V), which is what hides the FMA latency and cuts the K/V
+ * 10 ymm on AVX2 (5 q vectors x 2, ..., 2 x 4), 8 x 2 for P.V), which is
+ * what hides the FMA latency and cuts the K/V
  * traffic per FMA. The exp is the contract's polynomial in FMA steps.
  */
 #include <math.h>
@@ -165,46 +166,61 @@ AVX2_INLINE __m256 plane8(const void *k, int64_t at, const int planes) {
     return planes == 2 ? e8((const uint8_t *)k + at) : ld8((const uint16_t *)k + at);
 }
 
-/* Lanes j0 .. j0+8*nc-1 of q0's (and q1's) scores: K from the f32 tile kt
- * (masked loads), or with kp set from the K planes (kp[j] + d * dstride:
- * 8 consecutive bf16 per chunk, read whole, widened; only the stores are
- * masked) - the same FMA chain either way. */
-AVX2_INLINE void avx2_scores_chunk(const float *q0, const float *q1, int64_t hd,
-                                   const float *kt, int64_t ld, const void *const *kpl,
-                                   int64_t dstride, int32_t j0, int32_t n, float scale, float *o0,
-                                   float *o1, const int nc, const int planes) {
+/* Lanes j0 .. j0+8*nc-1 of the scores of QB q vectors (QB <= 5, nc <= 4,
+ * QB * nc <= 10, constants once inlined): K from the f32 tile kt (masked
+ * loads), or with kpl set from the K planes (kpl[j] + d * dstride: 8
+ * consecutive elements per vector, read whole, widened; only the stores
+ * are masked) - one FMA chain over d per score either way. Each K vector
+ * loaded (and widened) feeds QB FMAs: with two heads per K vector, 4 K
+ * vectors of 2 widening operations each met 8 FMAs per d, and the
+ * widening, not the FMAs, set the pace (9.7% of an AVX2 prefill in perf,
+ * 3.8% with blocks of 5). Up to 10 accumulators, nc K vectors and a
+ * broadcast fit the 16 registers. */
+AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t hd,
+                                 const float *kt, int64_t ld, const void *const *kpl,
+                                 int64_t dstride, int32_t j0, int32_t n, float scale,
+                                 const int qb, const int nc, const int planes) {
     __m256i m[4];
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int c = 0; c < 4; c++)
+    UNROLL for (int c = 0; c < nc; c++)
         m[c] = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j0 - 8 * c), idx);
-    __m256 a0[4], a1[4];
-    for (int c = 0; c < 4; c++) a0[c] = a1[c] = _mm256_setzero_ps();
+    __m256 a[5][4];
+    UNROLL for (int i = 0; i < qb; i++)
+        UNROLL for (int c = 0; c < nc; c++) a[i][c] = _mm256_setzero_ps();
     /* planes: kt is unused (NULL), kp only counts */
     const float *kp = planes ? NULL : kt + j0;
     const int64_t kstep = planes ? 0 : ld;
-    if (q1) {
-        for (int64_t d = 0; d < hd; d++, kp += kstep) {
-            __m256 x0 = _mm256_broadcast_ss(q0 + d), x1 = _mm256_broadcast_ss(q1 + d);
-            for (int c = 0; c < nc; c++) {
-                __m256 kv = planes ? plane8(kpl[j0 + 8 * c], d * dstride, planes)
-                                   : _mm256_maskload_ps(kp + 8 * c, m[c]);
-                a0[c] = _mm256_fmadd_ps(x0, kv, a0[c]);
-                a1[c] = _mm256_fmadd_ps(x1, kv, a1[c]);
-            }
-        }
-    } else {
-        for (int64_t d = 0; d < hd; d++, kp += kstep) {
-            __m256 x0 = _mm256_broadcast_ss(q0 + d);
-            for (int c = 0; c < nc; c++)
-                a0[c] = _mm256_fmadd_ps(
-                    x0, planes ? plane8(kpl[j0 + 8 * c], d * dstride, planes) : _mm256_maskload_ps(kp + 8 * c, m[c]),
-                    a0[c]);
+    for (int64_t d = 0; d < hd; d++, kp += kstep) {
+        __m256 kv[4];
+        UNROLL for (int c = 0; c < nc; c++)
+            kv[c] = planes ? plane8(kpl[j0 + 8 * c], d * dstride, planes)
+                           : _mm256_maskload_ps(kp + 8 * c, m[c]);
+        UNROLL for (int i = 0; i < qb; i++) {
+            const __m256 x = _mm256_broadcast_ss(q[i] + d);
+            UNROLL for (int c = 0; c < nc; c++) a[i][c] = _mm256_fmadd_ps(x, kv[c], a[i][c]);
         }
     }
     const __m256 sv = _mm256_set1_ps(scale);
-    for (int c = 0; c < nc; c++) {
-        _mm256_maskstore_ps(o0 + j0 + 8 * c, m[c], _mm256_mul_ps(a0[c], sv));
-        if (q1) _mm256_maskstore_ps(o1 + j0 + 8 * c, m[c], _mm256_mul_ps(a1[c], sv));
+    UNROLL for (int i = 0; i < qb; i++)
+        UNROLL for (int c = 0; c < nc; c++)
+            _mm256_maskstore_ps(o[i] + j0 + 8 * c, m[c], _mm256_mul_ps(a[i][c], sv));
+}
+
+/* QB q vectors over all n positions, in chunks of NC vectors of 8 (the
+ * most that QB * NC <= 10 allows, at least 8 accumulators for the FMA
+ * latency); the last chunk runs only the vectors it needs. */
+AVX2_INLINE void avx2_scores_rows(const float *const *q, float *const *o, int64_t hd,
+                                  const float *kt, int64_t ld, const void *const *kpl,
+                                  int64_t dstride, int32_t n, float scale, const int qb,
+                                  const int planes) {
+    const int ncmax = qb <= 2 ? 4 : qb == 3 ? 3 : 2;
+    for (int32_t j0 = 0; j0 < n; j0 += 8 * ncmax) {
+        switch (QWI_MIN(ncmax, (n - j0 + 7) / 8)) {
+        case 1: avx2_scores_blk(q, o, hd, kt, ld, kpl, dstride, j0, n, scale, qb, 1, planes); break;
+        case 2: avx2_scores_blk(q, o, hd, kt, ld, kpl, dstride, j0, n, scale, qb, 2, planes); break;
+        case 3: if (ncmax >= 3) avx2_scores_blk(q, o, hd, kt, ld, kpl, dstride, j0, n, scale, qb, 3, planes); break;
+        default: if (ncmax >= 4) avx2_scores_blk(q, o, hd, kt, ld, kpl, dstride, j0, n, scale, qb, 4, planes); break;
+        }
     }
 }
 
@@ -265,22 +281,20 @@ static AVX2 void avx2_transpose(const uint16_t *const *k, int32_t n, int64_t hd,
         }
 }
 
-/* avx2_tscores_q (planes 0: kt) or its K-plane twin (planes 1: kpl). */
+/* avx2_tscores_q (planes 0: kt) or its K-plane twin (planes 1: kpl; 2:
+ * fp8 planes): the q vectors in blocks of 5, the rest in one smaller. */
 AVX2_INLINE void avx2_scores_q(const float *const *q, float *const *out, int32_t nq, int64_t hd,
                                const float *kt, int64_t ld, const void *const *kpl,
                                int64_t dstride, int32_t n, float scale, const int planes) {
-    for (int32_t h = 0; h < nq; h += 2) {
-        const float *q1 = h + 1 < nq ? q[h + 1] : NULL;
-        float *o0 = out[h], *o1 = q1 ? out[h + 1] : NULL;
-        for (int32_t j0 = 0; j0 < n; j0 += 32) {
-            /* the last chunk runs only the vectors it needs */
-            switch (QWI_MIN(4, (n - j0 + 7) / 8)) {
-            case 1: avx2_scores_chunk(q[h], q1, hd, kt, ld, kpl, dstride, j0, n, scale, o0, o1, 1, planes); break;
-            case 2: avx2_scores_chunk(q[h], q1, hd, kt, ld, kpl, dstride, j0, n, scale, o0, o1, 2, planes); break;
-            case 3: avx2_scores_chunk(q[h], q1, hd, kt, ld, kpl, dstride, j0, n, scale, o0, o1, 3, planes); break;
-            default: avx2_scores_chunk(q[h], q1, hd, kt, ld, kpl, dstride, j0, n, scale, o0, o1, 4, planes); break;
-            }
-        }
+    int32_t h = 0;
+    for (; h + 5 <= nq; h += 5)
+        avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 5, planes);
+    switch (nq - h) {
+    case 4: avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 4, planes); break;
+    case 3: avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 3, planes); break;
+    case 2: avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 2, planes); break;
+    case 1: avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 1, planes); break;
+    default: break;
     }
 }
 
