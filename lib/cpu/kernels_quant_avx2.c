@@ -11,10 +11,10 @@
  * through cpu/q4i.h) are emulated with two FMAs per pair (odd k first;
  * the products are exact), and the interleaved PAIR layout is split into
  * even and odd k with a shuffle and a permute.
- * Register tiles of up to 4 rows x 1 panel share each decoded weight (the
- * fast E4M3 path at M > 2 decodes a chunk once per 50 rows first and
- * sweeps it with tiles of 5); the
- * totals of each group wait in memory (one FMA per output per group).
+ * Register tiles of up to 4 rows x 1 panel share each decoded weight (5
+ * rows in the fast E4M3 path at M > 2, which decodes a chunk once per 50
+ * rows first); the totals of each group wait in memory (one FMA per
+ * output per group).
  */
 #include <string.h>
 

@@ -157,9 +157,6 @@ static AVX2 float avx2_exp_sum(float *s, int32_t n, float *m) {
     return hsum8(acc);
 }
 
-/* Lanes [j0, j0 + 8 * nc) of up to two heads: nc (<= 4, a constant once
- * inlined) ymm of positions per head, one FMA chain over d per lane; lanes
- * at or past n are masked off. */
 /* 8 consecutive K-plane elements from element `at` of plane run k:
  * bf16 (planes 1) or e4m3 (planes 2), widened exactly. */
 AVX2_INLINE __m256 plane8(const void *k, int64_t at, const int planes) {

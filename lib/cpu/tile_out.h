@@ -94,7 +94,9 @@ qwi_tile_dest_put_ymm(const qwi_tile_dest *d, int64_t r, int c, __m256 acc) {
  * values live across the phase - in AVX2's 16 registers that spilled
  * accumulators. */
 static inline const void *qwi_opaque_ptr(const void *p) {
+#if defined(__GNUC__) || defined(__clang__)
     __asm__("" : "+r"(p));
+#endif
     return p;
 }
 
