@@ -197,16 +197,15 @@ void qwi_bf16dot_matmul_avx512(const uint32_t *x, int64_t M, int64_t KP, const u
             const uint32_t *xb = x + m0 * KP;
             const uint32_t *next = m0 + mb >= M && p + np < np_all ? wp + np * KP * 16 : NULL;
             const float *ob = out + m0 * ldo + n0;
-            const int whole = n0 + 16 * np <= N;
-            const qwi_tile_dest d = { whole ? out + m0 * ldo + n0 : NULL, ldo,
-                                      bias ? bias + n0 : NULL, accumulate };
+            const qwi_tile_dest d =
+                qwi_tile_dest_group(out + m0 * ldo, ldo, n0, 16 * np, N, bias, accumulate);
             switch (np) {
             case 4: z_block_4(xb, mb, KP, wp, next, part, ob, ldo, &d); break;
             case 3: z_block_3(xb, mb, KP, wp, next, part, ob, ldo, &d); break;
             case 2: z_block_2(xb, mb, KP, wp, next, part, ob, ldo, &d); break;
             default: z_block_1(xb, mb, KP, wp, next, part, ob, ldo, &d); break;
             }
-            if (!whole)
+            if (!d.o)
                 for (int64_t r = 0; r < mb; r++)
                     for (int64_t q = 0; q < np; q++)
                         qwi_put16(part + r * 64 + q * 16, n0 + 16 * q, N, bias,

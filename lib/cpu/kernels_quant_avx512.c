@@ -497,9 +497,8 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
             for (int64_t m0 = 0; m0 < M; m0 += QMB) {                                     \
                 const int64_t mb = QWI_MIN((int64_t)QMB, M - m0);                         \
                 const uint32_t *xb = x + m0 * KP;                                         \
-                const int whole = 16 * (pq + np) <= N;                                    \
-                const qwi_tile_dest dest = { whole ? out + m0 * ldo + 16 * pq : NULL, ldo,  \
-                                             bias ? bias + 16 * pq : NULL, accumulate };  \
+                const qwi_tile_dest dest = qwi_tile_dest_group(out + m0 * ldo, ldo, 16 * pq,  \
+                                                               16 * np, N, bias, accumulate); \
                 memset(tot, 0, sizeof(float) * (size_t)mb * 64);                          \
                 for (int64_t g = 0; g < G; g++) {                                         \
                     const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);    \
@@ -510,7 +509,7 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
                         QWI_ROW_TILES(TMR, mb, TILE);                                     \
                     }                                                                     \
                 }                                                                         \
-                if (!whole)                                                               \
+                if (!dest.o)                                                              \
                     for (int64_t r = 0; r < mb; r++)                                      \
                         for (int q = 0; q < np; q++)                                      \
                             qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,      \

@@ -17,6 +17,7 @@
 
 #include "cpu/kv_bf16.h"
 #include "cpu/cpu_features.h"
+#include "cpu/tile_out.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -170,8 +171,8 @@ AVX2_INLINE __m256 plane8(const void *k, int64_t at, const int planes) {
  * are masked) - one FMA chain over d per score either way. Each K vector
  * loaded (and widened) feeds QB FMAs: with two heads per K vector, 4 K
  * vectors of 2 widening operations each met 8 FMAs per d, and the
- * widening, not the FMAs, set the pace (9.7% of an AVX2 prefill in perf,
- * 3.8% with blocks of 5). Up to 10 accumulators, nc K vectors and a
+ * widening, not the FMAs, set the pace (9.2-9.7% of an AVX2 prefill in
+ * perf, 3.8-3.9% with blocks of 5). Up to 10 accumulators, nc K vectors and a
  * broadcast fit the 16 registers. */
 AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t hd,
                                  const float *kt, int64_t ld, const void *const *kpl,
@@ -283,16 +284,10 @@ static AVX2 void avx2_transpose(const uint16_t *const *k, int32_t n, int64_t hd,
 AVX2_INLINE void avx2_scores_q(const float *const *q, float *const *out, int32_t nq, int64_t hd,
                                const float *kt, int64_t ld, const void *const *kpl,
                                int64_t dstride, int32_t n, float scale, const int planes) {
-    int32_t h = 0;
-    for (; h + 5 <= nq; h += 5)
-        avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 5, planes);
-    switch (nq - h) {
-    case 4: avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 4, planes); break;
-    case 3: avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 3, planes); break;
-    case 2: avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 2, planes); break;
-    case 1: avx2_scores_rows(q + h, out + h, hd, kt, ld, kpl, dstride, n, scale, 1, planes); break;
-    default: break;
-    }
+#define SCORES_ROWS(h, QB) \
+    avx2_scores_rows(q + (h), out + (h), hd, kt, ld, kpl, dstride, n, scale, QB, planes)
+    QWI_ROW_TILES(5, nq, SCORES_ROWS);
+#undef SCORES_ROWS
 }
 
 static AVX2 void avx2_tscores_q(const float *const *q, float *const *out, int32_t nq,

@@ -229,9 +229,8 @@ Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, 
         np = qwi_qpanel_run(w, P0 + pq, QWI_MIN((int64_t)4, np_all - pq));
         for (int64_t m0 = 0; m0 < M; m0 += Q4I_MB) {
             const int64_t mb = QWI_MIN((int64_t)Q4I_MB, M - m0);
-            const int whole = 16 * (pq + np) <= N;
-            const qwi_tile_dest dest = { whole ? out + m0 * ldo + 16 * pq : NULL, ldo,
-                                         bias ? bias + 16 * pq : NULL, accumulate };
+            const qwi_tile_dest dest =
+                qwi_tile_dest_group(out + m0 * ldo, ldo, 16 * pq, 16 * np, N, bias, accumulate);
             memset(tot, 0, sizeof(float) * (size_t)mb * 64);
             for (int64_t g = 0; g < G; g++) {
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
@@ -241,7 +240,7 @@ Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, 
                     QWI_ROW_TILES(6, mb, Q4I_TILE);
                 }
             }
-            if (!whole)
+            if (!dest.o)
                 for (int64_t r = 0; r < mb; r++)
                     for (int q = 0; q < np; q++)
                         qwi_put16(tot + r * 64 + q * 16, 16 * (pq + q), N, bias,

@@ -58,6 +58,16 @@ typedef struct {
     int accumulate;
 } qwi_tile_dest;
 
+/* The destination of a row block's group of panels: columns [c, c + w) of
+ * the rows from o (the block's first row at column 0, row stride ldo), the
+ * bias from column c; o NULL when the group runs past column N (a partial
+ * panel: the driver stores through qwi_put16). */
+static inline qwi_tile_dest qwi_tile_dest_group(float *o, int64_t ldo, int64_t c, int64_t w,
+                                                int64_t N, const float *bias, int accumulate) {
+    const qwi_tile_dest d = { c + w <= N ? o + c : NULL, ldo, bias ? bias + c : NULL, accumulate };
+    return d;
+}
+
 /* d for the tile whose first row is row r of d's block (NULL stays NULL). */
 static inline qwi_tile_dest qwi_tile_dest_rows(qwi_tile_dest d, int64_t r) {
     if (d.o) d.o += r * d.ldo;
