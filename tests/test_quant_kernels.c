@@ -1,7 +1,8 @@
 /*
  * test_quant_kernels.c - the CPU quantized matmuls (cpu/qpanel.h): the
  * packed layout against the plain codes, every kernel table this CPU runs
- * (generic, avx2, avx512, avx512bf16) x {U4, U8, E4M3} x {SEQ (exact),
+ * (generic, avx2, avx512, avx512bf16, and a kernel a table passes over
+ * here for a faster one) x {U4, U8, E4M3} x {SEQ (exact),
  * PAIR (fast)} bit for bit against the generic table and within rounding
  * of a float64 dot product of the dequantized weights, M = 1 rows equal to
  * the same rows of a batch and a column split equal to the whole call
@@ -87,6 +88,32 @@ static void *pack(const qdata *d, qwi_qpanel_layout layout, qwi_qpanel *qp) {
 static const qwi_qfmt fmts[] = { QWI_QFMT_U4, QWI_QFMT_U8, QWI_QFMT_E4M3 };
 static const char *const fmt_names[] = { "?", "U4", "U8", "E4M3" };
 static const char *const tables[] = { "generic", "avx2", "avx512", "avx512bf16" };
+
+/* Every table this CPU runs, plus each kernel a table passes over here
+ * for a faster one (so that it is still checked on this machine): the
+ * avx512 table's vpmaddwd int4/int8 kernel (Skylake-SP) where the CPU
+ * also has AVX512_VNNI and the table takes vpdpwssd. */
+typedef struct variant {
+    const char *name;
+    qwi_cpu_kernels kt;
+} variant;
+#define MAX_VARIANTS 8
+
+static int table_variants(variant *v) {
+    int n = 0;
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
+        if (kt) v[n++] = (variant){ tables[t], *kt };
+    }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const qwi_cpu_kernels *a5 = qwi_cpu_kernels_by_name("avx512");
+    if (a5 && __builtin_cpu_supports("avx512bw") && a5->matmul_q4i != qwi_avx512_matmul_q4i) {
+        v[n] = (variant){ "avx512 (vpmaddwd)", *a5 };
+        v[n++].kt.matmul_q4i = qwi_avx512_matmul_q4i;
+    }
+#endif
+    return n;
+}
 
 Test(quant_kernels, layout_holds_every_code_scale_and_zero) {
     for (int f = 0; f < 3; f++)
@@ -203,6 +230,21 @@ static const shape shapes[] = {
     { 72, 202, 64, 4 },    /* FP8: 5 interleaved panels, an odd number of pairs */
 };
 
+/* The avx512 table's int4/int8 kernel: vpdpwssd where the CPU has
+ * AVX512_VNNI (Cascade Lake, Ice Lake), else vpmaddwd with AVX512BW. */
+Test(quant_kernels, avx512_table_takes_vnni_where_the_cpu_has_it) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const qwi_cpu_kernels *a5 = qwi_cpu_kernels_by_name("avx512");
+    if (!a5 || !__builtin_cpu_supports("avx512bw")) cr_skip_test("no AVX-512F with AVX512BW here");
+    if (__builtin_cpu_supports("avx512vnni"))
+        cr_assert(a5->matmul_q4i == qwi_avx512vnni_matmul_q4i);
+    else
+        cr_assert(a5->matmul_q4i == qwi_avx512_matmul_q4i);
+#else
+    cr_skip_test("not x86-64");
+#endif
+}
+
 /* Every table, format, layout and shape: bit-identical to the generic
  * table, near the float64 product, batched == alone, split == whole. */
 Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
@@ -211,13 +253,14 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
      * tile of 5 and one of 4 */
     const int64_t Ms[] = { 1, 2, 3, 7, 50, 59 };
     const int64_t MMAX = 59;
+    variant vs[MAX_VARIANTS];
+    const int nv = table_variants(vs);
     int tables_run = 0;
-    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
-        const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
-        if (!kt) continue;
+    for (int t = 0; t < nv; t++) {
+        const qwi_cpu_kernels *kt = &vs[t].kt;
         tables_run++;
         cr_assert(kt->matmul_qf32 && kt->matmul_qpair && kt->matmul_q4i,
-                  "%s lacks a quantized kernel", tables[t]);
+                  "%s lacks a quantized kernel", vs[t].name);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int f = 0; f < 3; f++) {
                 const shape *sh = &shapes[si];
@@ -249,7 +292,7 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                         run(gen, &qp, x, xp, &a, M, 0, N, bs, o_gen, N, acc);
                         run(kt, &qp, x, xp, &a, M, 0, N, bs, o_tab, N, acc);
                         cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
-                                  "%s %s layout %d shape %zu M %lld: differs from generic", tables[t],
+                                  "%s %s layout %d shape %zu M %lld: differs from generic", vs[t].name,
                                   fmt_names[fmts[f]], lay, si, (long long)M);
                         /* float64 reference of the dequantized weights (x as
                          * the kernel saw it: bf16, or int4/int8's q * d, in the
@@ -267,7 +310,7 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                                 const double got = o_tab[m * N + n];
                                 cr_assert(fabs(got - ref) <= 4e-6 * mag + 1e-30,
                                           "%s %s layout %d M %lld (%lld, %lld): %.9g vs %.9g (mag %g)",
-                                          tables[t], fmt_names[fmts[f]], lay, (long long)M,
+                                          vs[t].name, fmt_names[fmts[f]], lay, (long long)M,
                                           (long long)m, (long long)n, got, ref, mag);
                             }
                         /* each row alone == its row in the batch */
@@ -278,7 +321,7 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                                 run(kt, &qp, x + m * K, xp + m * KP, &am, 1, 0, N, bs, o_one, N, acc);
                                 cr_assert(memcmp(o_one, o_tab + m * N, sizeof(float) * (size_t)N) == 0,
                                           "%s %s layout %d: row %lld alone differs from M=%lld",
-                                          tables[t], fmt_names[fmts[f]], lay, (long long)m, (long long)M);
+                                          vs[t].name, fmt_names[fmts[f]], lay, (long long)m, (long long)M);
                             }
                         /* the columns from 16 on, as their own call (n0 = 16) */
                         if (N > 16) {
@@ -288,7 +331,7 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                                 cr_assert(memcmp(o_one + m * N + 16, o_tab + m * N + 16,
                                                  sizeof(float) * (size_t)(N - 16)) == 0,
                                           "%s %s layout %d: columns 16.. with n0 = 16 differ",
-                                          tables[t], fmt_names[fmts[f]], lay);
+                                          vs[t].name, fmt_names[fmts[f]], lay);
                         }
                     }
                     free(buf);
@@ -596,14 +639,15 @@ Test(quant_kernels, q4i_activations_follow_the_contract) {
     void *buf = pack(&d, QWI_QPANEL_PAIR, &qp);
     const qwi_q4act a = { .q = q1, .d = d1, .sum = s1, .KP = KP, .G = G, .group_k = gk, .qmax = Q };
     float *o = malloc(sizeof(float) * (size_t)(M * N)), *o1 = malloc(sizeof(float) * (size_t)N);
-    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
-        const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
-        if (!kt) continue;
+    variant vs[MAX_VARIANTS];
+    const int nv = table_variants(vs);
+    for (int t = 0; t < nv; t++) {
+        const qwi_cpu_kernels *kt = &vs[t].kt;
         kt->matmul_q4i(&a, M, &qp, 0, N, NULL, o, N, 0);
-        for (int64_t n = 0; n < N; n++) cr_assert(isnan(o[2 * N + n]) && isnan(o[3 * N + n]), "%s", tables[t]);
+        for (int64_t n = 0; n < N; n++) cr_assert(isnan(o[2 * N + n]) && isnan(o[3 * N + n]), "%s", vs[t].name);
         const qwi_q4act a0 = q4_row(&a, 0);
         kt->matmul_q4i(&a0, 1, &qp, 0, N, NULL, o1, N, 0);
-        cr_assert(memcmp(o1, o, sizeof(float) * (size_t)N) == 0, "%s: row 0", tables[t]);
+        cr_assert(memcmp(o1, o, sizeof(float) * (size_t)N) == 0, "%s: row 0", vs[t].name);
     }
     free(buf);
     free_qdata(&d);
@@ -635,9 +679,10 @@ static void gemv_matches_generic_at(const char *distance) {
     qwi_pair_round_rows(x, 0, 2, K, xp);
     qwi_q4act a = make_q4act(x, 2, K, GK, QWI_QFMT_U8);   /* Q 32767: int4's too */
     int compared = 0;
-    for (size_t t = 1; t < sizeof tables / sizeof tables[0]; t++) {
-        const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
-        if (!kt) continue;
+    variant vs[MAX_VARIANTS];
+    const int nv = table_variants(vs);
+    for (int t = 1; t < nv; t++) {   /* vs[0]: generic */
+        const qwi_cpu_kernels *kt = &vs[t].kt;
         for (int f = 0; f < 3; f++) {
             qdata d = make_qdata(fmts[f], N, K, GK);
             for (int lay = 0; lay < 2; lay++) {
@@ -648,7 +693,7 @@ static void gemv_matches_generic_at(const char *distance) {
                     run(kt, &qp, x, xp, &a, M, 0, N, NULL, o_tab, N, 0);
                     cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
                               "%s %s layout %d M %lld, prefetch %s: differs from generic",
-                              tables[t], fmt_names[fmts[f]], lay, (long long)M, distance);
+                              vs[t].name, fmt_names[fmts[f]], lay, (long long)M, distance);
                     compared++;
                 }
                 free(buf);
