@@ -9,12 +9,12 @@
  * 2^23's bits, then subtracting 2^23 + zero (U4/U8); e4m3 through f16
  * bits and vcvtph2ps. The fast mode's E4M3 pairs (its U4 and U8 go
  * through cpu/q4i.h) are emulated with two FMAs per pair (odd k first;
- * the products are exact), and the interleaved PAIR layout is split into
- * even and odd k with a shuffle and a permute.
- * Register tiles of up to 4 rows x 1 panel share each decoded weight (5
- * rows in the fast E4M3 path at M > 2, which decodes a chunk once per 50
- * rows first); the totals of each group wait in memory (one FMA per
- * output per group).
+ * the products are exact), each interleaved PAIR block split into even and
+ * odd k by one qword permutation and a byte shift.
+ * SEQ: register tiles of up to 4 rows x 1 panel share each decoded
+ * weight. Fast E4M3: at M <= 2, up to 4 panels of a group at once; at
+ * M > 2 a chunk decoded once per 50 rows, then 5-row tiles. The totals of
+ * each group wait in memory (one FMA per output per group).
  */
 #include <string.h>
 
@@ -42,12 +42,6 @@ A_INLINE __m256 e4m3_hi_words(__m128i w) {
     return _mm256_cvtph_ps(w);
 }
 
-/* The even lanes, then the odd lanes, of the 16 values (lo, hi). */
-A_INLINE void deinterleave(__m256 lo, __m256 hi, __m256 *even, __m256 *odd) {
-    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xd8));
-    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xdd)), 0xd8));
-}
-
 /* SEQ: c of slots 8h..8h+7 at column k0 + i of the block at blk. */
 A_INLINE __m256 seq_c(const uint8_t *blk, int h, int i, __m256 zm, const int fmt) {
     if (fmt == QWI_QFMT_E4M3) {
@@ -58,34 +52,38 @@ A_INLINE __m256 seq_c(const uint8_t *blk, int h, int i, __m256 zm, const int fmt
     return _mm256_sub_ps(field_magic(blk + 32 * h, i, fmt == QWI_QFMT_U4 ? 4 : 8), zm);
 }
 
-/* PAIR (E4M3): pair jj (0: a block holds one pair) of the block at blk as
- * the even-k (ce) and odd-k (co) values of slots 0-7 ([0]) and 8-15 ([1]). */
+/* PAIR (E4M3): the pair of the block at blk as the even-k (ce) and odd-k
+ * (co) values of slots 0-7 ([0]) and 8-15 ([1]). The block's 16 words are
+ * its slots, each with the even-k byte low and the odd-k byte high, in the
+ * qword order slots 0-3, 8-11, 4-7, 12-15 (the vdpbf16ps tables' unpack
+ * order, qpanel.h); one vpermq puts them in slot order, and then the odd
+ * values are the words' high bytes as they lie and the even ones the low
+ * bytes moved up. This replaced two unpacks, four half-width widenings and
+ * a shuffle-and-permute back to slot order per pair (as a5faf03 did for
+ * the avx512 table). */
 A_INLINE void pair_c(const uint8_t *blk, __m256 ce[2], __m256 co[2]) {
-    __m256 q[4];   /* 16 interleaved (slot, parity) values of slots 0-7, then of 8-15 */
-    const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)blk);
-    const __m256i zero = _mm256_setzero_si256();
-    const __m256i lo = _mm256_unpacklo_epi8(zero, w), hi = _mm256_unpackhi_epi8(zero, w);
-    q[0] = e4m3_hi_words(_mm256_castsi256_si128(lo));
-    q[1] = e4m3_hi_words(_mm256_extracti128_si256(lo, 1));
-    q[2] = e4m3_hi_words(_mm256_castsi256_si128(hi));
-    q[3] = e4m3_hi_words(_mm256_extracti128_si256(hi, 1));
-    deinterleave(q[0], q[1], &ce[0], &co[0]);
-    deinterleave(q[2], q[3], &ce[1], &co[1]);
+    const __m256i w = _mm256_permute4x64_epi64(
+        _mm256_loadu_si256((const __m256i *)(const void *)blk), 0xd8);
+    const __m256i m = _mm256_set1_epi16((short)0xbf80);
+    const __m256i o = _mm256_and_si256(_mm256_srai_epi16(w, 1), m);
+    const __m256i e = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(w, 8), 1), m);
+    co[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(o));
+    co[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(o, 1));
+    ce[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(e));
+    ce[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(e, 1));
 }
 
 A_INLINE __m256 bc_hi(uint32_t p) { return _mm256_castsi256_ps(_mm256_set1_epi32((int)(p & 0xffff0000u))); }
 A_INLINE __m256 bc_lo(uint32_t p) { return _mm256_castsi256_ps(_mm256_set1_epi32((int)(p << 16))); }
 
-/* MR rows of x (SEQ: f32 rows of K; PAIR: bf16 pair rows of KP) x panel p,
- * every group, into res[r*16 ..] (the totals). */
-A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, const qwi_qpanel *w,
-                   int64_t p, float *res, const int mr, const int fmt,
-                   const int pair) {
+/* SEQ: MR rows of x (f32 rows of K) x panel p, every group, into
+ * res[r*16 ..] (the totals). */
+A_INLINE void tile(const float *x, int64_t K, const qwi_qpanel *w, int64_t p, float *res,
+                   const int mr, const int fmt) {
     const int64_t G = w->ngroups, gk = w->group_k;
     const int KB = fmt == QWI_QFMT_U4 ? 8 : fmt == QWI_QFMT_U8 ? 4 : 2;
     const int BB = fmt == QWI_QFMT_E4M3 ? 32 : 64;
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p, 0);
-    const int64_t ls = qwi_qpanel_line_stride(w, p);   /* PAIR: 64-byte lines interleaved */
     const __m256 magic = _mm256_set1_ps(0x1p23f);
     memset(res, 0, sizeof(float) * 16 * (size_t)mr);
     for (int64_t g = 0; g < G; g++) {
@@ -95,9 +93,8 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
             for (int i = 0; i < 2; i++) z[i] = _mm256_add_ps(_mm256_loadu_ps(zp + 8 * i), magic);
         }
         _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-        if (!pair) {
-            const int64_t ks = g * gk, ke = QWI_MIN(K, ks + gk);
-            int64_t k = ks;
+        const int64_t ks = g * gk, ke = QWI_MIN(K, ks + gk);
+        int64_t k = ks;
 #define SEQ_STEP(KK, I)                                                                        \
     do {                                                                                       \
         const uint8_t *blk_ = pc + ((KK) / KB) * BB;                                           \
@@ -108,27 +105,11 @@ A_INLINE void tile(const float *x, const uint32_t *xp, int64_t K, int64_t KP, co
             acc[r][1] = _mm256_fmadd_ps(xb, c1, acc[r][1]);                                    \
         }                                                                                      \
     } while (0)
-            if (ks % KB == 0)
-                for (; k + KB <= ke; k += KB)
-                    _Pragma("GCC unroll 8") for (int i = 0; i < KB; i++) SEQ_STEP(k + i, i);
-            for (; k < ke; k++) SEQ_STEP(k, (int)(k % KB));
+        if (ks % KB == 0)
+            for (; k + KB <= ke; k += KB)
+                _Pragma("GCC unroll 8") for (int i = 0; i < KB; i++) SEQ_STEP(k + i, i);
+        for (; k < ke; k++) SEQ_STEP(k, (int)(k % KB));
 #undef SEQ_STEP
-        } else {
-            /* E4M3: one pair per 32-byte block, two per line */
-            const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
-            for (int64_t j = js; j < je; j++) {
-                __m256 ce[2], co[2];
-                pair_c(pc + (j >> 1) * ls + (j & 1) * BB, ce, co);
-                _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {
-                    const uint32_t xv = xp[r * KP + j];
-                    const __m256 xo = bc_hi(xv), xe = bc_lo(xv);
-                    for (int h = 0; h < 2; h++) {
-                        acc[r][h] = _mm256_fmadd_ps(xo, co[h], acc[r][h]);
-                        acc[r][h] = _mm256_fmadd_ps(xe, ce[h], acc[r][h]);
-                    }
-                }
-            }
-        }
         const float *sc = w->scales + (p * G + g) * 16;
         _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
             for (int h = 0; h < 2; h++) {
@@ -164,14 +145,14 @@ A_INLINE void pair_decode_chunk(const qwi_qpanel *w, int64_t p, int64_t j0, int6
 }
 
 /* MR <= A_TR rows (xp: the first at the chunk's first pair, row stride
- * KP) x the decoded pairs [0, jn) in buf: tile()'s FMAs in tile()'s order
+ * KP) x the decoded pairs [0, jn) in buf: pair_gemv's FMAs in its order
  * per accumulator, but each pair in two phases - every row's odd FMAs,
  * then every even one - so that an accumulator's two FMAs have the
  * others' between them to hide the FMA latency (as avx2_tile in
  * kernels_bf16dot.c; back to back, 4 rows were latency-bound), from acc
  * = 0 (first) or the partial sums in part (row stride 16) and back there;
  * at the group's end (last) tot[r] = fma(acc, scale, tot[r]) instead
- * (row stride 16), as tile() does in res. Same bits as tile(). */
+ * (row stride 16), as pair_gemv does in res. Same bits as pair_gemv. */
 A_INLINE void pair_chunk_tile(const uint32_t *xp, int64_t KP, const float *buf, int64_t jn,
                               float *part, int first, int last, const float *sc, float *tot,
                               const int mr) {
@@ -211,10 +192,11 @@ A_INLINE void pair_chunk_tile(const uint32_t *xp, int64_t KP, const float *buf, 
 }
 
 /* E4M3 pairs, M > 2: per panel and row block, each chunk of a group is
- * decoded once into buf and swept by A_TR-row tiles. tile() decodes every
- * pair for every 4 rows: about 20 decode operations next to 16 FMAs, so
- * the prefill of an FP8 model ran at about half bf16's speed (the avx2
- * table forced on a Zen 4: 86 against 167 tok/s). */
+ * decoded once into buf and swept by A_TR-row tiles. Decoding every pair
+ * for every 4 rows (as the M <= 2 path must) cost about 20 decode
+ * operations next to 16 FMAs, so the prefill of an FP8 model ran at about
+ * half bf16's speed (the avx2 table forced on a Zen 4: 86 against 167
+ * tok/s). */
 A_INLINE void pair_chunked(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
                            int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                            int accumulate) {
@@ -245,24 +227,98 @@ A_INLINE void pair_chunked(const uint32_t *x, int64_t M, int64_t KP, const qwi_q
     }
 }
 
-/* Panels outside, row tiles of 4 inside (the panel's codes stay in L1/L2
- * while the rows sweep them). */
-A_INLINE void run_fmt(const float *x, const uint32_t *xp, int64_t M, int64_t K, int64_t KP,
-                      const qwi_qpanel *w, int64_t n0, int64_t N,
-                      const float *bias, float *out, int64_t ldo, int accumulate, const int fmt,
-                      const int pair) {
+/* ---- PAIR (E4M3), M <= 2: NP panels at a time --------------------------- */
+
+/* MR rows (xp, row stride KP) x NP panels of p0's interleaved group, all
+ * groups, totals into res[r * 64 + q * 16] (zeroed here): the contract's
+ * chains - per accumulator the odd FMA, then the even one, pair after
+ * pair, from zero in each group, then res = fma(acc, scale, res) - for
+ * MR * NP <= 4 panels at once. One panel at a time (as SEQ's tile() runs),
+ * each row's two accumulators waited on their own previous FMA, 8 cycles a
+ * pair: the batch-1 decode of an FP8 model ran at 19 tok/s against bf16's
+ * 35 on this table (Zen 4, forced). With 4 panels, 8 chains cover the
+ * latency, and the group's interleaved lines are read in the order they
+ * lie. */
+A_INLINE void pair_gemv(const uint32_t *xp, int64_t KP, const qwi_qpanel *w, int64_t p0,
+                        float *res, const int mr, const int np) {
+    const int64_t G = w->ngroups, gk = w->group_k, ls = qwi_qpanel_line_stride(w, p0);
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);
+    memset(res, 0, sizeof(float) * 64 * (size_t)mr);
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
+        __m256 acc[2][4][2];
+        _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++)
+            _Pragma("GCC unroll 4") for (int q = 0; q < np; q++)
+                acc[r][q][0] = acc[r][q][1] = _mm256_setzero_ps();
+        for (int64_t j = js; j < je; j++) {
+            const uint8_t *blk = pc + (j >> 1) * ls + (j & 1) * 32;
+            _Pragma("GCC unroll 4") for (int q = 0; q < np; q++) {
+                __m256 ce[2], co[2];
+                pair_c(blk + q * 64, ce, co);
+                _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++) {
+                    const uint32_t xv = xp[r * KP + j];
+                    const __m256 xo = bc_hi(xv), xe = bc_lo(xv);
+                    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                        acc[r][q][h] = _mm256_fmadd_ps(xo, co[h], acc[r][q][h]);
+                        acc[r][q][h] = _mm256_fmadd_ps(xe, ce[h], acc[r][q][h]);
+                    }
+                }
+            }
+        }
+        _Pragma("GCC unroll 4") for (int q = 0; q < np; q++) {
+            const float *sc = w->scales + ((p0 + q) * G + g) * 16;
+            _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++)
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                    float *t = res + r * 64 + q * 16 + 8 * h;
+                    _mm256_storeu_ps(t, _mm256_fmadd_ps(acc[r][q][h], _mm256_loadu_ps(sc + 8 * h),
+                                                        _mm256_loadu_ps(t)));
+                }
+        }
+    }
+}
+
+/* M <= 2: the panels of [n0, n0 + N) in runs of one group (up to 4 / M). */
+A_INLINE void pair_small_m(const uint32_t *xp, int64_t M, int64_t KP, const qwi_qpanel *w,
+                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                           int accumulate) {
+    float res[2 * 64] __attribute__((aligned(32)));
+    const int64_t np_all = QWI_DIV_UP(N, 16), p0 = n0 / 16;
+    for (int64_t pq = 0, np; pq < np_all; pq += np) {
+        np = qwi_qpanel_run(w, p0 + pq, QWI_MIN(M == 1 ? (int64_t)4 : 2, np_all - pq));
+        if (M == 1) {
+            switch (np) {
+            case 4: pair_gemv(xp, KP, w, p0 + pq, res, 1, 4); break;
+            case 3: pair_gemv(xp, KP, w, p0 + pq, res, 1, 3); break;
+            case 2: pair_gemv(xp, KP, w, p0 + pq, res, 1, 2); break;
+            default: pair_gemv(xp, KP, w, p0 + pq, res, 1, 1); break;
+            }
+        } else {
+            if (np == 2) pair_gemv(xp, KP, w, p0 + pq, res, 2, 2);
+            else pair_gemv(xp, KP, w, p0 + pq, res, 2, 1);
+        }
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t q = 0; q < np; q++)
+                qwi_put16(res + r * 64 + q * 16, 16 * (pq + q), N, bias, out + r * ldo,
+                          accumulate);
+    }
+}
+
+/* SEQ: panels outside, row tiles of 4 inside (the panel's codes stay in
+ * L1/L2 while the rows sweep them). */
+A_INLINE void run_fmt(const float *x, int64_t M, int64_t K, const qwi_qpanel *w, int64_t n0,
+                      int64_t N, const float *bias, float *out, int64_t ldo, int accumulate,
+                      const int fmt) {
     float res[4 * 16] __attribute__((aligned(32)));
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int64_t p = (n0 + j0) / 16;
         for (int64_t m = 0; m < M; m += 4) {
-            const float *xr = pair ? NULL : x + m * K;
-            const uint32_t *xpr = pair ? xp + m * KP : NULL;
+            const float *xr = x + m * K;
             const int64_t mr = QWI_MIN((int64_t)4, M - m);
             switch (mr) {
-            case 4: tile(xr, xpr, K, KP, w, p, res, 4, fmt, pair); break;
-            case 3: tile(xr, xpr, K, KP, w, p, res, 3, fmt, pair); break;
-            case 2: tile(xr, xpr, K, KP, w, p, res, 2, fmt, pair); break;
-            default: tile(xr, xpr, K, KP, w, p, res, 1, fmt, pair); break;
+            case 4: tile(xr, K, w, p, res, 4, fmt); break;
+            case 3: tile(xr, K, w, p, res, 3, fmt); break;
+            case 2: tile(xr, K, w, p, res, 2, fmt); break;
+            default: tile(xr, K, w, p, res, 1, fmt); break;
             }
             for (int64_t r = 0; r < mr; r++)
                 qwi_put16(res + r * 16, j0, N, bias, out + (m + r) * ldo, accumulate);
@@ -275,9 +331,9 @@ void qwi_avx2_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpanel
                           int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {
     if (M <= 0 || N <= 0) return;
     switch (w->fmt) {
-    case QWI_QFMT_U4: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4, 0); break;
-    case QWI_QFMT_U8: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8, 0); break;
-    default: run_fmt(x, NULL, M, K, 0, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 0); break;
+    case QWI_QFMT_U4: run_fmt(x, M, K, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U4); break;
+    case QWI_QFMT_U8: run_fmt(x, M, K, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_U8); break;
+    default: run_fmt(x, M, K, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3); break;
     }
 }
 
@@ -288,7 +344,7 @@ void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_q
     if (M <= 0 || N <= 0) return;
     /* E4M3 only: U4 and U8 go through matmul_q4i (kernels.h) */
     if (M > 2) pair_chunked(x, M, KP, w, n0, N, bias, out, ldo, accumulate);
-    else run_fmt(NULL, x, M, 0, KP, w, n0, N, bias, out, ldo, accumulate, QWI_QFMT_E4M3, 1);
+    else pair_small_m(x, M, KP, w, n0, N, bias, out, ldo, accumulate);
 }
 
 #endif
