@@ -53,8 +53,8 @@ void qwi_avx512vnni_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *
 /* ---- AVX2 ------------------------------------------------------------------ */
 
 /* One ymm = half a panel (slots 0-7: block bytes 0-31, slots 8-15: 32-63).
- * M <= 2: 1-2 rows x 2 panels decoded in registers next to the dots
- * (a2_direct); M > 2: decoded chunks swept by 4-row x 1-panel tiles
+ * M <= 2: 1 row x 4 panels or 2 rows x 2 panels decoded in registers
+ * next to the dots (a2_direct); M > 2: decoded chunks swept by 4-row x 1-panel tiles
  * (a2_chunked), as on AVX-512 with narrower tiles (16 ymm registers). */
 #define A2_TARGET "avx2,fma"
 #define A2_INLINE static inline __attribute__((always_inline, target(A2_TARGET)))
@@ -65,10 +65,26 @@ A2_INLINE __m256i a2_code(__m256i v, int jj, __m256i cm, const int u8) {
     return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128((u8 ? 8 : 4) * jj)), cm);
 }
 
-/* M <= 2: MR (1-2) rows x NP (1-2) panels from p0 (in p0's group of
- * interleaved panels), all groups, the contract's totals to
+/* Pair jj (a constant after unrolling) of the block half at p, as
+ * a2_code gives it: an immediate shift with the load folded in, no shift
+ * for the first pair and no mask for the last (the fields above it are
+ * gone). */
+A2_INLINE __m256i a2_code_at(const uint8_t *p, const int jj, __m256i cm, const int u8) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    if (jj == 0) return _mm256_and_si256(v, cm);
+    const __m256i f = _mm256_srli_epi16(v, (u8 ? 8 : 4) * jj);
+    return jj == (u8 ? 1 : 3) ? f : _mm256_and_si256(f, cm);
+}
+
+/* M <= 2: MR (1-2) rows x NP panels from p0 (in p0's group of interleaved
+ * panels; MR * NP <= 4), all groups, the contract's totals to
  * res[r*64 + q*16]; codes decoded in registers, the zero point applied in
- * the group's epilogue. */
+ * the group's epilogue. A whole code block's PB pairs at a time where the
+ * group holds it, so that each pair's field is a constant shift (a shift
+ * by a run-time count is two instructions on Intel, and this loop is
+ * bound by instructions, not bandwidth), and 4 panels at M = 1, the
+ * group's lines read in the order they lie. The int32 sums are exact, so
+ * any order of the pairs gives the same bits. */
 A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res,
                          const int mr, const int np, const int u8) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
@@ -77,8 +93,8 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
     const __m256i cm = _mm256_set1_epi16(u8 ? 255 : 15);
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);
     const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
-    __m256 tot[2][2][2];
-    __m256i acc[2][2][2];
+    __m256 tot[2][4][2];
+    __m256i acc[2][4][2];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) tot[r][q][h] = _mm256_setzero_ps();
@@ -87,22 +103,39 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                 _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) acc[r][q][h] = _mm256_setzero_si256();
-        for (int64_t j = js; j < je; j++) {
+        for (int64_t j = js; j < je;) {
             const uint8_t *blk = pc + (j / PB) * bs;
             if (j % PB == 0)
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                     _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
-            __m256i c[2][2];
-            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
-                    c[q][h] = a2_code(_mm256_loadu_si256((const __m256i *)(const void *)(blk + q * 64 + 32 * h)),
-                                      (int)(j % PB), cm, u8);
-            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
-                const __m256i xb = _mm256_set1_epi32((int)x->q[r * KP + j]);
-                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
-                        acc[r][q][h] = _mm256_add_epi32(acc[r][q][h], _mm256_madd_epi16(c[q][h], xb));
+            if (j % PB == 0 && j + PB <= je) {   /* the whole block */
+                _Pragma("GCC unroll 4") for (int jj = 0; jj < PB; jj++) {
+                    __m256i xb[2];
+                    _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++)
+                        xb[r] = _mm256_set1_epi32((int)x->q[r * KP + j + jj]);
+                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                            const __m256i c = a2_code_at(blk + q * 64 + 32 * h, jj, cm, u8);
+                            _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++)
+                                acc[r][q][h] = _mm256_add_epi32(acc[r][q][h],
+                                                                _mm256_madd_epi16(c, xb[r]));
+                        }
+                }
+                j += PB;
+                continue;
             }
+            /* a group edge inside a block (group_k not a multiple of 2 * PB) */
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                    const __m256i c = a2_code(
+                        _mm256_loadu_si256((const __m256i *)(const void *)(blk + q * 64 + 32 * h)),
+                        (int)(j % PB), cm, u8);
+                    _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++)
+                        acc[r][q][h] = _mm256_add_epi32(
+                            acc[r][q][h],
+                            _mm256_madd_epi16(c, _mm256_set1_epi32((int)x->q[r * KP + j])));
+                }
+            j++;
         }
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
@@ -239,19 +272,23 @@ __attribute__((target(A2_TARGET))) void qwi_avx2_matmul_q4i(const qwi_q4act *x, 
     }
     float res[2 * 64] __attribute__((aligned(32)));
     for (int64_t pq = 0, np; pq < np_all; pq += np) {
-        np = qwi_qpanel_run(w, P0 + pq, QWI_MIN((int64_t)2, np_all - pq));
-#define A2_D(MR)                                                                                \
+        np = qwi_qpanel_run(w, P0 + pq, QWI_MIN(M == 2 ? (int64_t)2 : 4, np_all - pq));
+#define A2_D(U8)                                                                                \
     do {                                                                                        \
-        if (u8) {                                                                               \
-            if (np == 2) a2_direct(x, w, P0 + pq, res, MR, 2, 1);                               \
-            else a2_direct(x, w, P0 + pq, res, MR, 1, 1);                                       \
+        if (M == 2) {                                                                           \
+            if (np == 2) a2_direct(x, w, P0 + pq, res, 2, 2, U8);                               \
+            else a2_direct(x, w, P0 + pq, res, 2, 1, U8);                                       \
         } else {                                                                                \
-            if (np == 2) a2_direct(x, w, P0 + pq, res, MR, 2, 0);                               \
-            else a2_direct(x, w, P0 + pq, res, MR, 1, 0);                                       \
+            switch (np) {                                                                       \
+            case 4: a2_direct(x, w, P0 + pq, res, 1, 4, U8); break;                             \
+            case 3: a2_direct(x, w, P0 + pq, res, 1, 3, U8); break;                             \
+            case 2: a2_direct(x, w, P0 + pq, res, 1, 2, U8); break;                             \
+            default: a2_direct(x, w, P0 + pq, res, 1, 1, U8); break;                            \
+            }                                                                                   \
         }                                                                                       \
     } while (0)
-        if (M == 2) A2_D(2);
-        else A2_D(1);
+        if (u8) A2_D(1);
+        else A2_D(0);
 #undef A2_D
         for (int64_t r = 0; r < M; r++)
             for (int q = 0; q < np; q++)
