@@ -59,8 +59,8 @@ A_INLINE __m256 seq_c(const uint8_t *blk, int h, int i, __m256 zm, const int fmt
  * order, qpanel.h); one vpermq puts them in slot order, and then the odd
  * values are the words' high bytes as they lie and the even ones the low
  * bytes moved up. This replaced two unpacks, four half-width widenings and
- * a shuffle-and-permute back to slot order per pair (as a5faf03 did for
- * the avx512 table). */
+ * a shuffle-and-permute back to slot order per pair (pair_ce_co does the
+ * same in kernels_quant_avx512.c). */
 A_INLINE void pair_c(const uint8_t *blk, __m256 ce[2], __m256 co[2]) {
     const __m256i w = _mm256_permute4x64_epi64(
         _mm256_loadu_si256((const __m256i *)(const void *)blk), 0xd8);
