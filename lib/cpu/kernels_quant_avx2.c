@@ -225,7 +225,7 @@ A_INLINE void pair_chunked(const uint32_t *x, int64_t M, int64_t KP, const qwi_q
 #define A_TILE(r, MR)                                                                      \
     pair_chunk_tile(x + (m0 + (r)) * KP + c0, KP, buf, c1 - c0, part + (r) * 16, c0 == js, \
                     c1 == je, sc, tot + (r) * 16, MR)
-                    QWI_ROW_TILES(A_TR, mb, A_TILE);
+                    QWI_ROW_TILES_5_4(mb, A_TILE);
 #undef A_TILE
                 }
             }
