@@ -131,8 +131,10 @@ A_INLINE void tile(const float *x, int64_t K, const qwi_qpanel *w, int64_t p, fl
 #define A_PF_LINES 32
 #define A_KP 64   /* pairs per decoded chunk: 64 x 128 B = 8 KiB of f32, in L1 */
 #define A_MB 50   /* rows per row block: the chunk's decoding is shared by all */
-#define A_TR 5    /* rows per tile: A_MB is a multiple, so no short tile runs
-                     inside a block (48 with a 3-row tail: 2-3% slower) */
+#define A_TR 5    /* rows per tile, QWI_ROW_TILES_5_4's tallest: A_MB is a
+                     multiple, so a full block has no short tile (48 with a
+                     3-row tail: 2-3% slower); a shorter block ends in 4s */
+_Static_assert(A_TR == 5, "QWI_ROW_TILES_5_4 walks the rows in tiles of 5 and 4");
 
 /* Pairs [j0, j1) of panel p as f32 into buf[(j - j0) * 32 ..]: ce[0], co[0],
  * ce[1], co[1] (8 lanes each; pair_c's values). */
@@ -200,7 +202,7 @@ A_INLINE void pair_chunk_tile(const uint32_t *xp, int64_t KP, const float *buf, 
 }
 
 /* E4M3 pairs, M > 2: per panel and row block, each chunk of a group is
- * decoded once into buf and swept by A_TR-row tiles. Decoding every pair
+ * decoded once into buf and swept by 5- and 4-row tiles. Decoding every pair
  * for every 4 rows (as the M <= 2 path must) cost about 20 decode
  * operations next to 16 FMAs, so the prefill of an FP8 model ran at about
  * half bf16's speed (the avx2 table forced on a Zen 4: 86 against 167
