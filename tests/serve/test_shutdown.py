@@ -70,7 +70,9 @@ def _refused_or_503(srv):
 
 
 def test_sigterm_drains_in_flight(start_server):
-    srv = start_server("--shutdown-timeout", "30", slow=True)
+    # the drain allowance stretches with the build's speed: an ASan server on
+    # a slow host (Zen 1) needed more than 30 s for the 450 tokens
+    srv = start_server("--shutdown-timeout", str(int(30 * SLOW)), slow=True)
     stream = RawRequest(srv, "/v1/completions", long_body(srv.name, max_tokens=250))
     stream.read_until(b"data: ")
     out = {}
@@ -104,7 +106,7 @@ def test_sigterm_drains_in_flight(start_server):
     chunks = _sse_from_chunked(stream.read_all().split(b"\r\n\r\n", 1)[1])
     assert [c["choices"][0]["finish_reason"] for c in chunks
             if c["choices"] and c["choices"][0]["finish_reason"]] == ["length"]
-    t.join(30)
+    t.join(30 * SLOW)
     r = out["r"]
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
     assert r.json()["usage"]["completion_tokens"] == 200
