@@ -72,6 +72,31 @@ Test(fast_numerics, round_rows_pairs_and_pad) {
         }
 }
 
+/* Widened rows hold each pair's halves as f32, low half first, the pad
+ * half 0, exactly; rows outside [m0, m1) are left alone. K = 13: 7 pairs,
+ * four a step and three one by one. */
+Test(fast_numerics, widen_rows_exact_and_pad) {
+    enum { K = 13, KP = 7, W = 2 * KP };
+    cr_assert_eq(qwi_pair_kp(K), KP);
+    float x[3 * K];
+    for (int i = 0; i < 3 * K; i++) x[i] = (float)(i % 2 ? -i : i) * 0.37f + (i == 20 ? 4e5f : 0);
+    uint32_t pairs[3 * KP];
+    qwi_pair_round_rows(x, 0, 3, K, pairs);
+    float wide[3 * W];
+    memset(wide, 0x7f, sizeof wide);
+    qwi_pair_widen_rows(pairs, 1, 3, KP, wide);
+    for (int j = 0; j < W; j++) cr_assert_eq(bits(wide[j]), 0x7f7f7f7fu, "row 0 untouched");
+    for (int m = 1; m < 3; m++) {
+        for (int j = 0; j < KP; j++) {
+            cr_assert_eq(bits(wide[m * W + 2 * j]), pairs[m * KP + j] << 16);
+            cr_assert_eq(bits(wide[m * W + 2 * j + 1]), pairs[m * KP + j] & 0xffff0000u);
+        }
+        for (int k = 0; k < K; k++)
+            cr_assert_eq(wide[m * W + k], bf(qwi_pair_round_bf16(x[m * K + k])), "row %d col %d", m, k);
+        cr_assert_eq(bits(wide[m * W + K]), 0u, "the pad half widens to +0");
+    }
+}
+
 /* Every implementation of the row rounding this CPU runs (portable, AVX2,
  * AVX512_BF16 vcvtne2ps2bf16) and the dispatched qwi_pair_round_rows give
  * exactly the bits of the scalar rounding, specials included, in the
@@ -202,23 +227,32 @@ typedef struct fixture {
     qwi_cpu_pool *pool;
     qwi_cpu_ctx cx;
     uint32_t *xpair;
+    float *xwide;
 } fixture;
 
-static void fx_init(fixture *f, const qwi_cpu_kernels *kt, int threads, int64_t M, int64_t K) {
+/* wide: give the driver room for widened x (where kt has matmul_pair_wide,
+ * the bf16 pair jobs of M >= QWI_PAIR_WIDE_MIN_M then read it). */
+static void fx_init(fixture *f, const qwi_cpu_kernels *kt, int threads, int64_t M, int64_t K,
+                    int wide) {
     cr_assert_eq(qwi_cpu_pool_create(threads, &f->pool), QW_OK);
     f->xpair = malloc((size_t)(M * qwi_pair_kp(K)) * 4 + 4);
+    f->xwide = wide ? malloc((size_t)(M * qwi_pair_kp(K)) * 8 + 8) : NULL;
     f->cx = (qwi_cpu_ctx){ .pool = f->pool, .kt = kt, .nthreads = qwi_cpu_pool_size(f->pool),
-                           .xpair = f->xpair };
+                           .xpair = f->xpair, .xwide = f->xwide };
 }
 
 static void fx_fini(fixture *f) {
     qwi_cpu_pool_destroy(f->pool);
     free(f->xpair);
+    free(f->xwide);
 }
 
 /* Every output of table `name` through qwi_cpu_matmul equals the scalar
  * chain bit for bit, unless the chain went through a subnormal (counted
- * into *tiny_out; none with extreme = 0). */
+ * into *tiny_out; none with extreme = 0). Where the table has
+ * matmul_pair_wide, each case runs three ways: the driver without room
+ * for widened x (matmul_pair), with it (matmul_pair_wide from M = 3), and
+ * matmul_pair_wide called directly on all rows (M = 1 and 2 too). */
 static void check_table(const char *name, int extreme, int threads, int64_t M, int64_t N,
                         int64_t K, int use_bias, int accumulate, int64_t *tiny_out) {
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(name);
@@ -232,47 +266,62 @@ static void check_table(const char *name, int extreme, int threads, int64_t M, i
     for (int64_t i = 0; i < M * K; i++) x[i] = value(extreme);
     for (int64_t i = 0; i < N * K; i++) wf[i] = value(extreme);
     for (int64_t i = 0; i < N; i++) bias[i] = frnd();
-    for (int64_t i = 0; i < M * N; i++) init[i] = out[i] = frnd();
+    for (int64_t i = 0; i < M * N; i++) init[i] = frnd();
     void *panels = malloc(qwi_pairpanel_bytes(N, K));
     cr_assert(qwi_pairpanel_pack(QWI_DTYPE_F32, wf, N, K, panels));
-    fixture f;
-    fx_init(&f, kt, threads, M, K);
-    qwi_cpu_linear lin = { .dtype = QWI_DTYPE_F32, .w = panels, .bias = use_bias ? bias : NULL,
-                           .n = N, .k = K, .pair = true };
-    qwi_cpu_mm_job job = { &lin, out, accumulate };
-    qwi_cpu_matmul(&f.cx, x, M, K, &job, 1);
     /* Independent inputs of the model: rows rounded here, weight rows
      * gathered back out of the panels. */
-    uint32_t *xr = malloc((size_t)kp * 4), *wr = malloc((size_t)kp * 4);
+    uint32_t *xr = malloc((size_t)(M * kp) * 4), *wr = malloc((size_t)kp * 4);
+    float *want = malloc((size_t)(M * N) * 4);
+    char *tiny = malloc((size_t)(M * N));
     int64_t tiny_n = 0;
-    for (int64_t m = 0; m < M; m++) {
-        qwi_pair_round_rows(x + m * K, 0, 1, K, xr);
-        for (int64_t n = 0; n < N; n++) {
-            for (int64_t j = 0; j < kp; j++) {
-                uint32_t lo = bits(qwi_pairpanel_get(panels, K, n, 2 * j)) >> 16;
-                uint32_t hi = 2 * j + 1 < K ? bits(qwi_pairpanel_get(panels, K, n, 2 * j + 1)) >> 16 : 0;
-                wr[j] = lo | hi << 16;
-            }
-            int tiny = 0;
-            float d = chain(xr, wr, kp, &tiny);
+    qwi_pair_round_rows(x, 0, M, K, xr);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t j = 0; j < kp; j++) {
+            uint32_t lo = bits(qwi_pairpanel_get(panels, K, n, 2 * j)) >> 16;
+            uint32_t hi = 2 * j + 1 < K ? bits(qwi_pairpanel_get(panels, K, n, 2 * j + 1)) >> 16 : 0;
+            wr[j] = lo | hi << 16;
+        }
+        for (int64_t m = 0; m < M; m++) {
+            int t = 0;
+            float d = chain(xr + m * kp, wr, kp, &t);
             float v = use_bias ? d + bias[n] : d;
-            float want = accumulate ? init[m * N + n] + v : v;
-            float got = out[m * N + n];
-            if (tiny) {
-                tiny_n++;
-                continue;
-            }
-            cr_assert_eq(bits(got), bits(want),
-                         "%s M %lld N %lld K %lld threads %d at (%lld,%lld): %a vs chain %a",
-                         name, (long long)M, (long long)N, (long long)K, threads, (long long)m,
-                         (long long)n, got, want);
+            want[m * N + n] = accumulate ? init[m * N + n] + v : v;
+            tiny[m * N + n] = (char)t;
+            tiny_n += t;
+        }
+    }
+    static const char *const how[3] = { "matmul_pair", "driver with xwide", "matmul_pair_wide" };
+    for (int variant = 0; variant < (kt->matmul_pair_wide ? 3 : 1); variant++) {
+        memcpy(out, init, (size_t)(M * N) * 4);
+        fixture f;
+        fx_init(&f, kt, threads, M, K, variant == 1);
+        qwi_cpu_linear lin = { .dtype = QWI_DTYPE_F32, .w = panels, .bias = use_bias ? bias : NULL,
+                               .n = N, .k = K, .pair = true };
+        qwi_cpu_mm_job job = { &lin, out, accumulate };
+        if (variant < 2) {
+            qwi_cpu_matmul(&f.cx, x, M, K, &job, 1);
+        } else {
+            float *xw = malloc((size_t)(M * kp) * 8);
+            qwi_pair_widen_rows(xr, 0, M, kp, xw);
+            kt->matmul_pair_wide(xw, M, kp, panels, N, lin.bias, out, N, accumulate);
+            free(xw);
+        }
+        fx_fini(&f);
+        for (int64_t i = 0; i < M * N; i++) {
+            if (tiny[i]) continue;
+            cr_assert_eq(bits(out[i]), bits(want[i]),
+                         "%s (%s) M %lld N %lld K %lld threads %d at (%lld,%lld): %a vs chain %a",
+                         name, how[variant], (long long)M, (long long)N, (long long)K, threads,
+                         (long long)(i / N), (long long)(i % N), out[i], want[i]);
         }
     }
     if (!extreme) cr_assert_eq(tiny_n, 0, "ordinary data never reaches subnormals");
     if (tiny_out) *tiny_out += tiny_n;
     free(xr);
     free(wr);
-    fx_fini(&f);
+    free(want);
+    free(tiny);
     free(panels);
     free(x);
     free(wf);

@@ -482,6 +482,7 @@ static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, i
     }
     qwi_dtype wdt = bf16 ? QWI_DTYPE_BF16 : QWI_DTYPE_F32;
     uint32_t *xpair = NULL;
+    float *xwide = NULL;   /* as the backend gives the tables with matmul_pair_wide */
     if (layout == LAYOUT_PANEL) {   /* the layouts the backend packs weights into at load */
         void *pw = malloc(qwi_panel_bytes(wdt, N, K));
         if (!pw || !qwi_panel_pack(wdt, w, N, K, pw)) die("gemm buffers: out of memory");
@@ -490,13 +491,15 @@ static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, i
     } else if (layout == LAYOUT_PAIR) {
         void *pw = malloc(qwi_pairpanel_bytes(N, K));
         xpair = malloc((size_t)M * (size_t)qwi_pair_kp(K) * sizeof *xpair);
-        if (!pw || !xpair || !qwi_pairpanel_pack(wdt, w, N, K, pw)) die("gemm buffers: out of memory");
+        if (kt->matmul_pair_wide) xwide = malloc((size_t)M * (size_t)qwi_pair_kp(K) * 2 * sizeof *xwide);
+        if (!pw || !xpair || (kt->matmul_pair_wide && !xwide) || !qwi_pairpanel_pack(wdt, w, N, K, pw))
+            die("gemm buffers: out of memory");
         free(w);
         w = pw;
     }
     float *no_f16[1024] = { 0 };
     qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                       .f16_buf = no_f16, .max_k = K, .xpair = xpair };
+                       .f16_buf = no_f16, .max_k = K, .xpair = xpair, .xwide = xwide };
     qwi_cpu_linear lin = { .dtype = wdt, .w = w, .bias = NULL, .n = N, .k = K,
                            .panel = layout == LAYOUT_PANEL, .pair = layout == LAYOUT_PAIR };
     qwi_cpu_mm_job job = { &lin, out, 0 };
@@ -512,6 +515,7 @@ static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, i
     free(w);
     free(out);
     free(xpair);
+    free(xwide);
     qwi_cpu_pool_destroy(pool);
     return best;
 }

@@ -138,6 +138,9 @@ int main(int argc, char **argv) {
     float *x = xalloc(sizeof(float) * (size_t)(mmax * K));
     for (int64_t i = 0; i < mmax * K; i++) x[i] = (float)(rnd() % 2001) / 1000.0f - 1.0f;
     uint32_t *xpair = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
+    /* room for widened x where the table reads it so, as the backend gives it */
+    float *xwide = kt->matmul_pair_wide ? xalloc(sizeof(float) * (size_t)(mmax * 2 * qwi_pair_kp(K)))
+                                        : NULL;
     float *out = xalloc(sizeof(float) * (size_t)(mmax * N));
     float *wf = xalloc(sizeof(float) * (size_t)(N * K));
     for (int64_t i = 0; i < N * K; i++) wf[i] = (float)(rnd() % 2001) / 20000.0f - 0.05f;
@@ -202,7 +205,8 @@ int main(int argc, char **argv) {
                 }
             }
             bench b = { .cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                                .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s },
+                                .xpair = xpair, .xwide = xwide, .q4_q = q4q, .q4_d = q4d,
+                                .q4_sum = q4s },
                         .x = x, .K = K, .lins = lins, .nl = (int)layers, .out = out };
             printf("%-6s %-5s %12zu", mode ? "fast" : "exact", fnames[f], bytes);
             fflush(stdout);
@@ -218,6 +222,6 @@ int main(int argc, char **argv) {
             free(lins);
         }
     qwi_cpu_pool_destroy(pool);
-    free(x); free(xpair); free(q4q); free(q4d); free(q4s); free(out); free(wf); free(codes); free(scales); free(zeros);
+    free(x); free(xpair); free(xwide); free(q4q); free(q4d); free(q4s); free(out); free(wf); free(codes); free(scales); free(zeros);
     return 0;
 }

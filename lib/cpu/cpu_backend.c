@@ -82,6 +82,7 @@ typedef struct cpu_backend {
     int32_t *logit_seq;            /* [max_num_seqs]: seqs that need logits       */
     float **f16_buf;               /* [nthreads], NULL entries without f16 weights */
     uint32_t *xpair;               /* fast mode: [max(T, logit_rows)][max_k/2] bf16 pairs */
+    float *xwide;                  /* ... widened, where the table reads them so: twice that */
     /* fast mode, U4/U8 weights: quantized matmul inputs (cpu/q4i.h), rows = max(T, logit_rows) */
     uint32_t *q4_q;                /* [rows][ceil(max_k / 2)] int16 pairs                */
     float *q4_d;                   /* [rows][groups]                                     */
@@ -191,6 +192,7 @@ static void cpu_destroy(qwi_backend *base) {
     }
     free(b->f16_buf);
     free(b->xpair);
+    free(b->xwide);
     free(b->q4_q);
     free(b->q4_d);
     free(b->q4_sum);
@@ -604,7 +606,14 @@ static qw_status setup_scratch(cpu_backend *b) {
     if (fast_mode(b)) {
         /* Half a float per input value: the lm_head pass has logit_rows rows. */
         b->xpair = alloc_floats(QWI_MAX(T, (size_t)b->logit_rows), (size_t)qwi_pair_kp((int64_t)max_k));
-        if (!b->xpair)
+        /* A float per input value, for the tables whose pair kernels read
+         * x widened (kernels.h, matmul_pair_wide): 25 MB on the 0.6B shape
+         * at the default 2048-token step, touched only as far as steps go. */
+        const bool wide = qwi_cpu_kernels_select()->matmul_pair_wide != NULL;
+        if (wide)
+            b->xwide = alloc_floats(QWI_MAX(T, (size_t)b->logit_rows),
+                                    2 * (size_t)qwi_pair_kp((int64_t)max_k));
+        if (!b->xpair || (wide && !b->xwide))
             return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: bf16 activation scratch allocation failed "
                             "(max_num_batched_tokens %zu)", T);
         const int64_t int_groups = max_int_groups(b);
@@ -637,6 +646,7 @@ static qw_status setup_scratch(cpu_backend *b) {
     b->cx.f16_buf = b->f16_buf;
     b->cx.max_k = (int64_t)max_k;
     b->cx.xpair = b->xpair;
+    b->cx.xwide = b->xwide;
     b->cx.q4_q = b->q4_q;
     b->cx.q4_d = b->q4_d;
     b->cx.q4_sum = b->q4_sum;

@@ -325,6 +325,7 @@ static void build_full(void) {
     if (a2) {
         full_avx2 = *a2;
         full_avx2.matmul_pair = qwi_bf16dot_matmul_avx2;
+        full_avx2.matmul_pair_wide = qwi_bf16dot_matmul_avx2_wide;
         have_avx2 = true;
     }
     if (a5 && a2) {

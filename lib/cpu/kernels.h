@@ -89,6 +89,16 @@ typedef void (*qwr_matmul_pair_fn)(const uint32_t *x, int64_t M, int64_t KP, con
                                    int64_t N, const float *bias, float *out, int64_t ldo,
                                    int accumulate);
 
+/* qwr_matmul_pair_fn with x widened: row m of x's pairs at xw + m*2*KP as
+ * qwi_pair_widen_rows writes it (xw[2j] the f32 of pair j's low half,
+ * xw[2j+1] of its high half). The same bits as matmul_pair of the pairs.
+ * For kernels that would otherwise split every broadcast pair into its
+ * halves in the k loop, once per tile; the driver (cpu/ops.h) widens a
+ * call's x once, for all its tasks. */
+typedef void (*qwr_matmul_pair_wide_fn)(const float *xw, int64_t M, int64_t KP,
+                                        const uint32_t *w, int64_t N, const float *bias,
+                                        float *out, int64_t ldo, int accumulate);
+
 /* The quantized matmuls (cpu/qpanel.h has the layout and the arithmetic
  * contract, bit-identical between tables): x as for qwr_matmul_f32_fn
  * (matmul_qf32, exact mode, w in the SEQ layout) or as for
@@ -129,6 +139,10 @@ typedef struct qwi_cpu_kernels {
     qwr_matmul_u16_fn matmul_bf16_panel;
     /* The fast mode's bf16 pair product (see qwr_matmul_pair_fn). */
     qwr_matmul_pair_fn matmul_pair;
+    /* The same from widened x (qwr_matmul_pair_wide_fn), which the driver
+     * uses at M >= QWI_PAIR_WIDE_MIN_M; NULL in the tables where matmul_pair
+     * is as fast (generic: no gain; avx512/avx512bf16: not measured). */
+    qwr_matmul_pair_wide_fn matmul_pair_wide;
     /* Quantized weights (cpu/qpanel.h): exact and fast mode. */
     qwr_matmul_qf32_fn matmul_qf32;
     qwr_matmul_qpair_fn matmul_qpair;
@@ -231,6 +245,11 @@ void qwr_matmul_pair(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w
 void qwi_bf16dot_matmul_avx2(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
                              int64_t N, const float *bias, float *out, int64_t ldo,
                              int accumulate);
+/* Its matmul_pair_wide (same conditions): the same tiles with each row's
+ * halves broadcast from widened x. */
+void qwi_bf16dot_matmul_avx2_wide(const float *xw, int64_t M, int64_t KP, const uint32_t *w,
+                                  int64_t N, const float *bias, float *out, int64_t ldo,
+                                  int accumulate);
 void qwi_bf16dot_matmul_avx512bf16(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
                                    int64_t N, const float *bias, float *out, int64_t ldo,
                                    int accumulate);

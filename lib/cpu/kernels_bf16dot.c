@@ -97,12 +97,19 @@ static __attribute__((noinline)) void avx2_put16(const float *acc, int64_t j0, i
  * them, so that 5 x 1 fits AVX2's 16 registers without a spill: 10
  * accumulators, 2 weights, 1 broadcast, the mask. 6 x 1 spilled three
  * accumulators with GCC 12 (74 GFLOP/s against 5 x 1's 101-109).
+ * wide: x comes widened (qwi_pair_widen_rows: row r at xw + r * 2 * KP),
+ * so each row's half is one vbroadcastss from memory instead of a
+ * broadcast and a mask or shift. Where a ymm instruction is two 128-bit
+ * uops and the FP unit takes four a cycle (Zen 1), the 5 x 1 tile's 14
+ * mask and shift instructions next to its 20 FMAs per pair kept it at
+ * 70% of the FMA peak; the 10 of them on x go with the widening (a pass
+ * over x per matmul call, not per tile).
  * Whole panels go to the output from the registers (qwi_tile_dest_put_ymm);
  * through avx2_put16, whose plain-copy case GCC compiles to a call to
  * memmove, the stores were 5% of an AVX2 prefill (perf). */
-AVX2_INLINE void avx2_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int64_t N,
-                           int64_t n0, const float *bias, float *out, int64_t ldo,
-                           int accumulate, const int mr, const int np) {
+AVX2_INLINE void avx2_tile(const uint32_t *x, const float *xw, int64_t KP, const uint32_t *w,
+                           int64_t N, int64_t n0, const float *bias, float *out, int64_t ldo,
+                           int accumulate, const int mr, const int np, const int wide) {
     __m256 acc[5][2][2];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q][0] = acc[r][q][1] = _mm256_setzero_ps();
@@ -115,21 +122,31 @@ AVX2_INLINE void avx2_tile(const uint32_t *x, int64_t KP, const uint32_t *w, int
                 wv[q][h] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
             }
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
-            __m256i b = _mm256_set1_epi32((int)x[r * KP + j]);
-            __m256 xo = _mm256_castsi256_ps(_mm256_and_si256(b, hi));
+            __m256 xo;
+            if (wide) {
+                xo = _mm256_broadcast_ss(xw + r * 2 * KP + 2 * j + 1);
+            } else {
+                __m256i b = _mm256_set1_epi32((int)x[r * KP + j]);
+                xo = _mm256_castsi256_ps(_mm256_and_si256(b, hi));
+            }
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                 _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++)
                     acc[r][q][h] = _mm256_fmadd_ps(xo, wv[q][h], acc[r][q][h]);
         }
-        const uint32_t *w2 = qwi_opaque_ptr(w), *x2 = qwi_opaque_ptr(x);
+        const uint32_t *w2 = qwi_opaque_ptr(w), *x2 = wide ? x : qwi_opaque_ptr(x);
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
             _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(w2 + (q * KP + j) * 16 + h * 8));
                 wv[q][h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
             }
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
-            __m256i b = _mm256_set1_epi32((int)x2[r * KP + j]);
-            __m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+            __m256 xe;
+            if (wide) {
+                xe = _mm256_broadcast_ss(xw + r * 2 * KP + 2 * j);
+            } else {
+                __m256i b = _mm256_set1_epi32((int)x2[r * KP + j]);
+                xe = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+            }
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                 _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++)
                     acc[r][q][h] = _mm256_fmadd_ps(xe, wv[q][h], acc[r][q][h]);
@@ -167,14 +184,33 @@ void qwi_bf16dot_matmul_avx2(const uint32_t *x, int64_t M, int64_t KP, const uin
     if (M <= 2)
         for (; p + 2 <= np_all; p += 2) {
             const uint32_t *wp = w + p * KP * 16;
-            if (M == 1) avx2_tile(x, KP, wp, N, 16 * p, bias, out, ldo, accumulate, 1, 2);
-            else avx2_tile(x, KP, wp, N, 16 * p, bias, out, ldo, accumulate, 2, 2);
+            if (M == 1) avx2_tile(x, NULL, KP, wp, N, 16 * p, bias, out, ldo, accumulate, 1, 2, 0);
+            else avx2_tile(x, NULL, KP, wp, N, 16 * p, bias, out, ldo, accumulate, 2, 2, 0);
         }
     for (; p < np_all; p++) {
         const uint32_t *wp = w + p * KP * 16;
 #define AVX2_TILE(m, MR) \
-    avx2_tile(x + (m) * KP, KP, wp, N, 16 * p, bias, out + (m) * ldo, ldo, accumulate, MR, 1)
+    avx2_tile(x + (m) * KP, NULL, KP, wp, N, 16 * p, bias, out + (m) * ldo, ldo, accumulate, MR, 1, 0)
         QWI_ROW_TILES(5, M, AVX2_TILE);
+#undef AVX2_TILE
+    }
+}
+
+/* The same tiles reading x widened (the driver widens once per call, for
+ * M >= 3; kernels.h). Rows in tiles of 5 and 4 (never a 1-3-row tile
+ * where 5s and 4s add up to M): a short tile's few chains cannot cover the
+ * FMA latency. */
+__attribute__((target("avx2,fma")))
+void qwi_bf16dot_matmul_avx2_wide(const float *xw, int64_t M, int64_t KP, const uint32_t *w,
+                                  int64_t N, const float *bias, float *out, int64_t ldo,
+                                  int accumulate) {
+    const int64_t np_all = QWI_DIV_UP(N, 16);
+    for (int64_t p = 0; p < np_all; p++) {
+        const uint32_t *wp = w + p * KP * 16;
+#define AVX2_TILE(m, MR) \
+    avx2_tile(NULL, xw + (m) * 2 * KP, KP, wp, N, 16 * p, bias, out + (m) * ldo, ldo, accumulate, \
+              MR, 1, 1)
+        QWI_ROW_TILES_5_4(M, AVX2_TILE);
 #undef AVX2_TILE
     }
 }

@@ -15,6 +15,7 @@ typedef struct mm_ctx {
     const qwi_cpu_mm_job *jobs;
     int njobs;
     int64_t cols;                    /* weight rows per task            */
+    bool wide;                       /* bf16 pair jobs read cx->xwide    */
     qwi_q4act q4;                    /* U4/U8 jobs: x quantized (cpu/q4i.h) */
     int64_t task_end[8];             /* prefix sums of tasks per job    */
 } mm_ctx;
@@ -45,8 +46,12 @@ static void mm_task(void *p, int64_t t, int thread) {
     }
     if (lin->pair) {    /* n0 is a multiple of 16 here too */
         const int64_t kp = qwi_pair_kp(K);
-        c->cx->kt->matmul_pair(c->cx->xpair, c->M, kp, (const uint32_t *)lin->w + n0 * kp, nn,
-                               bias, out, lin->n, job->accumulate);
+        if (c->wide)
+            c->cx->kt->matmul_pair_wide(c->cx->xwide, c->M, kp, (const uint32_t *)lin->w + n0 * kp,
+                                        nn, bias, out, lin->n, job->accumulate);
+        else
+            c->cx->kt->matmul_pair(c->cx->xpair, c->M, kp, (const uint32_t *)lin->w + n0 * kp,
+                                   nn, bias, out, lin->n, job->accumulate);
         return;
     }
     if (lin->panel) {   /* n0 is a multiple of 16 here: see qwi_cpu_matmul */
@@ -81,15 +86,21 @@ static void mm_task(void *p, int64_t t, int thread) {
     }
 }
 
-typedef struct round_ctx {
+/* A call's preparation of x, by rows (rows are independent): rounding to
+ * bf16 pairs (x != NULL), then widening the pairs (wide != NULL) while
+ * they are still in this core's cache. */
+typedef struct prep_ctx {
     const float *x;
-    uint32_t *out;
+    uint32_t *pairs;
+    float *wide;
     int64_t M, K, rows;
-} round_ctx;
+} prep_ctx;
 
-static void round_task(void *p, int64_t t, int thread) {
-    const round_ctx *c = p;
-    qwi_pair_round_rows(c->x, t * c->rows, QWI_MIN(c->M, (t + 1) * c->rows), c->K, c->out);
+static void prep_task(void *p, int64_t t, int thread) {
+    const prep_ctx *c = p;
+    const int64_t m0 = t * c->rows, m1 = QWI_MIN(c->M, (t + 1) * c->rows);
+    if (c->x) qwi_pair_round_rows(c->x, m0, m1, c->K, c->pairs);
+    if (c->wide) qwi_pair_widen_rows(c->pairs, m0, m1, qwi_pair_kp(c->K), c->wide);
 }
 
 typedef struct q4_ctx {
@@ -131,24 +142,40 @@ static int64_t col_bytes_of(const qwi_cpu_linear *l, int64_t K) {
     return K * (int64_t)qwi_dtype_size(l->dtype);
 }
 
-/* qwi_cpu_matmul; x_rounded: cx->xpair already holds x's rounded rows. */
+/* What cx already holds of a call's x (matmul_run's x_ready). */
+enum { X_PAIRS = 1, X_WIDE = 2 };
+
+/* Whether the call's bf16 pair jobs read x widened (cx->xwide). */
+static bool reads_wide(const qwi_cpu_ctx *cx, int64_t M, const qwi_cpu_mm_job *jobs, int njobs) {
+    if (!cx->xwide || M < QWI_PAIR_WIDE_MIN_M) return false;
+    for (int j = 0; j < njobs; j++)
+        if (jobs[j].lin->pair && !jobs[j].lin->quant) return true;
+    return false;
+}
+
+/* qwi_cpu_matmul; x_ready: X_PAIRS when cx->xpair already holds x's rounded
+ * rows, X_WIDE when cx->xwide holds them widened too. */
 static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
-                       const qwi_cpu_mm_job *jobs, int njobs, int x_rounded) {
+                       const qwi_cpu_mm_job *jobs, int njobs, int x_ready) {
     if (M <= 0 || njobs <= 0) return;
-    if (!x_rounded && qwi_cpu_jobs_read_pairs(jobs, njobs)) {
-        /* one rounding of x per call (before any split below), by rows:
-         * rows are independent */
-        round_ctx r = { .x = x, .out = cx->xpair, .M = M, .K = K,
-                        .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
-        qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), round_task, &r);
+    const bool round = !(x_ready & X_PAIRS) && qwi_cpu_jobs_read_pairs(jobs, njobs);
+    const bool widen = !(x_ready & X_WIDE) && reads_wide(cx, M, jobs, njobs);
+    if (round || widen) {
+        /* once per call (before any split below), not per task: widening
+         * costs a few tenths of a percent of a prefill's matmuls */
+        prep_ctx r = { .x = round ? x : NULL, .pairs = cx->xpair, .wide = widen ? cx->xwide : NULL,
+                       .M = M, .K = K,
+                       .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
+        qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), prep_task, &r);
     }
-    x_rounded = 1;
+    x_ready |= X_PAIRS | (widen ? X_WIDE : 0);
     if (njobs > 8) {               /* task_end holds 8; more is rare enough to split */
-        matmul_run(cx, x, M, K, jobs, 8, x_rounded);
-        matmul_run(cx, x, M, K, jobs + 8, njobs - 8, x_rounded);
+        matmul_run(cx, x, M, K, jobs, 8, x_ready);
+        matmul_run(cx, x, M, K, jobs + 8, njobs - 8, x_ready);
         return;
     }
-    mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs };
+    mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs,
+                 .wide = (x_ready & X_WIDE) && reads_wide(cx, M, jobs, njobs) };
     int64_t total_n = 0, q4_gk = 0, col_bytes = INT64_MAX;
     int32_t q4_qmax = 0;
     size_t esize = 4;
@@ -157,7 +184,7 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
         const qwi_cpu_linear *l = jobs[j].lin;
         if (is_int_pair(l)) {
             if (q4_gk && l->qp.group_k != q4_gk) {   /* one quantization per call */
-                for (int i = 0; i < njobs; i++) matmul_run(cx, x, M, K, &jobs[i], 1, x_rounded);
+                for (int i = 0; i < njobs; i++) matmul_run(cx, x, M, K, &jobs[i], 1, x_ready);
                 return;
             }
             q4_gk = l->qp.group_k;
@@ -231,7 +258,7 @@ void qwi_cpu_matmul(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
 
 void qwi_cpu_matmul_rounded(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t K,
                             const qwi_cpu_mm_job *jobs, int njobs) {
-    matmul_run(cx, x, M, K, jobs, njobs, 1);
+    matmul_run(cx, x, M, K, jobs, njobs, X_PAIRS);
 }
 
 /* ---- row-wise ops ------------------------------------------------------- */

@@ -61,6 +61,13 @@ float qwi_pairpanel_get(const void *panels, int64_t k, int64_t row, int64_t col)
  * independent, so callers may split the rows between threads. */
 void qwi_pair_round_rows(const float *x, int64_t m0, int64_t m1, int64_t k, uint32_t *out);
 
+/* Widen rows [m0, m1) of rounded pairs (kp pairs per row, as
+ * qwi_pair_round_rows writes them) to f32: pair j of row m gives
+ * out[m*2*kp + 2j] (its low half) and out[m*2*kp + 2j + 1] (its high
+ * half), exactly (a bf16 is the top half of an f32). For the kernels that
+ * take x widened (kernels.h, matmul_pair_wide). Rows are independent. */
+void qwi_pair_widen_rows(const uint32_t *pairs, int64_t m0, int64_t m1, int64_t kp, float *out);
+
 /* One row of qwi_pair_round_rows (k values at x to out) by the named
  * implementation, whatever this CPU would pick: "portable", "avx2" or
  * "avx512bf16" (vcvtne2ps2bf16). All give the same bits. Returns false,
