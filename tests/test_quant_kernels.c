@@ -97,6 +97,19 @@ typedef struct variant {
     const char *name;
     qwi_cpu_kernels kt;
 } variant;
+
+/* matmul_qpair through the avx2 table's matmul_qpair_wide: x widened here
+ * first (the driver does that once per call from 3 rows; this runs every
+ * M, 1 and 2 included). */
+static void avx2_qpair_via_wide(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
+                                int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                                int accumulate) {
+    float *xw = malloc(sizeof(float) * (size_t)(2 * M * KP) + 4);
+    qwi_pair_widen_rows(x, 0, M, KP, xw);
+    qwi_cpu_kernels_by_name("avx2")->matmul_qpair_wide(xw, M, KP, w, n0, N, bias, out, ldo,
+                                                       accumulate);
+    free(xw);
+}
 #define MAX_VARIANTS 8
 
 static int table_variants(variant *v) {
@@ -104,6 +117,11 @@ static int table_variants(variant *v) {
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
         const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(tables[t]);
         if (kt) v[n++] = (variant){ tables[t], *kt };
+    }
+    const qwi_cpu_kernels *a2 = qwi_cpu_kernels_by_name("avx2");
+    if (a2 && a2->matmul_qpair_wide) {
+        v[n] = (variant){ "avx2 (x widened)", *a2 };
+        v[n++].kt.matmul_qpair = avx2_qpair_via_wide;
     }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     const qwi_cpu_kernels *a5 = qwi_cpu_kernels_by_name("avx512");
@@ -409,7 +427,8 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
  * FP8 PAIR job (which reads bf16 pairs), and more than 8 jobs (task_end
  * holds 8) whose pair-reading job comes after the split -
  * each output must be the job's own call's, so x must be rounded for the
- * pair job whichever part of the split it lands in; and
+ * pair job whichever part of the split it lands in (and widened, where the
+ * table reads it so: each job's own call here reads the pairs); and
  * qwi_cpu_matmul_rounded over rows rounded ahead gives the same bits. */
 Test(quant_kernels, driver_splits_keep_every_job_exact) {
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
@@ -426,6 +445,7 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     float *x = malloc(sizeof(float) * (size_t)(M * K));
     for (int64_t i = 0; i < M * K; i++) x[i] = urand();
     uint32_t *xpair = malloc(sizeof(uint32_t) * (size_t)(M * KP));
+    float *xwide = malloc(sizeof(float) * (size_t)(2 * M * KP));   /* used where kt reads it */
     uint32_t *q4q = malloc(sizeof(uint32_t) * (size_t)(M * KP));
     float *q4d = malloc(sizeof(float) * (size_t)(M * (K / 64)));
     int32_t *q4s = malloc(sizeof(int32_t) * (size_t)(M * (K / 64)));
@@ -438,7 +458,7 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     qwi_cpu_pool *pool = NULL;
     cr_assert_eq(qwi_cpu_pool_create(2, &pool), QW_OK);
     qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool), .xpair = xpair,
-                       .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s };
+                       .xwide = xwide, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s };
     /* mixed groups: 128, 64, then the int8 and FP8 jobs; 8 int4 jobs, then
      * int8 (group 128, one quantization with int4's) and FP8; int4 and
      * int8 of one group alone */
@@ -455,11 +475,16 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
         for (int j = 0; j < calls[ci].n; j++) {
             qwi_cpu_mm_job one = { calls[ci].lins[j], want[j], 0 };
             memset(xpair, 0xa5, sizeof(uint32_t) * (size_t)(M * KP));   /* stale pairs */
-            qwi_cpu_matmul(&cx, x, M, K, &one, 1);
+            /* the reference call reads the pairs (no xwide): the calls
+             * below, with xwide, must match it where the table widens */
+            qwi_cpu_ctx narrow = cx;
+            narrow.xwide = NULL;
+            qwi_cpu_matmul(&narrow, x, M, K, &one, 1);
             jobs[j] = (qwi_cpu_mm_job){ calls[ci].lins[j], out[j], 0 };
         }
         for (int pass = 0; pass < 2; pass++) {
             memset(xpair, 0xa5, sizeof(uint32_t) * (size_t)(M * KP));
+            memset(xwide, 0xa5, sizeof(float) * (size_t)(2 * M * KP));
             if (pass == 0) qwi_cpu_matmul(&cx, x, M, K, jobs, calls[ci].n);
             else {
                 qwi_pair_round_rows(x, 0, M, K, xpair);
@@ -478,6 +503,7 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     }
     free(x);
     free(xpair);
+    free(xwide);
     free(q4q);
     free(q4d);
     free(q4s);

@@ -114,6 +114,12 @@ typedef void (*qwr_matmul_qf32_fn)(const float *x, int64_t M, int64_t K,
 typedef void (*qwr_matmul_qpair_fn)(const uint32_t *x, int64_t M, int64_t KP,
                                     const struct qwi_qpanel *w, int64_t n0, int64_t N,
                                     const float *bias, float *out, int64_t ldo, int accumulate);
+/* matmul_qpair with x widened, as qwr_matmul_pair_wide_fn takes it: the
+ * same bits as matmul_qpair of the pairs. */
+typedef void (*qwr_matmul_qpair_wide_fn)(const float *xw, int64_t M, int64_t KP,
+                                         const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                                         const float *bias, float *out, int64_t ldo,
+                                         int accumulate);
 
 /* The fast mode's int4/int8 matmul (cpu/q4i.h has the activation form and
  * the arithmetic contract, bit-identical between tables): x the call's
@@ -141,11 +147,13 @@ typedef struct qwi_cpu_kernels {
     qwr_matmul_pair_fn matmul_pair;
     /* The same from widened x (qwr_matmul_pair_wide_fn), which the driver
      * uses at M >= QWI_PAIR_WIDE_MIN_M; NULL in the tables where matmul_pair
-     * is as fast (generic: no gain; avx512/avx512bf16: not measured). */
+     * is as fast (generic: no gain; avx512/avx512bf16: not measured). A
+     * table with either wide entry gets cx->xwide from the backend. */
     qwr_matmul_pair_wide_fn matmul_pair_wide;
     /* Quantized weights (cpu/qpanel.h): exact and fast mode. */
     qwr_matmul_qf32_fn matmul_qf32;
     qwr_matmul_qpair_fn matmul_qpair;
+    qwr_matmul_qpair_wide_fn matmul_qpair_wide;   /* as matmul_pair_wide; NULL but in avx2 */
     qwr_matmul_q4i_fn matmul_q4i;     /* fast mode, U4/U8 weights (cpu/q4i.h) */
     float (*dot)(const float *a, const float *b, int64_t n);
     /* o[i] += s * v[i] for i in [0, n): element-wise, so the result of an
@@ -276,6 +284,9 @@ void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const struct qwi
 void qwi_avx2_matmul_qf32(const float *x, int64_t M, int64_t K, const struct qwi_qpanel *w,
                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                           int accumulate);
+void qwi_avx2_matmul_qpair_wide(const float *xw, int64_t M, int64_t KP,
+                                const struct qwi_qpanel *w, int64_t n0, int64_t N,
+                                const float *bias, float *out, int64_t ldo, int accumulate);
 void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const struct qwi_qpanel *w,
                            int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                            int accumulate);

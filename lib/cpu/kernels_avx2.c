@@ -492,6 +492,7 @@ static const qwi_cpu_kernels avx2_table = {
     /* kernels_quant_avx2.c */
     .matmul_qf32 = qwi_avx2_matmul_qf32,
     .matmul_qpair = qwi_avx2_matmul_qpair,
+    .matmul_qpair_wide = qwi_avx2_matmul_qpair_wide,
     .matmul_q4i = qwi_avx2_matmul_q4i,
     .dot = avx2_dot,
     .axpy = avx2_axpy,

@@ -162,10 +162,14 @@ A_INLINE void pair_decode_chunk(const qwi_qpanel *w, int64_t p, int64_t j0, int6
  * kernels_bf16dot.c; back to back, 4 rows were latency-bound), from acc
  * = 0 (first) or the partial sums in part (row stride 16) and back there;
  * at the group's end (last) tot[r] = fma(acc, scale, tot[r]) instead
- * (row stride 16), as pair_gemv does in res. Same bits as pair_gemv. */
-A_INLINE void pair_chunk_tile(const uint32_t *xp, int64_t KP, const float *buf, int64_t jn,
-                              float *part, int first, int last, const float *sc, float *tot,
-                              const int mr) {
+ * (row stride 16), as pair_gemv does in res. Same bits as pair_gemv.
+ * wide: the rows come widened (xw, row stride 2 * KP; kernels.h's
+ * matmul_qpair_wide), each half one vbroadcastss from memory instead of a
+ * broadcast and a mask or shift per row and pair: on a Zen 1, where those
+ * are two 128-bit uops each, half the tile's vector instructions. */
+A_INLINE void pair_chunk_tile(const uint32_t *xp, const float *xw, int64_t KP, const float *buf,
+                              int64_t jn, float *part, int first, int last, const float *sc,
+                              float *tot, const int mr, const int wide) {
     __m256 acc[A_TR][2];
     _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++)
         for (int h = 0; h < 2; h++)
@@ -175,16 +179,18 @@ A_INLINE void pair_chunk_tile(const uint32_t *xp, int64_t KP, const float *buf, 
         const float *c = buf + j * 32;
         const __m256 co0 = _mm256_loadu_ps(c + 8), co1 = _mm256_loadu_ps(c + 24);
         _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++) {
-            const __m256 xo = _mm256_castsi256_ps(
-                _mm256_and_si256(_mm256_set1_epi32((int)xp[r * KP + j]), hi));
+            const __m256 xo = wide ? _mm256_broadcast_ss(xw + r * 2 * KP + 2 * j + 1)
+                                   : _mm256_castsi256_ps(_mm256_and_si256(
+                                         _mm256_set1_epi32((int)xp[r * KP + j]), hi));
             acc[r][0] = _mm256_fmadd_ps(xo, co0, acc[r][0]);
             acc[r][1] = _mm256_fmadd_ps(xo, co1, acc[r][1]);
         }
         const __m256 ce0 = _mm256_loadu_ps(c), ce1 = _mm256_loadu_ps(c + 16);
-        const uint32_t *xp2 = qwi_opaque_ptr(xp);
+        const uint32_t *xp2 = wide ? xp : qwi_opaque_ptr(xp);
         _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++) {
-            const __m256 xe = _mm256_castsi256_ps(
-                _mm256_slli_epi32(_mm256_set1_epi32((int)xp2[r * KP + j]), 16));
+            const __m256 xe = wide ? _mm256_broadcast_ss(xw + r * 2 * KP + 2 * j)
+                                   : _mm256_castsi256_ps(_mm256_slli_epi32(
+                                         _mm256_set1_epi32((int)xp2[r * KP + j]), 16));
             acc[r][0] = _mm256_fmadd_ps(xe, ce0, acc[r][0]);
             acc[r][1] = _mm256_fmadd_ps(xe, ce1, acc[r][1]);
         }
@@ -206,10 +212,10 @@ A_INLINE void pair_chunk_tile(const uint32_t *xp, int64_t KP, const float *buf, 
  * for every 4 rows (as the M <= 2 path must) cost about 20 decode
  * operations next to 16 FMAs, so the prefill of an FP8 model ran at about
  * half bf16's speed (the avx2 table forced on a Zen 4: 86 against 167
- * tok/s). */
-A_INLINE void pair_chunked(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel *w,
-                           int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
-                           int accumulate) {
+ * tok/s). x: the rows' pairs, or (wide) xw: the rows widened. */
+A_INLINE void pair_chunked(const uint32_t *x, const float *xw, int64_t M, int64_t KP,
+                           const qwi_qpanel *w, int64_t n0, int64_t N, const float *bias,
+                           float *out, int64_t ldo, int accumulate, const int wide) {
     float buf[A_KP * 32] __attribute__((aligned(32)));
     float part[A_MB * 16] __attribute__((aligned(32))), tot[A_MB * 16] __attribute__((aligned(32)));
     const int64_t G = w->ngroups, gk = w->group_k;
@@ -224,9 +230,10 @@ A_INLINE void pair_chunked(const uint32_t *x, int64_t M, int64_t KP, const qwi_q
                 for (int64_t c0 = js; c0 < je; c0 += A_KP) {
                     const int64_t c1 = QWI_MIN(je, c0 + A_KP);
                     pair_decode_chunk(w, p, c0, c1, buf);
-#define A_TILE(r, MR)                                                                      \
-    pair_chunk_tile(x + (m0 + (r)) * KP + c0, KP, buf, c1 - c0, part + (r) * 16, c0 == js, \
-                    c1 == je, sc, tot + (r) * 16, MR)
+#define A_TILE(r, MR)                                                                  \
+    pair_chunk_tile(wide ? NULL : x + (m0 + (r)) * KP + c0,                                \
+                    wide ? xw + (m0 + (r)) * 2 * KP + 2 * c0 : NULL, KP, buf, c1 - c0,     \
+                    part + (r) * 16, c0 == js, c1 == je, sc, tot + (r) * 16, MR, wide)
                     QWI_ROW_TILES_5_4(mb, A_TILE);
 #undef A_TILE
                 }
@@ -353,8 +360,18 @@ void qwi_avx2_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_q
                            int accumulate) {
     if (M <= 0 || N <= 0) return;
     /* E4M3 only: U4 and U8 go through matmul_q4i (kernels.h) */
-    if (M > 2) pair_chunked(x, M, KP, w, n0, N, bias, out, ldo, accumulate);
+    if (M > 2) pair_chunked(x, NULL, M, KP, w, n0, N, bias, out, ldo, accumulate, 0);
     else pair_small_m(x, M, KP, w, n0, N, bias, out, ldo, accumulate);
+}
+
+/* The chunked path at every M, reading x widened (the driver uses it from
+ * QWI_PAIR_WIDE_MIN_M = 3 rows, as qwi_avx2_matmul_qpair does above 2). */
+__attribute__((target(A_TARGET)))
+void qwi_avx2_matmul_qpair_wide(const float *xw, int64_t M, int64_t KP, const qwi_qpanel *w,
+                                int64_t n0, int64_t N, const float *bias, float *out,
+                                int64_t ldo, int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    pair_chunked(NULL, xw, M, KP, w, n0, N, bias, out, ldo, accumulate, 1);
 }
 
 #endif

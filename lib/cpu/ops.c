@@ -15,7 +15,7 @@ typedef struct mm_ctx {
     const qwi_cpu_mm_job *jobs;
     int njobs;
     int64_t cols;                    /* weight rows per task            */
-    bool wide;                       /* bf16 pair jobs read cx->xwide    */
+    bool wide;                       /* pair jobs read cx->xwide where the table can */
     qwi_q4act q4;                    /* U4/U8 jobs: x quantized (cpu/q4i.h) */
     int64_t task_end[8];             /* prefix sums of tasks per job    */
 } mm_ctx;
@@ -36,6 +36,9 @@ static void mm_task(void *p, int64_t t, int thread) {
         if (lin->qp.layout == QWI_QPANEL_PAIR && lin->qp.fmt != QWI_QFMT_E4M3)
             c->cx->kt->matmul_q4i(&c->q4, c->M, &lin->qp, n0, nn, bias, out, lin->n,
                                   job->accumulate);
+        else if (lin->qp.layout == QWI_QPANEL_PAIR && c->wide && c->cx->kt->matmul_qpair_wide)
+            c->cx->kt->matmul_qpair_wide(c->cx->xwide, c->M, qwi_pair_kp(K), &lin->qp, n0, nn,
+                                         bias, out, lin->n, job->accumulate);
         else if (lin->qp.layout == QWI_QPANEL_PAIR)
             c->cx->kt->matmul_qpair(c->cx->xpair, c->M, qwi_pair_kp(K), &lin->qp, n0, nn, bias,
                                     out, lin->n, job->accumulate);
@@ -46,7 +49,7 @@ static void mm_task(void *p, int64_t t, int thread) {
     }
     if (lin->pair) {    /* n0 is a multiple of 16 here too */
         const int64_t kp = qwi_pair_kp(K);
-        if (c->wide)
+        if (c->wide && c->cx->kt->matmul_pair_wide)
             c->cx->kt->matmul_pair_wide(c->cx->xwide, c->M, kp, (const uint32_t *)lin->w + n0 * kp,
                                         nn, bias, out, lin->n, job->accumulate);
         else
@@ -145,11 +148,16 @@ static int64_t col_bytes_of(const qwi_cpu_linear *l, int64_t K) {
 /* What cx already holds of a call's x (matmul_run's x_ready). */
 enum { X_PAIRS = 1, X_WIDE = 2 };
 
-/* Whether the call's bf16 pair jobs read x widened (cx->xwide). */
+/* Whether the call's bf16 pair (matmul_pair_wide) or fp8 PAIR
+ * (matmul_qpair_wide) jobs read x widened (cx->xwide). */
 static bool reads_wide(const qwi_cpu_ctx *cx, int64_t M, const qwi_cpu_mm_job *jobs, int njobs) {
     if (!cx->xwide || M < QWI_PAIR_WIDE_MIN_M) return false;
-    for (int j = 0; j < njobs; j++)
-        if (jobs[j].lin->pair && !jobs[j].lin->quant) return true;
+    for (int j = 0; j < njobs; j++) {
+        const qwi_cpu_linear *l = jobs[j].lin;
+        const bool wide = l->quant ? reads_pairs(l) && cx->kt->matmul_qpair_wide
+                                   : l->pair && cx->kt->matmul_pair_wide;
+        if (wide) return true;
+    }
     return false;
 }
 

@@ -19,9 +19,10 @@
  * 16-row panel); also the height of the per-thread f16 conversion buffer. */
 #define QWI_CPU_MM_MAX_COLS 64
 
-/* Rows from which a call's bf16 pair jobs read x widened (cx->xwide,
- * matmul_pair_wide): below it, the weights' stream bounds the call and
- * the widening pass would be pure cost. */
+/* Rows from which a call's bf16 and fp8 pair jobs read x widened
+ * (cx->xwide, matmul_pair_wide / matmul_qpair_wide): below it, the
+ * weights' stream bounds the call and the widening pass would be pure
+ * cost. */
 #define QWI_PAIR_WIDE_MIN_M 3
 
 /* What the drivers share: the pool, the kernel table and per-thread scratch
@@ -36,10 +37,10 @@ typedef struct qwi_cpu_ctx {
      * (cpu/pairpanel.h), at least M*ceil(K/2) for every such call; NULL when
      * no weight is in pair panels. */
     uint32_t *xpair;
-    /* Fast numerics on a table with matmul_pair_wide: room for xpair's rows
-     * widened (qwi_pair_widen_rows), 2*M*ceil(K/2) floats for every call
-     * with M >= QWI_PAIR_WIDE_MIN_M; NULL otherwise (every bf16 pair job
-     * then runs matmul_pair). */
+    /* Fast numerics on a table with matmul_pair_wide or matmul_qpair_wide:
+     * room for xpair's rows widened (qwi_pair_widen_rows), 2*M*ceil(K/2)
+     * floats for every call with M >= QWI_PAIR_WIDE_MIN_M; NULL otherwise
+     * (every pair job then reads xpair). */
     float *xwide;
     /* Fast numerics with int4/int8 (U4/U8) weights: such a matmul call's
      * input rows quantized once per call (cpu/q4i.h, matmul_q4i): q4_q
