@@ -166,13 +166,17 @@ A_INLINE void pair_decode_chunk(const qwi_qpanel *w, int64_t p, int64_t j0, int6
  * wide: the rows come widened (xw, row stride 2 * KP; kernels.h's
  * matmul_qpair_wide), each half one vbroadcastss from memory instead of a
  * broadcast and a mask or shift per row and pair: on a Zen 1, where those
- * are two 128-bit uops each, half the tile's vector instructions. */
+ * are two 128-bit uops each, half the tile's vector instructions.
+ * Every loop over the tile's accumulators is unrolled by pragma: with the
+ * h loops of the load and store steps left to GCC 12, it kept acc in a
+ * stack array and stored all ten accumulators there on every pair (perf
+ * annotate on a Zen 1), next to the 20 FMAs. */
 A_INLINE void pair_chunk_tile(const uint32_t *xp, const float *xw, int64_t KP, const float *buf,
                               int64_t jn, float *part, int first, int last, const float *sc,
                               float *tot, const int mr, const int wide) {
     __m256 acc[A_TR][2];
     _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++)
-        for (int h = 0; h < 2; h++)
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
             acc[r][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(part + r * 16 + 8 * h);
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int64_t j = 0; j < jn; j++) {
@@ -195,8 +199,8 @@ A_INLINE void pair_chunk_tile(const uint32_t *xp, const float *xw, int64_t KP, c
             acc[r][1] = _mm256_fmadd_ps(xe, ce1, acc[r][1]);
         }
     }
-    _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
-        for (int h = 0; h < 2; h++) {
+    _Pragma("GCC unroll 6") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             if (last) {
                 float *t = tot + r * 16 + 8 * h;
                 _mm256_storeu_ps(t, _mm256_fmadd_ps(acc[r][h], _mm256_loadu_ps(sc + 8 * h),
