@@ -4,10 +4,20 @@
 # line "tests: N passed, M failed" (the counts are Criterion's, per test).
 #   tests/run.sh BUILD [BUILD-asan]
 # QW_ASAN_ONLY=1: the given tree is a sanitizer build; skip shell checks.
+# Each binary's and check's wall time is printed after it, and the ten
+# slowest at the end: the suite is meant to stay well under 15 minutes on
+# 2 cores, and that list says where to look when it does not.
 set -u
 passed=0
 failed=0
 log=$(mktemp)
+times=$(mktemp)
+# took NAME START: print and record the seconds since START (date +%s)
+took() {
+    secs=$(( $(date +%s) - $2 ))
+    echo "   ($secs s)"
+    echo "$secs $1" >>"$times"
+}
 for build in "$@"; do
     for t in "$build"/tests/test_*; do
         [ -x "$t" ] || continue
@@ -18,6 +28,7 @@ for build in "$@"; do
             continue
         fi
         echo "== $t"
+        start=$(date +%s)
         # -j2: this suite is sized for 2 cores; Criterion forks per test.
         # --ignore-warnings: a test logs a warning when it skips a kernel
         # table this CPU cannot run (AVX-512 on a Zen 3, say), and Criterion
@@ -48,12 +59,14 @@ for build in "$@"; do
         if [ "$f" -ne 0 ] || [ "$c" -ne 0 ]; then cat "$log" | grep -v '^\[----\] *$' | tail -n 80; fi
         passed=$((passed + p))
         failed=$((failed + f + c))
+        took "$t" "$start"
     done
 done
 if [ "${QW_ASAN_ONLY:-0}" != 1 ]; then
     for s in tests/check_*.sh; do
         [ -f "$s" ] || continue
         echo "== $s"
+        start=$(date +%s)
         if sh "$s" "$1" >"$log" 2>&1; then
             passed=$((passed + 1))
             tail -n 3 "$log"
@@ -61,8 +74,11 @@ if [ "${QW_ASAN_ONLY:-0}" != 1 ]; then
             failed=$((failed + 1))
             cat "$log"
         fi
+        took "$s" "$start"
     done
 fi
-rm -f "$log"
+echo "slowest:"
+sort -rn "$times" | head -n 10 | sed 's/^/   /'
+rm -f "$log" "$times"
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -83,16 +83,8 @@ Test(kv_pool_memory, a_1_gib_pool_costs_what_is_written) {
     free(dir);
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-
 Test(kv_pool_memory, an_unmappable_pool_is_out_of_memory_and_leaves_no_damage) {
-#ifdef UNDER_SANITIZER
+#ifdef QWT_UNDER_SANITIZER
     cr_skip_test("the sanitizers reserve their shadow memory: an address-space limit breaks them");
 #else
     char *dir = tiny();

@@ -9,6 +9,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Defined in the ASan/UBSan and TSan trees (GCC and Clang spell it
+ * differently): for the few tests that cannot run there (an address-space
+ * limit) or that repeat there, at many times the cost, a measurement the
+ * normal tree already makes. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define QWT_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define QWT_UNDER_SANITIZER 1
+#endif
+#endif
+
 /* Directory of the running test binary's build tree (e.g. "build"), derived
  * from /proc/self/exe (<build>/tests/<name>). Static storage. */
 const char *qwt_build_dir(void);
