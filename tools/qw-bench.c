@@ -482,7 +482,7 @@ static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, i
     }
     qwi_dtype wdt = bf16 ? QWI_DTYPE_BF16 : QWI_DTYPE_F32;
     uint32_t *xpair = NULL;
-    float *xwide = NULL;   /* as the backend gives the tables with matmul_pair_wide */
+    float *xwide = NULL;   /* as the backend gives it (qwi_cpu_kernels_read_wide) */
     if (layout == LAYOUT_PANEL) {   /* the layouts the backend packs weights into at load */
         void *pw = malloc(qwi_panel_bytes(wdt, N, K));
         if (!pw || !qwi_panel_pack(wdt, w, N, K, pw)) die("gemm buffers: out of memory");
@@ -491,8 +491,9 @@ static double measure_gemm(const qwi_cpu_kernels *kt, int nthreads, int64_t M, i
     } else if (layout == LAYOUT_PAIR) {
         void *pw = malloc(qwi_pairpanel_bytes(N, K));
         xpair = malloc((size_t)M * (size_t)qwi_pair_kp(K) * sizeof *xpair);
-        if (kt->matmul_pair_wide) xwide = malloc((size_t)M * (size_t)qwi_pair_kp(K) * 2 * sizeof *xwide);
-        if (!pw || !xpair || (kt->matmul_pair_wide && !xwide) || !qwi_pairpanel_pack(wdt, w, N, K, pw))
+        const bool wide = qwi_cpu_kernels_read_wide(kt);
+        if (wide) xwide = malloc((size_t)M * (size_t)qwi_pair_kp(K) * 2 * sizeof *xwide);
+        if (!pw || !xpair || (wide && !xwide) || !qwi_pairpanel_pack(wdt, w, N, K, pw))
             die("gemm buffers: out of memory");
         free(w);
         w = pw;

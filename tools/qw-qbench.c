@@ -139,8 +139,9 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < mmax * K; i++) x[i] = (float)(rnd() % 2001) / 1000.0f - 1.0f;
     uint32_t *xpair = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
     /* room for widened x where the table reads it so, as the backend gives it */
-    float *xwide = kt->matmul_pair_wide ? xalloc(sizeof(float) * (size_t)(mmax * 2 * qwi_pair_kp(K)))
-                                        : NULL;
+    float *xwide = qwi_cpu_kernels_read_wide(kt)
+                       ? xalloc(sizeof(float) * (size_t)(mmax * 2 * qwi_pair_kp(K)))
+                       : NULL;
     float *out = xalloc(sizeof(float) * (size_t)(mmax * N));
     float *wf = xalloc(sizeof(float) * (size_t)(N * K));
     for (int64_t i = 0; i < N * K; i++) wf[i] = (float)(rnd() % 2001) / 20000.0f - 0.05f;

@@ -609,8 +609,7 @@ static qw_status setup_scratch(cpu_backend *b) {
         /* A float per input value, for the tables whose pair kernels read
          * x widened (kernels.h, matmul_[q]pair_wide): 25 MB on the 0.6B shape
          * at the default 2048-token step, touched only as far as steps go. */
-        const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
-        const bool wide = kt->matmul_pair_wide || kt->matmul_qpair_wide;
+        const bool wide = qwi_cpu_kernels_read_wide(qwi_cpu_kernels_select());
         if (wide)
             b->xwide = alloc_floats(QWI_MAX(T, (size_t)b->logit_rows),
                                     2 * (size_t)qwi_pair_kp((int64_t)max_k));

@@ -186,6 +186,13 @@ typedef struct qwi_cpu_kernels {
  * agree. Thread-safe. Static storage; never NULL. */
 const qwi_cpu_kernels *qwi_cpu_kernels_select(void);
 
+/* Whether kt has a kernel that reads x widened (matmul_pair_wide or
+ * matmul_qpair_wide), i.e. whether a context for it needs cx->xwide
+ * (cpu/ops.h): the backend and the benchmarks size their scratch by it. */
+static inline bool qwi_cpu_kernels_read_wide(const qwi_cpu_kernels *kt) {
+    return kt->matmul_pair_wide || kt->matmul_qpair_wide;
+}
+
 /* The portable C kernels, always available (tests compare against them). */
 const qwi_cpu_kernels *qwi_cpu_kernels_generic(void);
 

@@ -183,8 +183,10 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
         matmul_run(cx, x, M, K, jobs + 8, njobs - 8, x_ready);
         return;
     }
+    /* X_WIDE: xwide holds this x (M >= QWI_PAIR_WIDE_MIN_M); each job's
+     * task reads it where its kernel has a wide entry (mm_task) */
     mm_ctx c = { .cx = cx, .x = x, .M = M, .K = K, .jobs = jobs, .njobs = njobs,
-                 .wide = (x_ready & X_WIDE) && reads_wide(cx, M, jobs, njobs) };
+                 .wide = (x_ready & X_WIDE) != 0 };
     int64_t total_n = 0, q4_gk = 0, col_bytes = INT64_MAX;
     int32_t q4_qmax = 0;
     size_t esize = 4;
