@@ -81,6 +81,7 @@ static inline float bf16_scalar(uint16_t h) {
 #define KV_PV_WIDEN8(p) ld8(p)
 #define KV_PV_WIDEN16(p) ld16(p)
 #define KV_PV_SCALAR(e) bf16_scalar(e)
+#define KV_PV_BF16_SPLIT 1
 #include "cpu/kv_pv_x86.h"
 
 static AVX2 void avx2_axpy4(float *o, const float s[4], const uint16_t *const v[4], int64_t n) {
@@ -204,13 +205,97 @@ AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t
             _mm256_maskstore_ps(o[i] + j0 + 8 * c, m[c], _mm256_mul_ps(a[i][c], sv));
 }
 
+/* avx2_scores_blk over bf16 K planes (planes 1) for positions j0 ..
+ * j0 + 16*ns - 1 (half: the last 16 has only its first 8 in the run, so
+ * only they are read), each 16 positions' elements of a dim widened by one
+ * shift and one AND (as avx2_pv_blk_split does for V): the accumulators
+ * hold the even and the odd positions of each 16 apart, put back in order
+ * at the store. Same FMA chains, same bits; on a Zen 1 the zero-extensions
+ * and shifts of plane8, not the FMAs, set the scores' pace. qb * ns * 2 <=
+ * 10 accumulators. */
+AVX2_INLINE void avx2_scores_blk_split(const float *const *q, float *const *o, int64_t hd,
+                                       const void *const *kpl, int64_t dstride, int32_t j0,
+                                       int32_t n, float scale, const int qb, const int ns,
+                                       const int half, const int contig) {
+    __m256 ev[5][2], od[5][2];
+    UNROLL for (int i = 0; i < qb; i++)
+        UNROLL for (int c = 0; c < ns; c++) ev[i][c] = od[i][c] = _mm256_setzero_ps();
+    const uint16_t *k0[2], *k1[2];
+    UNROLL for (int c = 0; c < ns; c++) {
+        k0[c] = (const uint16_t *)kpl[j0 + 16 * c];
+        k1[c] = (half && c == ns - 1) ? k0[c] : (const uint16_t *)kpl[j0 + 16 * c + 8];
+    }
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t d = 0; d < hd; d++) {
+        __m256 ke[2], ko[2];
+        UNROLL for (int c = 0; c < ns; c++) {
+            const __m256i w =
+                contig ? _mm256_loadu_si256((const __m256i *)(const void *)(k0[c] + d * dstride))
+                       : _mm256_loadu2_m128i((const __m128i *)(const void *)(k1[c] + d * dstride),
+                                             (const __m128i *)(const void *)(k0[c] + d * dstride));
+            ke[c] = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+            ko[c] = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
+        }
+        UNROLL for (int i = 0; i < qb; i++) {
+            const __m256 x = _mm256_broadcast_ss(q[i] + d);
+            UNROLL for (int c = 0; c < ns; c++) {
+                ev[i][c] = _mm256_fmadd_ps(x, ke[c], ev[i][c]);
+                od[i][c] = _mm256_fmadd_ps(x, ko[c], od[i][c]);
+            }
+        }
+    }
+    const __m256 sv = _mm256_set1_ps(scale);
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    UNROLL for (int c = 0; c < ns; c++) {
+        const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j0 - 16 * c), idx);
+        const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j0 - 16 * c - 8), idx);
+        UNROLL for (int i = 0; i < qb; i++) {
+            const __m256 lo = _mm256_unpacklo_ps(ev[i][c], od[i][c]);
+            const __m256 hv = _mm256_unpackhi_ps(ev[i][c], od[i][c]);
+            _mm256_maskstore_ps(o[i] + j0 + 16 * c, m0,
+                                _mm256_mul_ps(_mm256_permute2f128_ps(lo, hv, 0x20), sv));
+            if (!(half && c == ns - 1))
+                _mm256_maskstore_ps(o[i] + j0 + 16 * c + 8, m1,
+                                    _mm256_mul_ps(_mm256_permute2f128_ps(lo, hv, 0x31), sv));
+        }
+    }
+}
+
 /* QB q vectors over all n positions, in chunks of NC vectors of 8 (the
  * most that QB * NC <= 10 allows, at least 8 accumulators for the FMA
- * latency); the last chunk runs only the vectors it needs. */
+ * latency); the last chunk runs only the vectors it needs. bf16 planes
+ * (planes 1) go through avx2_scores_blk_split in chunks of 32 or 16
+ * positions, each 16 read as one 32-byte vector where its two 8s lie side
+ * by side in a plane (contig) and as two halves where they do not (a block
+ * size of 8) or where only the first 8 exist (half). */
 AVX2_INLINE void avx2_scores_rows(const float *const *q, float *const *o, int64_t hd,
                                   const float *kt, int64_t ld, const void *const *kpl,
                                   int64_t dstride, int32_t n, float scale, const int qb,
                                   const int planes) {
+    if (planes == 1) {
+        /* 32 positions a chunk for up to 2 q vectors, else 16 */
+        const int nsmax = qb <= 2 ? 2 : 1;
+        const uint16_t *const *kp = (const uint16_t *const *)kpl;
+        for (int32_t j0 = 0; j0 < n; j0 += 16 * nsmax) {
+            const int32_t left = n - j0;
+            /* each 16 positions' halves side by side in one plane */
+            const bool contig = left >= 16 * nsmax && kp[j0 + 8] == kp[j0] + 8 &&
+                                (nsmax == 1 || kp[j0 + 24] == kp[j0 + 16] + 8);
+            if (contig && nsmax == 2)
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 0, 1);
+            else if (contig)
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 1, 0, 1);
+            else if (nsmax == 2 && left > 24)
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 0, 0);
+            else if (nsmax == 2 && left > 16)
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 1, 0);
+            else if (left > 8)
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 1, 0, 0);
+            else
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 1, 1, 0);
+        }
+        return;
+    }
     const int ncmax = qb <= 2 ? 4 : qb == 3 ? 3 : 2;
     for (int32_t j0 = 0; j0 < n; j0 += 8 * ncmax) {
         switch (QWI_MIN(ncmax, (n - j0 + 7) / 8)) {

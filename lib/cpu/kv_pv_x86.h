@@ -75,12 +75,80 @@ AVX2_INLINE void avx2_pv_blk(float *const *o, const float *const *p, const int Q
         for (int c = 0; c < HC; c++) _mm256_storeu_ps(o[i] + e0 + 8 * c, acc[i][c]);
 }
 
+#ifdef KV_PV_BF16_SPLIT
+/* bf16 V only: avx2_pv_blk over elements [e0, e0 + 16*HS) with each 16
+ * V elements (32 bytes) widened by one shift and one AND instead of two
+ * zero-extensions and two shifts: the dword j of 128-bit lane L holds
+ * elements 8L + 2j (low half: << 16 makes its f32) and 8L + 2j + 1 (high
+ * half: masking the low one off does), so the accumulators hold the even
+ * and the odd elements of each 16 apart and are put back in order at the
+ * store (pv_split_load / pv_split_store: inverse permutations). Every
+ * element is still one FMA chain over j in order, the same bits. On a Zen
+ * 1, whose shifts and zero-extensions take two 128-bit uops on one or two
+ * pipes, the widening, not the FMAs, set P.V's pace. */
+AVX2_INLINE void pv_split_load(const float *o, __m256 *ev, __m256 *od) {
+    const __m256 a = _mm256_loadu_ps(o), b = _mm256_loadu_ps(o + 8);
+    const __m256 t0 = _mm256_permute2f128_ps(a, b, 0x20), t1 = _mm256_permute2f128_ps(a, b, 0x31);
+    *ev = _mm256_shuffle_ps(t0, t1, 0x88);
+    *od = _mm256_shuffle_ps(t0, t1, 0xdd);
+}
+
+AVX2_INLINE void pv_split_store(float *o, __m256 ev, __m256 od) {
+    const __m256 lo = _mm256_unpacklo_ps(ev, od), hi = _mm256_unpackhi_ps(ev, od);
+    _mm256_storeu_ps(o, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(o + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+AVX2_INLINE void avx2_pv_blk_split(float *const *o, const float *const *p, const int QB,
+                                   const KV_PV_ELEM *const *v, int32_t n, int64_t e0,
+                                   const int HS, int64_t pf_bytes) {
+    __m256 ev[4][4], od[4][4];
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HS; c++) pv_split_load(o[i] + e0 + 16 * c, &ev[i][c], &od[i][c]);
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int32_t j = 0; j < n; j++) {
+        if (pf_bytes > 0 && j + KV_PV_PREFETCH_ROWS < n)
+            for (int64_t b = 0; b < pf_bytes; b += 64)
+                _mm_prefetch((const char *)v[j + KV_PV_PREFETCH_ROWS] + b, _MM_HINT_T0);
+        __m256 ve[4], vo[4];
+        UNROLL
+        for (int c = 0; c < HS; c++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(v[j] + e0 + 16 * c));
+            ve[c] = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+            vo[c] = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
+        }
+        UNROLL
+        for (int i = 0; i < QB; i++) {
+            const __m256 x = _mm256_broadcast_ss(p[i] + j);
+            UNROLL
+            for (int c = 0; c < HS; c++) {
+                ev[i][c] = _mm256_fmadd_ps(x, ve[c], ev[i][c]);
+                od[i][c] = _mm256_fmadd_ps(x, vo[c], od[i][c]);
+            }
+        }
+    }
+    UNROLL
+    for (int i = 0; i < QB; i++)
+        UNROLL
+        for (int c = 0; c < HS; c++) pv_split_store(o[i] + e0 + 16 * c, ev[i][c], od[i][c]);
+}
+#endif
+
 /* QB accumulators: 8*HC-wide column blocks, then 8-wide ones, then the
  * scalar tail (every element is still one chain over j in order). */
 AVX2_INLINE void avx2_pv_rows(float *const *o, const float *const *p, const int QB,
                               const KV_PV_ELEM *const *v, int32_t n, int64_t hd, const int HC) {
     const int64_t row_bytes = hd * (int64_t)sizeof(KV_PV_ELEM);
     int64_t e = 0;
+#ifdef KV_PV_BF16_SPLIT
+    {
+        const int HS = HC / 2 > 0 ? HC / 2 : 1;
+        for (; e + 16 * HS <= hd; e += 16 * HS)
+            avx2_pv_blk_split(o, p, QB, v, n, e, HS, e ? 0 : row_bytes);
+    }
+#endif
     for (; e + 8 * HC <= hd; e += 8 * HC) avx2_pv_blk(o, p, QB, v, n, e, HC, e ? 0 : row_bytes);
     for (; e + 8 <= hd; e += 8) avx2_pv_blk(o, p, QB, v, n, e, 1, e ? 0 : row_bytes);
     if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
