@@ -16,6 +16,9 @@
  * avx512_pv_rows and avx512_pv. The widen is the only difference between
  * the caches, so the register blocking (up to 4 x 2 ymm / 8 x 2 zmm
  * accumulators, each V vector widened once for all of them) lives here.
+ * KV_PV_BF16_SPLIT (bf16 only) adds avx2_pv_blk_split, which the AVX2
+ * rows then use for every whole 16 or 32 columns: bf16 widens 16 elements
+ * at once by a shift and a mask where e4m3 has no such shortcut.
  */
 /* ---- AVX2: 8 lanes ------------------------------------------------------ */
 
