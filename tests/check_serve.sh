@@ -3,9 +3,10 @@
 # tests/serve/ (the official openai client, requests for TGI, prometheus_client's
 # parser for /metrics) against BUILD/bin/qw-serve on small random models. When
 # `make test` built BUILD-asan/bin/qw-serve too, the hostile-input, shutdown and
-# chat tests run at the same time against that ASan+UBSan server. Every server
-# a test starts must exit 0 on SIGTERM with no sanitizer report on stderr (a
-# leak found at exit fails the test). About 35 s on 2 idle cores.
+# chat tests run at the same time against that ASan+UBSan server (two pytest
+# runs: shutdown apart). Every server a test starts must exit 0 on SIGTERM
+# with no sanitizer report on stderr (a leak found at exit fails the test).
+# About 60 s on 2 cores (Zen 1), most of it waiting.
 set -eu
 B=${1:-build}
 case "$B" in /*) ;; *) B="$PWD/$B" ;; esac
@@ -23,17 +24,24 @@ pytest_run() {
     shift
     timeout 300 python3 -m pytest -q -p no:cacheprovider --basetemp "$T/$log.tmp" "$@" >"$T/$log" 2>&1
 }
-# The ASan pass runs beside the main one: most of either is waiting on
-# sockets and tokens, so together they take little longer than the ASan one.
+# The ASan passes run beside the main one: most of each is waiting on
+# sockets, tokens and shutdown deadlines, so together they take little
+# longer than the longest. The shutdown cases (36 s of mostly waiting under
+# ASan on a 2-core Zen 1) run apart from the robustness and chat ones (42 s):
+# in one pytest the ASan part took 78 s of the check's 84.
 A="$B-asan"
-asan_pid=
-if [ -x "$A/bin/qw-serve" ]; then
+asan_pids=
+# asan_run LOG FILE...: one ASan pass in the background.
+asan_run() {
     # Sanitized code runs several times slower: QW_SERVE_SLOW stretches the waits.
     QW_BUILD="$B" QW_SERVE="$A/bin/qw-serve" QW_SERVE_SLOW=4 \
         ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        pytest_run asan.log tests/serve/test_robustness.py tests/serve/test_shutdown.py \
-        tests/serve/test_openai_chat.py &
-    asan_pid=$!
+        pytest_run "$@" &
+    asan_pids="$asan_pids $1:$!"
+}
+if [ -x "$A/bin/qw-serve" ]; then
+    asan_run asan.log tests/serve/test_robustness.py tests/serve/test_openai_chat.py
+    asan_run asan-shutdown.log tests/serve/test_shutdown.py
 fi
 rc=0
 QW_BUILD="$B" QW_SERVE="$B/bin/qw-serve" pytest_run main.log tests/serve || rc=1
@@ -43,13 +51,14 @@ else
     tail -n 80 "$T/main.log"
     echo "check_serve: pytest failed against $B/bin/qw-serve"
 fi
-if [ -n "$asan_pid" ]; then
-    if wait "$asan_pid"; then
-        echo "check_serve: $A/bin/qw-serve (ASan+UBSan): $(tail -n 1 "$T/asan.log") (robustness, shutdown, chat)"
+for lp in $asan_pids; do
+    log=${lp%%:*}
+    if wait "${lp#*:}"; then
+        echo "check_serve: $A/bin/qw-serve (ASan+UBSan): $(tail -n 1 "$T/$log") ($log)"
     else
-        tail -n 80 "$T/asan.log"
-        echo "check_serve: pytest failed against $A/bin/qw-serve (ASan+UBSan)"
+        tail -n 80 "$T/$log"
+        echo "check_serve: pytest failed against $A/bin/qw-serve (ASan+UBSan) ($log)"
         rc=1
     fi
-fi
+done
 exit $rc
