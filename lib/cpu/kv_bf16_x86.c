@@ -159,17 +159,12 @@ static AVX2 float avx2_exp_sum(float *s, int32_t n, float *m) {
     return hsum8(acc);
 }
 
-/* 8 consecutive K-plane elements from element `at` of plane run k:
- * bf16 (planes 1) or e4m3 (planes 2), widened exactly. */
-AVX2_INLINE __m256 plane8(const void *k, int64_t at, const int planes) {
-    return planes == 2 ? e8((const uint8_t *)k + at) : ld8((const uint16_t *)k + at);
-}
-
 /* Lanes j0 .. j0+8*nc-1 of the scores of QB q vectors (QB <= 5, nc <= 4,
  * QB * nc <= 10, constants once inlined): K from the f32 tile kt (masked
- * loads), or with kpl set from the K planes (kpl[j] + d * dstride: 8
- * consecutive elements per vector, read whole, widened; only the stores
- * are masked) - one FMA chain over d per score either way. Each K vector
+ * loads; planes 0), or from fp8 K planes (planes 2; kpl[j] + d * dstride:
+ * 8 consecutive e4m3 per vector, read whole, widened by e8; only the
+ * stores are masked) - one FMA chain over d per score either way. (bf16
+ * planes take avx2_scores_blk_split.) Each K vector
  * loaded (and widened) feeds QB FMAs: with two heads per K vector, 4 K
  * vectors of 2 widening operations each met 8 FMAs per d, and the
  * widening, not the FMAs, set the pace (9.2-9.7% of an AVX2 prefill in
@@ -192,7 +187,7 @@ AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t
     for (int64_t d = 0; d < hd; d++, kp += kstep) {
         __m256 kv[4];
         UNROLL for (int c = 0; c < nc; c++)
-            kv[c] = planes ? plane8(kpl[j0 + 8 * c], d * dstride, planes)
+            kv[c] = planes ? e8((const uint8_t *)kpl[j0 + 8 * c] + d * dstride)
                            : _mm256_maskload_ps(kp + 8 * c, m[c]);
         UNROLL for (int i = 0; i < qb; i++) {
             const __m256 x = _mm256_broadcast_ss(q[i] + d);
@@ -211,7 +206,8 @@ AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t
  * shift and one AND (as avx2_pv_blk_split does for V): the accumulators
  * hold the even and the odd positions of each 16 apart, put back in order
  * at the store. Same FMA chains, same bits; on a Zen 1 the zero-extensions
- * and shifts of plane8, not the FMAs, set the scores' pace. qb * ns * 2 <=
+ * and shifts of widening 8 at a time (ld8), not the FMAs, set the scores'
+ * pace. qb * ns * 2 <=
  * 10 accumulators. */
 AVX2_INLINE void avx2_scores_blk_split(const float *const *q, float *const *o, int64_t hd,
                                        const void *const *kpl, int64_t dstride, int32_t j0,

@@ -40,6 +40,15 @@ static inline __attribute__((target("fma"))) void pv_tail(float *const *o,
 /* V rows a P.V pass prefetches ahead of the one it multiplies. */
 #define KV_PV_PREFETCH_ROWS 8
 
+/* The first pf_bytes of V row j + KV_PV_PREFETCH_ROWS, if there is one
+ * (pf_bytes > 0: the first column block of a pass; see avx2_pv_blk). */
+AVX2_INLINE void pv_prefetch_ahead(const KV_PV_ELEM *const *v, int32_t j, int32_t n,
+                                   int64_t pf_bytes) {
+    if (pf_bytes > 0 && j + KV_PV_PREFETCH_ROWS < n)
+        for (int64_t b = 0; b < pf_bytes; b += 64)
+            _mm_prefetch((const char *)v[j + KV_PV_PREFETCH_ROWS] + b, _MM_HINT_T0);
+}
+
 /* Accumulators o[0..QB) elements [e0, e0 + 8*HC), held in registers over
  * positions 0..n-1 (QB, HC constants once inlined; QB*HC <= 8). With
  * pf_bytes > 0 (the first column block of the rows) each position's pass
@@ -59,9 +68,7 @@ AVX2_INLINE void avx2_pv_blk(float *const *o, const float *const *p, const int Q
         UNROLL
         for (int c = 0; c < HC; c++) acc[i][c] = _mm256_loadu_ps(o[i] + e0 + 8 * c);
     for (int32_t j = 0; j < n; j++) {
-        if (pf_bytes > 0 && j + KV_PV_PREFETCH_ROWS < n)
-            for (int64_t b = 0; b < pf_bytes; b += 64)
-                _mm_prefetch((const char *)v[j + KV_PV_PREFETCH_ROWS] + b, _MM_HINT_T0);
+        pv_prefetch_ahead(v, j, n, pf_bytes);
         __m256 vv[4];
         UNROLL
         for (int c = 0; c < HC; c++) vv[c] = KV_PV_WIDEN8(v[j] + e0 + 8 * c);
@@ -112,9 +119,7 @@ AVX2_INLINE void avx2_pv_blk_split(float *const *o, const float *const *p, const
         for (int c = 0; c < HS; c++) pv_split_load(o[i] + e0 + 16 * c, &ev[i][c], &od[i][c]);
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int32_t j = 0; j < n; j++) {
-        if (pf_bytes > 0 && j + KV_PV_PREFETCH_ROWS < n)
-            for (int64_t b = 0; b < pf_bytes; b += 64)
-                _mm_prefetch((const char *)v[j + KV_PV_PREFETCH_ROWS] + b, _MM_HINT_T0);
+        pv_prefetch_ahead(v, j, n, pf_bytes);
         __m256 ve[4], vo[4];
         UNROLL
         for (int c = 0; c < HS; c++) {
