@@ -64,7 +64,8 @@ run_binary() {
     # table this CPU cannot run (AVX-512 on a Zen 3, say), and Criterion
     # would otherwise exit 1 although every test passed; the warnings
     # are still printed below, failures still fail.
-    "$t" -j"$cjobs" --short-filename --ignore-warnings >"$log" 2>&1
+    # (stdin from /dev/null: the worker's loop reads the list on stdin)
+    "$t" -j"$cjobs" --short-filename --ignore-warnings </dev/null >"$log" 2>&1
     rc=$?
     {
         echo "== $t"
