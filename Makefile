@@ -259,9 +259,16 @@ deps:
 # The first command on a fresh machine: install the build dependencies
 # (the demo needs no test tools), then build in a new make, which reads
 # pkg-config's flags now that the packages are there.
+# The README's `make demo` and `make test` carry no -j: their builds then run
+# one job per core (TEST_JOBS, default the CPU count; one file at a time, the
+# two trees are about 11 minutes of compiling on a 2-core Zen 1). A -j on the
+# command line wins.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+JOBS_UNLESS_GIVEN = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(TEST_JOBS))
+
 demo:
 	@sh tools/deps.sh --build
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(JOBS_UNLESS_GIVEN) all
 	@sh tools/demo.sh $(BUILD)
 
 # A clean Debian 12 root (debootstrap, cached in $(BUILD)/fresh-check) runs the
@@ -328,7 +335,7 @@ quant-bench: $(BUILD)/bin/qw-bench $(BUILD)/bin/qw-makemodel
 # other, each tree's last big kernel file left a core idle (the ASan tree
 # took 240 s on 2 cores for 208 s of work per core).
 test: deps
-	@$(MAKE) --no-print-directory test-trees
+	@$(MAKE) --no-print-directory $(JOBS_UNLESS_GIVEN) test-trees
 	@sh tests/run.sh $(BUILD) $(BUILD)-asan
 
 test-trees: test-tree-main test-tree-asan
