@@ -256,9 +256,6 @@ tests: $(TESTS) $(TOOLS) $(EXAMPLES) $(SERVE_BIN)
 deps:
 	@sh tools/deps.sh
 
-# The first command on a fresh machine: install the build dependencies
-# (the demo needs no test tools), then build in a new make, which reads
-# pkg-config's flags now that the packages are there.
 # The README's `make demo` and `make test` carry no -j: their builds then run
 # one job per core (TEST_JOBS, default the CPU count; one file at a time, the
 # two trees are about 11 minutes of compiling on a 2-core Zen 1). A -j on the
@@ -266,6 +263,9 @@ deps:
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 JOBS_UNLESS_GIVEN = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(TEST_JOBS))
 
+# The first command on a fresh machine: install the build dependencies
+# (the demo needs no test tools), then build in a new make, which reads
+# pkg-config's flags now that the packages are there.
 demo:
 	@sh tools/deps.sh --build
 	@$(MAKE) --no-print-directory $(JOBS_UNLESS_GIVEN) all
