@@ -163,13 +163,13 @@ static AVX2 float avx2_exp_sum(float *s, int32_t n, float *m) {
  * QB * nc <= 10, constants once inlined): K from the f32 tile kt (masked
  * loads; planes 0), or from fp8 K planes (planes 2; kpl[j] + d * dstride:
  * 8 consecutive e4m3 per vector, read whole, widened by e8; only the
- * stores are masked) - one FMA chain over d per score either way. (bf16
- * planes take avx2_scores_blk_split.) Each K vector
+ * stores are masked) - one FMA chain over d per score either way. bf16
+ * planes never come here: they take avx2_scores_blk_split. Each K vector
  * loaded (and widened) feeds QB FMAs: with two heads per K vector, 4 K
  * vectors of 2 widening operations each met 8 FMAs per d, and the
  * widening, not the FMAs, set the pace (9.2-9.7% of an AVX2 prefill in
- * perf, 3.8-3.9% with blocks of 5). Up to 10 accumulators, nc K vectors and a
- * broadcast fit the 16 registers. */
+ * perf, 3.8-3.9% with blocks of 5). Up to 10 accumulators, nc K vectors
+ * and a broadcast fit the 16 registers. */
 AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t hd,
                                  const float *kt, int64_t ld, const void *const *kpl,
                                  int64_t dstride, int32_t j0, int32_t n, float scale,
@@ -207,8 +207,7 @@ AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t
  * hold the even and the odd positions of each 16 apart, put back in order
  * at the store. Same FMA chains, same bits; on a Zen 1 the zero-extensions
  * and shifts of widening 8 at a time (ld8), not the FMAs, set the scores'
- * pace. qb * ns * 2 <=
- * 10 accumulators. */
+ * pace. qb * ns * 2 <= 10 accumulators. */
 AVX2_INLINE void avx2_scores_blk_split(const float *const *q, float *const *o, int64_t hd,
                                        const void *const *kpl, int64_t dstride, int32_t j0,
                                        int32_t n, float scale, const int qb, const int ns,
