@@ -188,11 +188,23 @@ typedef enum qw_engine_option {
  *   to 256 columns) and sum exactly in int32 (docs/quantization.md).
  * QW_NUMERICS_EXACT: f32 activations and f32 accumulation with the
  *   weights' own precision: the numerical reference (1e-4), slower.
+ * QW_NUMERICS_FAST_INT8: QW_NUMERICS_FAST, except that int4 (AWQ, GPTQ
+ *   4-bit) linears quantize their activations to int8 per scale group
+ *   (step: the group's largest magnitude / 127), as llama.cpp's 4-bit
+ *   formats do. With the avx2 kernel table int4 batch-1 decode runs
+ *   faster (codes and activations meet as bytes in vpmaddubsw;
+ *   docs/benchmarks.md); the other tables compute the same bits at
+ *   QW_NUMERICS_FAST's speed. The logits move further from the float64
+ *   reference (up to about 3e-2 relative on the test models, against
+ *   2e-2), while agreement with the unquantized model stays as it was
+ *   (docs/quantization.md). Other weight formats compute as in
+ *   QW_NUMERICS_FAST.
  * Read once by qw_engine_create and fixed for the engine's life; like every
  * option, set it from one thread before creating the engine. */
 typedef enum qw_numerics {
     QW_NUMERICS_FAST = 0,
-    QW_NUMERICS_EXACT = 1
+    QW_NUMERICS_EXACT = 1,
+    QW_NUMERICS_FAST_INT8 = 2
 } qw_numerics;
 
 /* Values of QW_OPT_KV_CACHE_DTYPE: what the KV cache stores K and V in.

@@ -59,7 +59,8 @@ typedef enum qw_engine_option {
 } qw_engine_option;
 typedef enum qw_numerics {
     QW_NUMERICS_FAST = 0,
-    QW_NUMERICS_EXACT = 1
+    QW_NUMERICS_EXACT = 1,
+    QW_NUMERICS_FAST_INT8 = 2
 } qw_numerics;
 typedef enum qw_kv_cache_dtype {
     QW_KV_CACHE_AUTO = 0,

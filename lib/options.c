@@ -112,8 +112,9 @@ QW_API qw_status qw_engine_options_set_int(qw_engine_options *o, qw_engine_optio
         if ((st = in_range("QW_OPT_CHECK_WEIGHTS", v, 0, 1)) == QW_OK) o->check_weights = v;
         return st;
     case QW_OPT_NUMERICS:
-        if ((st = in_range("QW_OPT_NUMERICS (QW_NUMERICS_FAST 0, QW_NUMERICS_EXACT 1)", v,
-                           QW_NUMERICS_FAST, QW_NUMERICS_EXACT)) == QW_OK)
+        if ((st = in_range("QW_OPT_NUMERICS (QW_NUMERICS_FAST 0, QW_NUMERICS_EXACT 1, "
+                           "QW_NUMERICS_FAST_INT8 2)",
+                           v, QW_NUMERICS_FAST, QW_NUMERICS_FAST_INT8)) == QW_OK)
             o->numerics = v;
         return st;
     case QW_OPT_KV_CACHE_DTYPE:

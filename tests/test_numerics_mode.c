@@ -26,7 +26,8 @@ Test(numerics_mode, option_range_is_checked) {
     cr_assert_eq(qw_engine_options_create(&o), QW_OK);
     cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_NUMERICS, QW_NUMERICS_FAST), QW_OK);
     cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_NUMERICS, QW_NUMERICS_EXACT), QW_OK);
-    const int64_t bad[] = { -1, 2, 1000 };
+    cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_NUMERICS, QW_NUMERICS_FAST_INT8), QW_OK);
+    const int64_t bad[] = { -1, 3, 1000 };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_NUMERICS, bad[i]), QW_ERR_INVALID_ARGUMENT);
         cr_assert_not_null(strstr(qw_last_error(), "QW_OPT_NUMERICS"), "message: %s", qw_last_error());

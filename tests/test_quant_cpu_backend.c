@@ -48,22 +48,28 @@ static void assert_same(const qwt_result *a, const qwt_result *b, const char *wh
     }
 }
 
+/* Every mode; QW_NUMERICS_FAST_INT8 (int4's int8 activations) on the int4
+ * model, where its batched run is also chunked (7-token steps). */
 Test(quant_cpu_backend, batched_equals_alone_in_both_modes) {
     static int32_t prompts[NJOBS][64];
     qwt_job jobs[NJOBS];
     make_jobs(jobs, prompts);
-    const int64_t modes[] = { QW_NUMERICS_EXACT, QW_NUMERICS_FAST };
+    const int64_t modes[] = { QW_NUMERICS_EXACT, QW_NUMERICS_FAST, QW_NUMERICS_FAST_INT8 };
+    const char *const names[] = { "exact", "fast", "fast-int8 chunked" };
     for (int f = 0; f < 3; f++) {
         char *dir = model(f);
-        for (int mi = 0; mi < 2; mi++) {
+        for (int mi = 0; mi < 3; mi++) {
+            if (modes[mi] == QW_NUMERICS_FAST_INT8 && f != 0) continue;   /* int4 only */
             qwt_result *alone = calloc(NJOBS, sizeof *alone), *got = calloc(NJOBS, sizeof *got);
             qw_engine *e = qwt_engine_new(dir, &(qwt_engine_cfg){ .numerics = modes[mi], .threads = 1 });
             for (int i = 0; i < NJOBS; i++) qwt_run_jobs(e, &jobs[i], 1, &alone[i]);
             qw_engine_destroy(e);
-            e = qwt_engine_new(dir, &(qwt_engine_cfg){ .numerics = modes[mi], .threads = 2 });
+            e = qwt_engine_new(dir, &(qwt_engine_cfg){
+                                       .numerics = modes[mi], .threads = 2,
+                                       .max_batched_tokens = modes[mi] == QW_NUMERICS_FAST_INT8 ? 7 : 0 });
             qwt_run_jobs(e, jobs, NJOBS, got);
             qw_engine_destroy(e);
-            assert_same(alone, got, mi ? "fast" : "exact", f);
+            assert_same(alone, got, names[mi], f);
             qwt_results_free(alone, NJOBS);
             qwt_results_free(got, NJOBS);
             free(alone);

@@ -172,23 +172,36 @@ Test(quant_kernels, zero_point_outside_the_contract_is_refused) {
     free_qdata(&d);
 }
 
-/* The quantized activation rows of cpu/q4i.h for rows [0, M) of x, for
- * weights of fmt (U4/U8: its Q; E4M3: unused, U4's), owned by the caller:
- * free_q4act. */
-static qwi_q4act make_q4act(const float *x, int64_t M, int64_t K, int64_t gk, qwi_qfmt fmt) {
+/* The quantized activation rows of cpu/q4i.h for rows [0, M) of x with
+ * Q = qmax, and their byte form where Q <= 127 (QW_NUMERICS_FAST_INT8's
+ * int4), owned by the caller: free_q4act. */
+static qwi_q4act make_q4act_q(const float *x, int64_t M, int64_t K, int64_t gk, int32_t qmax) {
     const int64_t KP = qwi_pair_kp(K), G = QWI_DIV_UP(K, gk);
     uint32_t *q = malloc(sizeof(uint32_t) * (size_t)(M * KP));
     float *dd = malloc(sizeof(float) * (size_t)(M * G));
     int32_t *sum = malloc(sizeof(int32_t) * (size_t)(M * G));
     cr_assert(q && dd && sum);
-    const int32_t qmax = qwi_q4i_qmax(gk, fmt == QWI_QFMT_E4M3 ? QWI_QFMT_U4 : fmt);
     cr_assert(qmax > 0);
     qwi_q4i_quantize_rows(x, 0, M, K, gk, qmax, q, dd, sum);
-    return (qwi_q4act){ .q = q, .d = dd, .sum = sum, .KP = KP, .G = G, .group_k = gk, .qmax = qmax };
+    uint32_t *q8 = NULL;   /* the byte form where Q allows it (int4) */
+    if (qmax <= 127) {
+        q8 = malloc(sizeof(uint32_t) * (size_t)(M * QWI_Q4I_Q8_WORDS(KP)));
+        cr_assert(q8);
+        qwi_q4i_bytes_rows(q, 0, M, KP, q8);
+    }
+    return (qwi_q4act){ .q = q, .d = dd, .sum = sum, .KP = KP, .G = G, .group_k = gk, .qmax = qmax,
+                        .q8 = q8 };
+}
+
+/* The same with the default Q of weights of fmt (U4/U8: qwi_q4i_qmax;
+ * E4M3: unused, U4's); int8: QW_NUMERICS_FAST_INT8's for U4 (127). */
+static qwi_q4act make_q4act(const float *x, int64_t M, int64_t K, int64_t gk, qwi_qfmt fmt) {
+    return make_q4act_q(x, M, K, gk, qwi_q4i_qmax(gk, fmt == QWI_QFMT_E4M3 ? QWI_QFMT_U4 : fmt));
 }
 
 static void free_q4act(qwi_q4act *a) {
     free((void *)a->q);
+    free((void *)a->q8);
     free((void *)a->d);
     free((void *)a->sum);
 }
@@ -228,7 +241,8 @@ static void run(const qwi_cpu_kernels *kt, const qwi_qpanel *qp, const float *x,
 /* The same rows one by one: row m's view of a. */
 static qwi_q4act q4_row(const qwi_q4act *a, int64_t m) {
     return (qwi_q4act){ .q = a->q + m * a->KP, .d = a->d + m * a->G, .sum = a->sum + m * a->G,
-                        .KP = a->KP, .G = a->G, .group_k = a->group_k, .qmax = a->qmax };
+                        .KP = a->KP, .G = a->G, .group_k = a->group_k, .qmax = a->qmax,
+                        .q8 = a->q8 ? a->q8 + m * QWI_Q4I_Q8_WORDS(a->KP) : NULL };
 }
 
 typedef struct shape {
@@ -280,7 +294,9 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
         cr_assert(kt->matmul_qf32 && kt->matmul_qpair && kt->matmul_q4i,
                   "%s lacks a quantized kernel", vs[t].name);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-            for (int f = 0; f < 3; f++) {
+            for (int fi = 0; fi < 4; fi++) {
+                /* fi 3: int4 again with int8 activations (QW_NUMERICS_FAST_INT8) */
+                const int f = fi == 3 ? 0 : fi, int8 = fi == 3;
                 const shape *sh = &shapes[si];
                 if (!(sh->fmt_mask & (1 << f))) continue;
                 if (fmts[f] != QWI_QFMT_E4M3 && sh->k % sh->gk) continue;
@@ -297,8 +313,10 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                 for (int64_t i = 0; i < N; i++) bias[i] = urand();
                 for (int64_t i = 0; i < MMAX * N; i++) init[i] = urand();
                 qwi_pair_round_rows(x, 0, MMAX, K, xp);
-                qwi_q4act a = make_q4act(x, MMAX, K, sh->gk, fmts[f]);
+                qwi_q4act a = int8 ? make_q4act_q(x, MMAX, K, sh->gk, QWI_Q4I_QMAX_INT8)
+                                   : make_q4act(x, MMAX, K, sh->gk, fmts[f]);
                 for (int lay = 0; lay < 2; lay++) {
+                    if (int8 && lay != QWI_QPANEL_PAIR) continue;   /* exact mode: no activations to quantize */
                     qwi_qpanel qp;
                     void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
                     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
@@ -310,8 +328,19 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                         run(gen, &qp, x, xp, &a, M, 0, N, bs, o_gen, N, acc);
                         run(kt, &qp, x, xp, &a, M, 0, N, bs, o_tab, N, acc);
                         cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
-                                  "%s %s layout %d shape %zu M %lld: differs from generic", vs[t].name,
-                                  fmt_names[fmts[f]], lay, si, (long long)M);
+                                  "%s %s%s layout %d shape %zu M %lld: differs from generic", vs[t].name,
+                                  fmt_names[fmts[f]], int8 ? " int8" : "", lay, si, (long long)M);
+                        /* int4: the kernels that read the byte form give the
+                         * same bits without it (from the int16 pairs) */
+                        if (a.q8 && fmts[f] == QWI_QFMT_U4 && lay == QWI_QPANEL_PAIR) {
+                            qwi_q4act a16 = a;
+                            a16.q8 = NULL;
+                            memcpy(o_one, init, sizeof(float) * (size_t)(M * N));
+                            kt->matmul_q4i(&a16, M, &qp, 0, N, bs, o_one, N, acc);
+                            cr_assert(memcmp(o_one, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
+                                      "%s shape %zu M %lld: without the byte form differs",
+                                      vs[t].name, si, (long long)M);
+                        }
                         /* float64 reference of the dequantized weights (x as
                          * the kernel saw it: bf16, or int4/int8's q * d, in the
                          * fast layout) */
@@ -378,6 +407,7 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
     float *x = malloc(sizeof(float) * (size_t)(M * K)), *wf = malloc(sizeof(float) * (size_t)(48 * K));
     uint32_t *xpair = malloc(sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
     uint32_t *q4q = malloc(sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
+    uint32_t *q4q8 = malloc(sizeof(uint32_t) * (size_t)(M * QWI_Q4I_Q8_WORDS(qwi_pair_kp(K))));
     float *q4d = malloc(sizeof(float) * (size_t)(M * G));
     int32_t *q4s = malloc(sizeof(int32_t) * (size_t)(M * G));
     float *ref = malloc(sizeof(float) * (size_t)(M * N)), *out = malloc(sizeof(float) * (size_t)(M * N));
@@ -396,8 +426,10 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
             qwi_cpu_pool *pool = NULL;
             cr_assert_eq(qwi_cpu_pool_create(threads, &pool), QW_OK);
             memset(q4q, 0xa5, sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
+            /* 2 threads: with room for int4's byte form */
             qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                               .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s };
+                               .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s,
+                               .q4_q8 = threads == 2 ? q4q8 : NULL };
             qwi_cpu_linear q = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = qp };
             qwi_cpu_linear plain = { .dtype = QWI_DTYPE_F32, .w = wf, .n = 48, .k = K };
             qwi_cpu_mm_job jobs[2] = { { &plain, out2, 0 }, { &q, out, 0 } };
@@ -414,6 +446,7 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
     free(wf);
     free(xpair);
     free(q4q);
+    free(q4q8);
     free(q4d);
     free(q4s);
     free(ref);
@@ -447,6 +480,7 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     uint32_t *xpair = malloc(sizeof(uint32_t) * (size_t)(M * KP));
     float *xwide = malloc(sizeof(float) * (size_t)(2 * M * KP));   /* used where kt reads it */
     uint32_t *q4q = malloc(sizeof(uint32_t) * (size_t)(M * KP));
+    uint32_t *q4q8 = malloc(sizeof(uint32_t) * (size_t)(M * QWI_Q4I_Q8_WORDS(KP)));
     float *q4d = malloc(sizeof(float) * (size_t)(M * (K / 64)));
     int32_t *q4s = malloc(sizeof(int32_t) * (size_t)(M * (K / 64)));
     enum { NJ = 10 };
@@ -458,9 +492,9 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     qwi_cpu_pool *pool = NULL;
     cr_assert_eq(qwi_cpu_pool_create(2, &pool), QW_OK);
     qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool), .xpair = xpair,
-                       .xwide = xwide, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s };
+                       .xwide = xwide, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s, .q4_q8 = q4q8 };
     /* mixed groups: 128, 64, then the int8 and FP8 jobs; 8 int4 jobs, then
-     * int8 (group 128, one quantization with int4's) and FP8; int4 and
+     * int8 (group 128; its Q differs from int4's, so its own quantization) and FP8; int4 and
      * int8 of one group alone */
     const qwi_cpu_linear *mixed[4] = { &l128, &l64, &l8, &lfp8 };
     const qwi_cpu_linear *many[NJ];
@@ -505,6 +539,7 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     free(xpair);
     free(xwide);
     free(q4q);
+    free(q4q8);
     free(q4d);
     free(q4s);
     free(b128);
@@ -599,6 +634,81 @@ Test(quant_kernels, q4i_levels_keep_the_int32_sums_exact) {
     cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 2000000, 2000000), 0);
     cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, 16, 70000, 70000), 0);
     cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_SEQ, 16, 70000, 70000), 0);
+}
+
+/* The byte form of int4's activations (cpu/q4i.h): each block's two words
+ * hold columns k0, k0+4, k0+1, k0+5 | k0+2, k0+6, k0+3, k0+7, columns past
+ * K are 0 (odd K: a pad column and a partial last block). */
+Test(quant_kernels, q4i_byte_form_follows_the_block_order) {
+    static const int COL[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };   /* byte i of a block: column */
+    const int64_t M = 2, K = 21, gk = 22, KP = qwi_pair_kp(K), W = QWI_Q4I_Q8_WORDS(KP);
+    float x[2 * 21];
+    for (int64_t i = 0; i < M * K; i++) x[i] = urand();
+    uint32_t q[2 * 11], q8[2 * 6];
+    float d[2];
+    int32_t sum[2];
+    cr_assert_eq(W, 6);
+    qwi_q4i_quantize_rows(x, 0, M, K, gk, 127, q, d, sum);
+    memset(q8, 0xa5, sizeof q8);
+    qwi_q4i_bytes_rows(q, 0, M, KP, q8);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < W / 2; b++)
+            for (int i = 0; i < 8; i++) {
+                const int64_t k = 8 * b + COL[i];
+                const uint32_t word = q8[m * W + 2 * b + i / 4];
+                const int8_t got = (int8_t)(word >> (8 * (i % 4)));
+                const int16_t want =
+                    k < K ? (int16_t)(k & 1 ? q[m * KP + k / 2] >> 16 : q[m * KP + k / 2] & 0xffff) : 0;
+                cr_assert_eq(got, want, "row %lld block %lld byte %d", (long long)m, (long long)b, i);
+            }
+}
+
+/* The int4 kernels' largest sums: every code 15 (zero 0) against every
+ * activation at +Q or -Q, in groups long enough for whole runs of blocks
+ * (vpmaddubsw's int16 sums and their 4-block runs at their bounds): each
+ * table gives the generic table's bits, and the exact value. */
+Test(quant_kernels, q4i_int4_extreme_sums_stay_exact) {
+    const int64_t N = 64, K = 512;
+    const int64_t gks[] = { 32, 128, 512 };
+    variant vs[MAX_VARIANTS];
+    const int nv = table_variants(vs);
+    float *x = malloc(sizeof(float) * 2 * (size_t)K), o_gen[2 * 64], o_tab[2 * 64];
+    cr_assert(x);
+    for (size_t gi = 0; gi < sizeof gks / sizeof gks[0]; gi++) {
+        qdata d = make_qdata(QWI_QFMT_U4, N, K, gks[gi]);
+        memset(d.codes, 15, (size_t)(N * K));
+        for (int64_t i = 0; i < N * d.G; i++) {
+            d.zeros[i] = 0.0f;
+            d.scales[i] = 1.0f;
+        }
+        qwi_qpanel qp;
+        void *buf = pack(&d, QWI_QPANEL_PAIR, &qp);
+        for (int sign = -1; sign <= 1; sign += 2) {
+            for (int64_t i = 0; i < 2 * K; i++) x[i] = (float)sign * (i < K ? 3.0f : 0.5f);
+            qwi_q4act a = make_q4act_q(x, 2, K, gks[gi], QWI_Q4I_QMAX_INT8);
+            cr_assert(a.q8 && a.qmax == QWI_Q4I_QMAX_INT8);
+            for (int64_t M = 1; M <= 2; M++) {
+                vs[0].kt.matmul_q4i(&a, M, &qp, 0, N, NULL, o_gen, N, 0);
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t n = 0; n < N; n++) {
+                        /* 15 * 127 * K, times d = amax / 127 */
+                        const double want = (double)sign * 15.0 * K * (m == 0 ? 3.0 : 0.5);
+                        cr_assert(fabs(o_gen[m * N + n] - want) <= 1e-6 * fabs(want),
+                                  "gk %lld: %g vs %g", (long long)gks[gi], (double)o_gen[m * N + n], want);
+                    }
+                for (int t = 1; t < nv; t++) {
+                    vs[t].kt.matmul_q4i(&a, M, &qp, 0, N, NULL, o_tab, N, 0);
+                    cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
+                              "%s gk %lld sign %d M %lld: differs from generic", vs[t].name,
+                              (long long)gks[gi], sign, (long long)M);
+                }
+            }
+            free_q4act(&a);
+        }
+        free(buf);
+        free_qdata(&d);
+    }
+    free(x);
 }
 
 /* Values spanning 2^-20 .. 2^12 within a group. */
@@ -703,7 +813,9 @@ static void gemv_matches_generic_at(const char *distance) {
     cr_assert(x && o_gen && o_tab && xp);
     for (int64_t i = 0; i < 2 * K; i++) x[i] = urand();
     qwi_pair_round_rows(x, 0, 2, K, xp);
-    qwi_q4act a = make_q4act(x, 2, K, GK, QWI_QFMT_U8);   /* Q 32767: int4's too */
+    qwi_q4act a8 = make_q4act(x, 2, K, GK, QWI_QFMT_U8);   /* Q 32767 */
+    qwi_q4act a4 = make_q4act(x, 2, K, GK, QWI_QFMT_U4);   /* Q 32767 */
+    qwi_q4act a4i8 = make_q4act_q(x, 2, K, GK, QWI_Q4I_QMAX_INT8);   /* 127, the byte form */
     int compared = 0;
     variant vs[MAX_VARIANTS];
     const int nv = table_variants(vs);
@@ -714,12 +826,16 @@ static void gemv_matches_generic_at(const char *distance) {
             for (int lay = 0; lay < 2; lay++) {
                 qwi_qpanel qp;
                 void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
-                for (int64_t M = 1; M <= 2; M++) {
-                    run(gen, &qp, x, xp, &a, M, 0, N, NULL, o_gen, N, 0);
-                    run(kt, &qp, x, xp, &a, M, 0, N, NULL, o_tab, N, 0);
-                    cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
-                              "%s %s layout %d M %lld, prefetch %s: differs from generic",
-                              vs[t].name, fmt_names[fmts[f]], lay, (long long)M, distance);
+                for (int64_t M = 1; M <= 4; M++) {   /* 3, 4: M 1, 2 with int8 activations */
+                    const qwi_q4act *a = fmts[f] == QWI_QFMT_U8 ? &a8 : M > 2 ? &a4i8 : &a4;
+                    if (M > 2 && fmts[f] != QWI_QFMT_U4) break;
+                    const int64_t m = M > 2 ? M - 2 : M;
+                    run(gen, &qp, x, xp, a, m, 0, N, NULL, o_gen, N, 0);
+                    run(kt, &qp, x, xp, a, m, 0, N, NULL, o_tab, N, 0);
+                    cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(m * N)) == 0,
+                              "%s %s%s layout %d M %lld, prefetch %s: differs from generic",
+                              vs[t].name, fmt_names[fmts[f]], M > 2 ? " int8" : "", lay, (long long)m,
+                              distance);
                     compared++;
                 }
                 free(buf);
@@ -728,7 +844,9 @@ static void gemv_matches_generic_at(const char *distance) {
         }
     }
     if (!compared) cr_skip_test("no ISA table on this CPU");
-    free_q4act(&a);
+    free_q4act(&a8);
+    free_q4act(&a4);
+    free_q4act(&a4i8);
     free(x);
     free(xp);
     free(o_gen);

@@ -9,7 +9,7 @@
  *            [--temperature T] [--top-p P] [--max-num-seqs N] [--max-batched-tokens N]
  *            [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]
  *            [--logprobs N]
- *            [--kv-blocks N] [--seed N] [--numerics fast|exact] [--no-limits]
+ *            [--kv-blocks N] [--seed N] [--numerics fast|exact|fast-int8] [--no-limits]
  *            [--kv-cache-dtype auto|f32|bf16|fp8]
  *   qw-bench --model DIR --prompts FILE (--request-rate R|inf | --fixed-schedule)
  *            [--num-prompts N] [--input-len N] [--output-len N] [--seed N] [--json]
@@ -180,7 +180,7 @@ static void usage(void) {
             "  [--len-dist fixed|uniform|lognormal] [--rate REQ_PER_S | --concurrency C]\n"
             "  [--scenario mixed-long|shared-prefix|chat] [--long-len N] [--prefix-len N]\n"
             "  [--turns N] [--temperature T] [--top-p P] [--max-num-seqs N]\n"
-            "  [--max-batched-tokens N] [--kv-blocks N] [--seed N] [--numerics fast|exact]\n"
+            "  [--max-batched-tokens N] [--kv-blocks N] [--seed N] [--numerics fast|exact|fast-int8]\n"
             "  [--kv-cache-dtype auto|f32|bf16|fp8]\n"
             "  [--no-limits] [--repetition-penalty R] [--presence-penalty P]\n"
             "  [--frequency-penalty F] [--logprobs N]\n"
@@ -250,7 +250,9 @@ static void parse(int argc, char **argv, args *a) {
         usage();
     }
     if (!a->model) usage();
-    if (a->numerics && strcmp(a->numerics, "fast") && strcmp(a->numerics, "exact")) usage();
+    if (a->numerics && strcmp(a->numerics, "fast") && strcmp(a->numerics, "exact") &&
+        strcmp(a->numerics, "fast-int8"))
+        usage();
     if (a->kv_dtype && kv_dtype_value(a->kv_dtype) < 0) usage();
     if (a->num_requests <= 0 || a->input_len <= 0 || a->output_len <= 0) usage();
     if (strcmp(a->len_dist, "fixed") && strcmp(a->len_dist, "uniform") && strcmp(a->len_dist, "lognormal"))
@@ -1319,7 +1321,9 @@ static qw_engine_options *engine_options(const args *a) {
     if (s == QW_OK) s = qw_engine_options_set_int(o, QW_OPT_SEED, (int64_t)a->seed);
     if (s == QW_OK && a->numerics)
         s = qw_engine_options_set_int(o, QW_OPT_NUMERICS,
-                                      strcmp(a->numerics, "exact") ? QW_NUMERICS_FAST : QW_NUMERICS_EXACT);
+                                      !strcmp(a->numerics, "exact")       ? QW_NUMERICS_EXACT
+                                      : !strcmp(a->numerics, "fast-int8") ? QW_NUMERICS_FAST_INT8
+                                                                          : QW_NUMERICS_FAST);
     if (s == QW_OK && a->kv_dtype)
         s = qw_engine_options_set_int(o, QW_OPT_KV_CACHE_DTYPE, kv_dtype_value(a->kv_dtype));
     if (s != QW_OK) die("options: %s", qw_last_error());
@@ -1794,7 +1798,7 @@ int main(int argc, char **argv) {
                  .cpu = detect_cpu(), .bf16_1 = NAN, .bf16_n = NAN, .fma_1 = NAN, .fma_n = NAN,
                  .fma_isa = "none" };
     const char *numerics = b.a.numerics ? b.a.numerics : "fast (engine default)";
-    L.bf16_dot = strcmp(L.kernels, "avx512bf16") == 0 && (!b.a.numerics || !strcmp(b.a.numerics, "fast"));
+    L.bf16_dot = strcmp(L.kernels, "avx512bf16") == 0 && fast;
     if (b.a.limits && !cuda) {
         /* raw compute peaks: the limit the prefill and batched-decode GEMMs
          * can approach (AMX tiles are not measured: no machine to test on) */

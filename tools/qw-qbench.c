@@ -7,6 +7,7 @@
  *   exact: matmul_qf32 (SEQ)   vs the bf16 panel kernel (matmul_bf16_panel)
  *   fast:  matmul_qpair (PAIR; int4/int8: matmul_q4i, cpu/q4i.h) vs the bf16
  *          pair kernel (matmul_pair)
+ *   int8:  int4 in QW_NUMERICS_FAST_INT8 (matmul_q4i with int8 activations)
  *
  *   qw-qbench [--k N] [--n N] [--threads N] [--group N] [--layers N]
  *             [--ms 1,64,256] [--seconds S]
@@ -28,6 +29,7 @@
 #include "cpu/page_map.h"
 #include "cpu/pairpanel.h"
 #include "cpu/panel.h"
+#include "cpu/q4i.h"
 #include "cpu/qpanel.h"
 #include "cpu/threadpool.h"
 
@@ -151,6 +153,7 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < N * G; i++) { scales[i] = 0.01f; zeros[i] = 8.0f; }
     /* the int4/int8 kernels' quantized rows (cpu/q4i.h), as the engine's driver keeps them */
     uint32_t *q4q = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
+    uint32_t *q4q8 = xalloc(sizeof(uint32_t) * (size_t)(mmax * QWI_Q4I_Q8_WORDS(qwi_pair_kp(K))));
     float *q4d = xalloc(sizeof(float) * (size_t)(mmax * G));
     int32_t *q4s = xalloc(sizeof(int32_t) * (size_t)(mmax * G));
 
@@ -161,8 +164,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nms; i++) if (ms[i] > 1) printf("  M=%-4lld GF/s", (long long)ms[i]);
     printf("\n");
     const char *fnames[] = { "bf16", "U4", "U8", "E4M3" };
-    for (int mode = 0; mode < 2; mode++)
+    for (int mode = 0; mode < 3; mode++)
         for (int f = 0; f < 4; f++) {
+            if (mode == 2 && f != QWI_QFMT_U4) continue;   /* int8 activations: int4 only */
             qwi_cpu_linear *lins = calloc((size_t)layers, sizeof *lins);
             qwi_page_map *bufs = calloc((size_t)layers, sizeof *bufs);
             size_t bytes = 0;
@@ -207,9 +211,9 @@ int main(int argc, char **argv) {
             }
             bench b = { .cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
                                 .xpair = xpair, .xwide = xwide, .q4_q = q4q, .q4_d = q4d,
-                                .q4_sum = q4s },
+                                .q4_sum = q4s, .q4_q8 = q4q8, .q4_int8 = mode == 2 },
                         .x = x, .K = K, .lins = lins, .nl = (int)layers, .out = out };
-            printf("%-6s %-5s %12zu", mode ? "fast" : "exact", fnames[f], bytes);
+            printf("%-6s %-5s %12zu", mode == 2 ? "int8" : mode ? "fast" : "exact", fnames[f], bytes);
             fflush(stdout);
             for (int i = 0; i < nms; i++) {
                 const double t = time_calls(&b, ms[i], seconds);
@@ -223,6 +227,6 @@ int main(int argc, char **argv) {
             free(lins);
         }
     qwi_cpu_pool_destroy(pool);
-    free(x); free(xpair); free(xwide); free(q4q); free(q4d); free(q4s); free(out); free(wf); free(codes); free(scales); free(zeros);
+    free(x); free(xpair); free(xwide); free(q4q); free(q4q8); free(q4d); free(q4s); free(out); free(wf); free(codes); free(scales); free(zeros);
     return 0;
 }

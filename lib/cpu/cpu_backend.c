@@ -31,6 +31,7 @@
 #include "cpu/page_map.h"
 #include "cpu/pairpanel.h"
 #include "cpu/panel.h"
+#include "cpu/q4i.h"
 #include "cpu/qpanel.h"
 #include "cpu/threadpool.h"
 
@@ -85,6 +86,7 @@ typedef struct cpu_backend {
     float *xwide;                  /* ... widened, where the table reads them so: twice that */
     /* fast mode, U4/U8 weights: quantized matmul inputs (cpu/q4i.h), rows = max(T, logit_rows) */
     uint32_t *q4_q;                /* [rows][ceil(max_k / 2)] int16 pairs                */
+    uint32_t *q4_q8;               /* [rows][QWI_Q4I_Q8_WORDS(ceil(max_k / 2))] int8     */
     float *q4_d;                   /* [rows][groups]                                     */
     int32_t *q4_sum;               /* [rows][groups]                                     */
     float **attn_buf;              /* [nthreads]                                  */
@@ -194,6 +196,7 @@ static void cpu_destroy(qwi_backend *base) {
     free(b->xpair);
     free(b->xwide);
     free(b->q4_q);
+    free(b->q4_q8);
     free(b->q4_d);
     free(b->q4_sum);
     free(b->attn_buf);
@@ -336,10 +339,12 @@ static size_t mem_available(void) {
  * lanes), but a backend uses one of them for its whole life, so every
  * invariant (batched == alone, ...) holds in both.
  */
-/* Whether the backend runs QW_NUMERICS_FAST: every linear layer's weight
+/* Whether the backend runs QW_NUMERICS_FAST (or _FAST_INT8): every linear layer's weight
  * in bf16 pair panels (cpu/pairpanel.h), always copied, and each matmul's
  * input rounded to bf16 pairs (cx.xpair). */
-static bool fast_mode(const cpu_backend *b) { return b->bc.numerics == QW_NUMERICS_FAST; }
+static bool fast_mode(const cpu_backend *b) {
+    return b->bc.numerics == QW_NUMERICS_FAST || b->bc.numerics == QW_NUMERICS_FAST_INT8;
+}
 
 /* Bytes of l's weight in the copy: its pair-panel form in fast mode, else
  * its panel form where it has one; a quantized weight's qpanel form (PAIR
@@ -620,9 +625,13 @@ static qw_status setup_scratch(cpu_backend *b) {
         if (int_groups > 0) {
             const size_t rows = QWI_MAX(T, (size_t)b->logit_rows);
             b->q4_q = (uint32_t *)alloc_floats(rows, (size_t)qwi_pair_kp((int64_t)max_k));
+            if (b->bc.numerics == QW_NUMERICS_FAST_INT8)   /* int4's int8 activations */
+                b->q4_q8 = (uint32_t *)alloc_floats(
+                    rows, (size_t)QWI_Q4I_Q8_WORDS(qwi_pair_kp((int64_t)max_k)));
             b->q4_d = alloc_floats(rows, (size_t)int_groups);
             b->q4_sum = (int32_t *)alloc_floats(rows, (size_t)int_groups);
-            if (!b->q4_q || !b->q4_d || !b->q4_sum)
+            if (!b->q4_q || (b->bc.numerics == QW_NUMERICS_FAST_INT8 && !b->q4_q8) || !b->q4_d ||
+                !b->q4_sum)
                 return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4/int8 activation scratch allocation "
                                 "failed (max_num_batched_tokens %zu)", T);
         }
@@ -648,6 +657,8 @@ static qw_status setup_scratch(cpu_backend *b) {
     b->cx.xpair = b->xpair;
     b->cx.xwide = b->xwide;
     b->cx.q4_q = b->q4_q;
+    b->cx.q4_q8 = b->q4_q8;
+    b->cx.q4_int8 = b->q4_q8 != NULL;
     b->cx.q4_d = b->q4_d;
     b->cx.q4_sum = b->q4_sum;
     b->cx.act_exp = fast_mode(b) ? qwi_cpu_kv_bf16_for(b->cx.kt) : NULL;

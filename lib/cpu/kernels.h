@@ -124,7 +124,8 @@ typedef void (*qwr_matmul_qpair_wide_fn)(const float *xw, int64_t M, int64_t KP,
 /* The fast mode's int4/int8 matmul (cpu/q4i.h has the activation form and
  * the arithmetic contract, bit-identical between tables): x the call's
  * quantized activation rows (row 0 = the call's first row; x->group_k ==
- * w->group_k, x->qmax <= qwi_q4i_qmax(group_k, w->fmt)), w a U4 or U8
+ * w->group_k, x->qmax <= qwi_q4i_qmax(group_k, w->fmt); x->q8 their byte
+ * form or NULL, which kernels may read instead of x->q), w a U4 or U8
  * weight in the PAIR layout, n0, N, bias, out, ldo and accumulate as for
  * matmul_qpair. */
 struct qwi_q4act;

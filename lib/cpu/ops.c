@@ -114,9 +114,10 @@ typedef struct q4_ctx {
 
 static void q4_task(void *p, int64_t t, int thread) {
     const q4_ctx *c = p;
-    qwi_q4i_quantize_rows(c->x, t * c->rows, QWI_MIN(c->M, (t + 1) * c->rows), c->K,
-                          c->a->group_k, c->a->qmax, (uint32_t *)c->a->q, (float *)c->a->d,
-                          (int32_t *)c->a->sum);
+    const int64_t m0 = t * c->rows, m1 = QWI_MIN(c->M, (t + 1) * c->rows);
+    qwi_q4i_quantize_rows(c->x, m0, m1, c->K, c->a->group_k, c->a->qmax, (uint32_t *)c->a->q,
+                          (float *)c->a->d, (int32_t *)c->a->sum);
+    if (c->a->q8) qwi_q4i_bytes_rows(c->a->q, m0, m1, c->a->KP, (uint32_t *)c->a->q8);
 }
 
 /* The job's kernel is the integer one (U4/U8 codes, cpu/q4i.h). */
@@ -194,15 +195,18 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
     for (int j = 0; j < njobs; j++) {
         const qwi_cpu_linear *l = jobs[j].lin;
         if (is_int_pair(l)) {
-            if (q4_gk && l->qp.group_k != q4_gk) {   /* one quantization per call */
+            /* one quantization per call: jobs whose groups or Q differ
+             * (QW_NUMERICS_FAST_INT8: int4's 127 next to int8's) each get their own, so
+             * that a job's bits never depend on what it is fused with
+             * (packing made sure each Q is nonzero) */
+            int32_t qm = qwi_q4i_qmax(l->qp.group_k, l->qp.fmt);
+            if (cx->q4_int8 && l->qp.fmt == QWI_QFMT_U4) qm = QWI_MIN(qm, QWI_Q4I_QMAX_INT8);
+            if (q4_gk && (l->qp.group_k != q4_gk || qm != q4_qmax)) {
                 for (int i = 0; i < njobs; i++) matmul_run(cx, x, M, K, &jobs[i], 1, x_ready);
                 return;
             }
             q4_gk = l->qp.group_k;
-            /* the smaller Q where int4 and int8 weights meet (packing
-             * made sure each is nonzero) */
-            const int32_t qm = qwi_q4i_qmax(q4_gk, l->qp.fmt);
-            q4_qmax = q4_qmax ? QWI_MIN(q4_qmax, qm) : qm;
+            q4_qmax = qm;
         }
         total_n += l->n;
         if (l->quant) esize = 1;   /* 0.5-1 byte per weight: the block math below */
@@ -215,7 +219,7 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
     if (q4_gk) {   /* the same for the integer jobs' quantized rows */
         c.q4 = (qwi_q4act){ .q = cx->q4_q, .d = cx->q4_d, .sum = cx->q4_sum,
                             .KP = qwi_pair_kp(K), .G = QWI_DIV_UP(K, q4_gk), .group_k = q4_gk,
-                            .qmax = q4_qmax };
+                            .qmax = q4_qmax, .q8 = q4_qmax <= 127 ? cx->q4_q8 : NULL };
         q4_ctx r = { .x = x, .a = &c.q4, .M = M, .K = K,
                      .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
         qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), q4_task, &r);

@@ -6,6 +6,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "cpu/kernels.h"
 #include "cpu/q4i.h"
@@ -24,6 +25,19 @@ int32_t qwi_q4i_qmax(int64_t group_k, qwi_qfmt fmt) {
     const int64_t q = (int64_t)INT32_MAX / (((int64_t)1 << bits) * group_k);
     if (q < 127) return 0;
     return (int32_t)QWI_MIN(q, (int64_t)32767);
+}
+
+void qwi_q4i_bytes_rows(const uint32_t *q, int64_t m0, int64_t m1, int64_t KP, uint32_t *q8) {
+    /* column t of a block goes to byte POS[t] of its two words (q4i.h) */
+    static const int POS[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
+    const int64_t W = QWI_Q4I_Q8_WORDS(KP);
+    for (int64_t m = m0; m < m1; m++) {
+        const i16_alias *qr = (const i16_alias *)(q + m * KP);
+        uint8_t *out = (uint8_t *)(q8 + m * W);
+        memset(out, 0, (size_t)W * 4);
+        for (int64_t k = 0; k < 2 * KP; k++)
+            out[(k / 8) * 8 + POS[k % 8]] = (uint8_t)(int8_t)qr[k];
+    }
 }
 
 /* Fold |x[k]| for k in [k0, k1) into *amax, and a NaN or infinity into

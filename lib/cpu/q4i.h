@@ -28,8 +28,8 @@
  * q is stored as int16 pairs in the bf16 pair order of cpu/pairpanel.h:
  * pair j of a row = q[2j] in the low half, q[2j+1] in the high half (an
  * odd K's pad column is 0). Resolution: |x - q d| <= d/2 = amax / (2Q),
- * about 1.5e-5 of the group's largest value for groups up to 4096 columns
- * (bf16 rounding: 2^-9 of each value).
+ * about 1.5e-5 of the group's largest value at Q = 32767, 2^-8 of it at
+ * Q = 127 (bf16 rounding: 2^-9 of each value).
  *
  * Weights: the PAIR layout of cpu/qpanel.h for U4 and U8 (each 16-bit half
  * of a lane holds a panel slot's even or odd columns of a block's P pairs
@@ -51,9 +51,31 @@
  *   v = bias ? total + bias[n] : total; out = accumulate ? out + v : v.
  * Exactness: |code - zero| <= 2^bits (16 for U4, 256 for U8) and |q| <= Q,
  * so every partial sum is at most 2^bits * Q * group_k in magnitude;
- * Q = qwi_q4i_qmax(group_k, fmt) keeps that below 2^31. A call whose
- * weights have both widths uses the smaller Q (ops.c): 32767 either way
- * for groups of up to 256 columns.
+ * Q <= qwi_q4i_qmax(group_k, fmt) keeps that below 2^31. Jobs of one call
+ * whose Q differ are quantized each on their own (ops.c).
+ *
+ * Q = qwi_q4i_qmax: 32767 for groups up to 4096 (U4) or 256 (U8) columns.
+ *
+ * QW_NUMERICS_FAST_INT8 lowers U4's Q to QWI_Q4I_QMAX_INT8 = 127: int8
+ * activations, as llama.cpp's Q4_K x Q8_K dot products have them (there
+ * per 256 columns, here per scale group). Why: at Q <= 127 a 4-bit code
+ * and an activation are both bytes, and vpmaddubsw multiplies 32 such
+ * pairs per ymm instruction where vpmaddwd multiplies 16 int16 pairs; on a
+ * Zen 1 (which splits every ymm operation in two) int4 batch-1 decode is
+ * bound by those multiplies, under the memory's rate. Half a step is then
+ * amax / 254 of the group's largest value (bf16 rounds each value to 2^-9
+ * of itself), which takes the logits further from the float64 reference
+ * than the fast mode's 2e-2 (docs/quantization.md). U8 codes (0-255) would
+ * overflow vpmaddubsw's int16 pair sums, so U8 keeps Q.
+ *
+ * The byte form (q8, for kernels that use vpmaddubsw; filled only when
+ * Q <= 127): per row, per block of 4 pairs (8 columns k0 = 8b .. 8b+7, the
+ * U4 PAIR block of cpu/qpanel.h), two 32-bit words of int8 values,
+ *   word 2b:   q(k0), q(k0+4), q(k0+1), q(k0+5)   (byte 0 first)
+ *   word 2b+1: q(k0+2), q(k0+6), q(k0+3), q(k0+7)
+ * the order in which a U4 block lane's bytes hold its codes after a mask
+ * (low nibbles) and after a shift by 4 and a mask (high nibbles); columns
+ * past K are 0. Row stride: QWI_Q4I_Q8_WORDS(KP) words.
  */
 #ifndef QWI_CPU_Q4I_H
 #define QWI_CPU_Q4I_H
@@ -70,13 +92,22 @@ typedef struct qwi_q4act {
     int64_t G;                /* groups per row: ceil(K / group_k)            */
     int64_t group_k;          /* input columns per group (even)               */
     int32_t qmax;             /* Q: the largest |q| (qwi_q4i_qmax)            */
+    const uint32_t *q8;       /* [M][QWI_Q4I_Q8_WORDS(KP)] the byte form, or
+                                 NULL (then kernels read q only); only with
+                                 qmax <= 127                                   */
 } qwi_q4act;
+
+/* U4's Q in QW_NUMERICS_FAST_INT8 (above). */
+#define QWI_Q4I_QMAX_INT8 127
+
+/* 32-bit words per row of the byte form: two per block of 4 pairs. */
+#define QWI_Q4I_Q8_WORDS(KP) (2 * (((KP) + 3) / 4))
 
 /* Largest |q| for groups of group_k columns times codes of format fmt
  * (U4: bits = 4, U8: bits = 8): min(32767, (2^31 - 1) / (2^bits *
  * group_k)); 0 when group_k is not positive and even, fmt is not an
  * integer format, or the group is so long that fewer than 127 levels
- * would remain. */
+ * would remain. Any smaller Q keeps the sums exact too. */
 int32_t qwi_q4i_qmax(int64_t group_k, qwi_qfmt fmt);
 
 /* Quantize rows [m0, m1) of x ([*][K] f32, row-major) as above, with
@@ -87,6 +118,11 @@ int32_t qwi_q4i_qmax(int64_t group_k, qwi_qfmt fmt);
  * portable loop). */
 void qwi_q4i_quantize_rows(const float *x, int64_t m0, int64_t m1, int64_t K, int64_t group_k,
                            int32_t qmax, uint32_t *q, float *d, int32_t *sum);
+
+/* The byte form (above) of rows [m0, m1) of q (int16 pairs, KP per row, as
+ * qwi_q4i_quantize_rows wrote them with qmax <= 127) into q8 (row m at
+ * q8 + m * QWI_Q4I_Q8_WORDS(KP)). Rows are independent. */
+void qwi_q4i_bytes_rows(const uint32_t *q, int64_t m0, int64_t m1, int64_t KP, uint32_t *q8);
 
 /* The portable loop of qwi_q4i_quantize_rows, whatever the CPU (tests). */
 void qwi_q4i_quantize_rows_portable(const float *x, int64_t m0, int64_t m1, int64_t K,

@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "  --port N                    TCP port (default 8000; 0 = any free port)\n"
             "  --served-model-name NAME    model id of the API (default: last component of DIR)\n"
             "  --device cpu|cuda:N  --threads N  --max-num-seqs N  --max-num-batched-tokens N\n"
-            "  --max-model-len N  --kv-cache-bytes N  --block-size N  --numerics fast|exact\n"
+            "  --max-model-len N  --kv-cache-bytes N  --block-size N  --numerics fast|exact|fast-int8\n"
             "  --kv-cache-dtype auto|f32|bf16|fp8  --seed N  --no-prefix-caching\n"
             "                              engine options\n"
             "  --max-queue N               waiting requests before 503 (default 256)\n"
@@ -104,6 +104,7 @@ int qws_config_parse(int argc, char **argv, qws_config *c) {
         } else if (!strcmp(f, "--numerics")) {
             if (v && !strcmp(v, "fast")) c->numerics = QW_NUMERICS_FAST;
             else if (v && !strcmp(v, "exact")) c->numerics = QW_NUMERICS_EXACT;
+            else if (v && !strcmp(v, "fast-int8")) c->numerics = QW_NUMERICS_FAST_INT8;
             else rc = bad(f, v);
         } else if (!strcmp(f, "--kv-cache-dtype")) {
             if (v && !strcmp(v, "auto")) c->kv_cache_dtype = QW_KV_CACHE_AUTO;

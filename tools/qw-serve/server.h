@@ -35,7 +35,7 @@ typedef struct qws_config {
     const char *device;            /* [NULL: library default "cpu"]             */
     long threads, max_num_seqs, max_num_batched_tokens, max_model_len, block_size;
     long long kv_cache_bytes;
-    int numerics;                  /* -1, QW_NUMERICS_FAST or QW_NUMERICS_EXACT */
+    int numerics;                  /* -1 or a qw_numerics value                  */
     int kv_cache_dtype;            /* -1 (unset) or a qw_kv_cache_dtype         */
     int has_seed;
     long long seed;

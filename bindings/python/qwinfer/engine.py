@@ -117,7 +117,7 @@ class Engine:
     """Engine(model=DIR, device="cpu", max_num_seqs=..., numerics="fast", ...).
 
     Keyword options are the QW_OPT_* names in lower case; strings, floats and
-    ints map to the typed setters. numerics takes "fast" or "exact";
+    ints map to the typed setters. numerics takes "fast", "exact" or "fast-int8";
     kv_cache_dtype takes "auto", "f32", "bf16" or "fp8".
     """
 
@@ -130,7 +130,8 @@ class Engine:
             _check(lib.qw_engine_options_set_string(o, lib.QW_OPT_DEVICE, device.encode()), "device")
             for name, value in options.items():
                 if name == "numerics" and isinstance(value, str):
-                    value = {"fast": lib.QW_NUMERICS_FAST, "exact": lib.QW_NUMERICS_EXACT}[value]
+                    value = {"fast": lib.QW_NUMERICS_FAST, "exact": lib.QW_NUMERICS_EXACT,
+                             "fast-int8": lib.QW_NUMERICS_FAST_INT8}[value]
                 if name == "kv_cache_dtype" and isinstance(value, str):
                     kinds = {"auto": lib.QW_KV_CACHE_AUTO, "f32": lib.QW_KV_CACHE_F32,
                              "bf16": lib.QW_KV_CACHE_BF16, "fp8": lib.QW_KV_CACHE_FP8_E4M3}

@@ -108,6 +108,18 @@ def test_errors_carry_status_and_message(tiny_model):
         assert llm.stats()["num_running"] == 0
 
 
+def test_numerics_names_map_to_the_option(tiny_model):
+    # each name the binding accepts makes an engine that generates; on the
+    # bf16 tiny model fast-int8 computes as fast does (it changes int4 only)
+    outs = {}
+    for name in ("fast", "exact", "fast-int8"):
+        with Engine(model=tiny_model, numerics=name) as llm:
+            outs[name] = llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4, temperature=0))[0]
+    assert outs["fast-int8"].outputs[0].token_ids == outs["fast"].outputs[0].token_ids
+    with pytest.raises(KeyError):
+        Engine(model=tiny_model, numerics="fast-int4")
+
+
 def test_chat_and_model_info(tiny_model):
     with Engine(model=tiny_model, max_model_len=256) as llm:
         info = llm.model_info
