@@ -209,9 +209,9 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
  * neighbours: 16 int16 sums per ymm, 32 products, where a2_direct's
  * vpmaddwd makes 16 and needs a shift and a mask per pair. Per 64 weights
  * 7 operations instead of 14; on a Zen 1, which splits each ymm operation
- * in two and is bound here by the multiplier, int4 GEMV went from 6.9 to
- * 9.5 GB/s on one core and from 11.9 to 15.2 on two (qw-qbench --k 1024
- * --n 3072 --ms 1).
+ * in two and is bound here by the multiplier, int4 GEMV went from 7.1 to
+ * 10.3 GB/s on one core and from 12.4 to 16.7 on two (qw-qbench --k 1024
+ * --n 3072 --ms 1; docs/benchmarks.md).
  * Exactness: each int16 sum is at most 2 * 15 * 127 = 3810 in magnitude
  * (no saturation), a run of up to A2_B8_RUN blocks adds 2 per block per
  * int16 lane (8 * 3810 = 30480 < 2^15), and vpmaddwd by 1 then widens
