@@ -219,7 +219,8 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
     if (q4_gk) {   /* the same for the integer jobs' quantized rows */
         c.q4 = (qwi_q4act){ .q = cx->q4_q, .d = cx->q4_d, .sum = cx->q4_sum,
                             .KP = qwi_pair_kp(K), .G = QWI_DIV_UP(K, q4_gk), .group_k = q4_gk,
-                            .qmax = q4_qmax, .q8 = q4_qmax <= 127 ? cx->q4_q8 : NULL };
+                            .qmax = q4_qmax,
+                            .q8 = q4_qmax <= QWI_Q4I_QMAX_INT8 ? cx->q4_q8 : NULL };
         q4_ctx r = { .x = x, .a = &c.q4, .M = M, .K = K,
                      .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
         qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), q4_task, &r);
