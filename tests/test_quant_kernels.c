@@ -398,8 +398,10 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
 }
 
 /* The parallel driver: a quantized linear in a fused call next to a plain
- * one, 1 and 2 threads, exact and fast layouts: same bits as the kernel
- * (fast U4: the driver quantizes the rows itself, once per call). */
+ * one, 1 and 2 threads, 5 rows and 1, exact and fast layouts (fast: int16
+ * activations, and int8 with room for their byte form, q4_q8): same bits
+ * as the kernel (fast U4: the driver quantizes the rows itself, once per
+ * call). */
 Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
     const int64_t M = 5, K = 256, N = 200, G = K / 128;
@@ -414,34 +416,38 @@ Test(quant_kernels, driver_dispatches_and_splits_deterministically) {
     float *out2 = malloc(sizeof(float) * (size_t)(M * 48));
     for (int64_t i = 0; i < M * K; i++) x[i] = urand();
     for (int64_t i = 0; i < 48 * K; i++) wf[i] = urand();
-    qwi_q4act a = make_q4act(x, M, K, 128, QWI_QFMT_U4);
-    for (int lay = 0; lay < 2; lay++) {
-        qwi_qpanel qp;
-        void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
-        uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
-        qwi_pair_round_rows(x, 0, M, K, xp);
-        run(kt, &qp, x, xp, &a, M, 0, N, NULL, ref, N, 0);
-        free(xp);
-        for (int threads = 1; threads <= 2; threads++) {
-            qwi_cpu_pool *pool = NULL;
-            cr_assert_eq(qwi_cpu_pool_create(threads, &pool), QW_OK);
-            memset(q4q, 0xa5, sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
-            /* 2 threads: with room for int4's byte form */
-            qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
-                               .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s,
-                               .q4_q8 = threads == 2 ? q4q8 : NULL };
-            qwi_cpu_linear q = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = qp };
-            qwi_cpu_linear plain = { .dtype = QWI_DTYPE_F32, .w = wf, .n = 48, .k = K };
-            qwi_cpu_mm_job jobs[2] = { { &plain, out2, 0 }, { &q, out, 0 } };
-            qwi_cpu_matmul(&cx, x, M, K, jobs, 2);
-            cr_assert(memcmp(out, ref, sizeof(float) * (size_t)(M * N)) == 0,
-                      "layout %d, %d threads: the driver's result differs from the kernel's", lay,
-                      threads);
-            qwi_cpu_pool_destroy(pool);
-        }
-        free(buf);
+    for (int int8 = 0; int8 < 2; int8++) {
+        qwi_q4act a = int8 ? make_q4act_q(x, M, K, 128, QWI_Q4I_QMAX_INT8)
+                           : make_q4act(x, M, K, 128, QWI_QFMT_U4);
+        for (int lay = int8; lay < 2; lay++)   /* int8: the fast layout only */
+            for (int64_t m = M; m >= 1; m -= M - 1) {   /* 5 rows, then 1 */
+                qwi_qpanel qp;
+                void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
+                uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
+                qwi_pair_round_rows(x, 0, M, K, xp);
+                run(kt, &qp, x, xp, &a, m, 0, N, NULL, ref, N, 0);
+                free(xp);
+                for (int threads = 1; threads <= 2; threads++) {
+                    qwi_cpu_pool *pool = NULL;
+                    cr_assert_eq(qwi_cpu_pool_create(threads, &pool), QW_OK);
+                    memset(q4q, 0xa5, sizeof(uint32_t) * (size_t)(M * qwi_pair_kp(K)));
+                    qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
+                                       .xpair = xpair, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s,
+                                       .q4_q8 = int8 ? q4q8 : NULL };
+                    qwi_cpu_linear q = { .dtype = QWI_DTYPE_F32, .n = N, .k = K, .quant = true, .qp = qp };
+                    qwi_cpu_linear plain = { .dtype = QWI_DTYPE_F32, .w = wf, .n = 48, .k = K };
+                    qwi_cpu_mm_job jobs[2] = { { &plain, out2, 0 }, { &q, out, 0 } };
+                    qwi_cpu_matmul(&cx, x, m, K, jobs, 2);
+                    cr_assert(memcmp(out, ref, sizeof(float) * (size_t)(m * N)) == 0,
+                              "layout %d, int8 %d, %lld rows, %d threads: the driver's result "
+                              "differs from the kernel's",
+                              lay, int8, (long long)m, threads);
+                    qwi_cpu_pool_destroy(pool);
+                }
+                free(buf);
+            }
+        free_q4act(&a);
     }
-    free_q4act(&a);
     free(x);
     free(wf);
     free(xpair);
@@ -492,9 +498,10 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     qwi_cpu_pool *pool = NULL;
     cr_assert_eq(qwi_cpu_pool_create(2, &pool), QW_OK);
     qwi_cpu_ctx cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool), .xpair = xpair,
-                       .xwide = xwide, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s, .q4_q8 = q4q8 };
+                       .xwide = xwide, .q4_q = q4q, .q4_d = q4d, .q4_sum = q4s };
     /* mixed groups: 128, 64, then the int8 and FP8 jobs; 8 int4 jobs, then
-     * int8 (group 128; its Q differs from int4's, so its own quantization) and FP8; int4 and
+     * int8 (group 128; one quantization with int4's, or its own where int4
+     * takes int8 activations) and FP8; int4 and
      * int8 of one group alone */
     const qwi_cpu_linear *mixed[4] = { &l128, &l64, &l8, &lfp8 };
     const qwi_cpu_linear *many[NJ];
@@ -504,7 +511,10 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
     const qwi_cpu_linear *both[2] = { &l8, &l128 };
     const struct { const qwi_cpu_linear *const *lins; int n; } calls[3] = {
         { mixed, 4 }, { many, NJ }, { both, 2 } };
-    for (int ci = 0; ci < 3; ci++) {
+    /* ci 3..5: the same calls with int8 activations for int4 (q4_q8 set) */
+    for (int ci6 = 0; ci6 < 6; ci6++) {
+        const int ci = ci6 % 3;
+        cx.q4_q8 = ci6 >= 3 ? q4q8 : NULL;
         qwi_cpu_mm_job jobs[NJ];
         for (int j = 0; j < calls[ci].n; j++) {
             qwi_cpu_mm_job one = { calls[ci].lins[j], want[j], 0 };
@@ -526,7 +536,7 @@ Test(quant_kernels, driver_splits_keep_every_job_exact) {
             }
             for (int j = 0; j < calls[ci].n; j++)
                 cr_assert(memcmp(out[j], want[j], sizeof(float) * (size_t)(M * N)) == 0,
-                          "call %d (%d jobs), %s: job %d differs from its own call", ci, calls[ci].n,
+                          "call %d (%d jobs), %s: job %d differs from its own call", ci6, calls[ci].n,
                           pass ? "rounded ahead" : "rounded by the driver", j);
         }
     }

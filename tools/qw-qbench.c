@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
             }
             bench b = { .cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
                                 .xpair = xpair, .xwide = xwide, .q4_q = q4q, .q4_d = q4d,
-                                .q4_sum = q4s, .q4_q8 = q4q8, .q4_int8 = mode == 2 },
+                                .q4_sum = q4s, .q4_q8 = mode == 2 ? q4q8 : NULL },
                         .x = x, .K = K, .lins = lins, .nl = (int)layers, .out = out };
             printf("%-6s %-5s %12zu", mode == 2 ? "int8" : mode ? "fast" : "exact", fnames[f], bytes);
             fflush(stdout);

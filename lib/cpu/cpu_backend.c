@@ -658,7 +658,6 @@ static qw_status setup_scratch(cpu_backend *b) {
     b->cx.xwide = b->xwide;
     b->cx.q4_q = b->q4_q;
     b->cx.q4_q8 = b->q4_q8;
-    b->cx.q4_int8 = b->q4_q8 != NULL;
     b->cx.q4_d = b->q4_d;
     b->cx.q4_sum = b->q4_sum;
     b->cx.act_exp = fast_mode(b) ? qwi_cpu_kv_bf16_for(b->cx.kt) : NULL;

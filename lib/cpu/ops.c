@@ -200,7 +200,7 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
              * that a job's bits never depend on what it is fused with
              * (packing made sure each Q is nonzero) */
             int32_t qm = qwi_q4i_qmax(l->qp.group_k, l->qp.fmt);
-            if (cx->q4_int8 && l->qp.fmt == QWI_QFMT_U4) qm = QWI_MIN(qm, QWI_Q4I_QMAX_INT8);
+            if (cx->q4_q8 && l->qp.fmt == QWI_QFMT_U4) qm = QWI_MIN(qm, QWI_Q4I_QMAX_INT8);
             if (q4_gk && (l->qp.group_k != q4_gk || qm != q4_qmax)) {
                 for (int i = 0; i < njobs; i++) matmul_run(cx, x, M, K, &jobs[i], 1, x_ready);
                 return;

@@ -46,14 +46,13 @@ typedef struct qwi_cpu_ctx {
      * input rows quantized once per call (cpu/q4i.h, matmul_q4i): q4_q
      * holds as many pairs as xpair, q4_d and q4_sum M times the weight's
      * groups per row entries each, for every call; NULL when no weight is
-     * U4 or U8 (then no matmul may have one). q4_q8: room for the byte
-     * form of q4_q's rows (QWI_Q4I_Q8_WORDS words per row), filled for
-     * calls with Q <= 127; NULL leaves the kernels on q4_q. */
+     * U4 or U8 (then no matmul may have one). q4_q8: NULL, or
+     * QW_NUMERICS_FAST_INT8: U4 weights meet int8 activations
+     * (QWI_Q4I_QMAX_INT8, cpu/q4i.h), and this is room for the byte form
+     * of q4_q's rows (QWI_Q4I_Q8_WORDS words per row) that such calls
+     * fill. */
     uint32_t *q4_q;
     uint32_t *q4_q8;
-    /* QW_NUMERICS_FAST_INT8: U4 weights meet int8 activations
-     * (QWI_Q4I_QMAX_INT8, cpu/q4i.h), which q4_q8 must then hold */
-    bool q4_int8;
     float *q4_d;
     int32_t *q4_sum;
     /* Fast numerics: the bf16-KV table whose vexp the SiLU uses

@@ -54,7 +54,8 @@ void qwi_avx512vnni_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *
 
 /* One ymm = half a panel (slots 0-7: block bytes 0-31, slots 8-15: 32-63).
  * M <= 2: 1 row x 4 panels or 2 rows x 2 panels decoded in registers
- * next to the dots (a2_direct; a2_direct_b8 for U4 with int8 activations);
+ * next to the dots (a2_direct; a2_b8_run's vpmaddubsw for U4 with int8
+ * activations);
  * M > 2: decoded chunks swept by 4-row x 1-panel tiles
  * (a2_chunked), as on AVX-512 with narrower tiles (16 ymm registers). */
 #define A2_TARGET "avx2,fma"
@@ -136,6 +137,58 @@ A2_INLINE void a2_group_end(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0,
         }
 }
 
+/* a2_direct's step for U4 with the byte form of x (x->q8, Q <= 127: the
+ * int8 activations of QW_NUMERICS_FAST_INT8, cpu/q4i.h), blocks [b0, b0 +
+ * nb) (nb <= A2_B8_RUN) into the int32 sums acc: a block lane's low nibbles (a mask) and high nibbles (a shift and a
+ * mask) are its 8 codes as bytes, and vpmaddubsw multiplies them with the
+ * rows' activation bytes (two 32-bit words per block, broadcast) and adds
+ * neighbours: 16 int16 sums per ymm, 32 products, where a2_direct's
+ * vpmaddwd makes 16 and needs a shift and a mask per pair. Per 64 weights
+ * 7 operations instead of 14; on a Zen 1, which splits each ymm operation
+ * in two and is bound here by the multiplier, int4 GEMV went from 7.1 to
+ * 10.3 GB/s on one core and from 12.4 to 16.7 on two (qw-qbench --k 1024
+ * --n 3072 --ms 1; docs/benchmarks.md).
+ * Exactness: each int16 sum is at most 2 * 15 * 127 = 3810 in magnitude
+ * (no saturation), a run of up to A2_B8_RUN blocks adds 2 per block per
+ * int16 lane (8 * 3810 = 30480 < 2^15), and vpmaddwd by 1 then widens
+ * the run's neighbouring lanes (one output's even- and odd-column sums)
+ * into acc: the same integer as the int16 step's. Pairs that are not in
+ * whole blocks of a group (a group edge inside a block, the last partial
+ * block) take the int16 step (a2_pair_step). */
+#define A2_B8_RUN 4
+A2_INLINE void a2_b8_run(const qwi_q4act *x, const uint8_t *pc, int64_t bs, int64_t pf, int64_t b0,
+                         int64_t nb, __m256i acc[2][4][2], const int mr, const int np) {
+    const int64_t W8 = QWI_Q4I_Q8_WORDS(x->KP);
+    const __m256i nib = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256i a16[2][4][2];
+    a2_zero_i(a16, mr, np);
+    for (int64_t b = b0; b < b0 + nb; b++) {
+        const uint8_t *blk = pc + b * bs;
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
+        __m256i xl[2], xh[2];
+        _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++) {
+            xl[r] = _mm256_set1_epi32((int)x->q8[r * W8 + 2 * b]);
+            xh[r] = _mm256_set1_epi32((int)x->q8[r * W8 + 2 * b + 1]);
+        }
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                const __m256i v =
+                    _mm256_loadu_si256((const __m256i *)(const void *)(blk + q * 64 + 32 * h));
+                const __m256i lo = _mm256_and_si256(v, nib);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++)
+                    a16[r][q][h] = _mm256_add_epi16(
+                        a16[r][q][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[r]),
+                                                       _mm256_maddubs_epi16(hi, xh[r])));
+            }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
+                acc[r][q][h] = _mm256_add_epi32(acc[r][q][h], _mm256_madd_epi16(a16[r][q][h], ones));
+}
+
 /* M <= 2: MR (1-2) rows x NP panels from p0 (in p0's group of interleaved
  * panels; MR * NP <= 4), all groups, the contract's totals to
  * res[r*64 + q*16]; codes decoded in registers, the zero point applied in
@@ -144,9 +197,10 @@ A2_INLINE void a2_group_end(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0,
  * by a run-time count is two instructions on Intel, and this loop is
  * bound by instructions, not bandwidth), and 4 panels at M = 1, the
  * group's lines read in the order they lie. The int32 sums are exact, so
- * any order of the pairs gives the same bits. */
+ * any order of the pairs gives the same bits. b8 (U4 with x->q8): whole
+ * blocks through a2_b8_run instead. */
 A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res,
-                         const int mr, const int np, const int u8) {
+                         const int mr, const int np, const int u8, const int b8) {
     const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
     const int64_t bs = qwi_qpanel_line_stride(w, p0);   /* panel q of block j: j * bs + q * 64 */
     const int PB = u8 ? 2 : 4;   /* pairs per 64-byte block */
@@ -160,6 +214,12 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
         const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
         a2_zero_i(acc, mr, np);
         for (int64_t j = js; j < je;) {
+            if (b8 && j % 4 == 0 && j + 4 <= je) {   /* a run of whole blocks, int8 */
+                const int64_t nb = QWI_MIN((int64_t)A2_B8_RUN, (je - j) / 4);
+                a2_b8_run(x, pc, bs, pf, j / 4, nb, acc, mr, np);
+                j += 4 * nb;
+                continue;
+            }
             const uint8_t *blk = pc + (j / PB) * bs;
             if (j % PB == 0)
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -194,82 +254,6 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
             }
             /* a group edge inside a block (group_k not a multiple of 2 * PB) */
             a2_pair_step(x, blk, j, PB, acc, mr, np, u8);
-            j++;
-        }
-        a2_group_end(x, w, p0, g, acc, tot, mr, np);
-    }
-    a2_store(tot, res, mr, np);
-}
-
-/* a2_direct for U4 with the byte form of x (x->q8, Q <= 127: the int8
- * activations of QW_NUMERICS_FAST_INT8, cpu/q4i.h):
- * a block lane's low nibbles (a mask) and high nibbles (a shift and a
- * mask) are its 8 codes as bytes, and vpmaddubsw multiplies them with the
- * rows' activation bytes (two 32-bit words per block, broadcast) and adds
- * neighbours: 16 int16 sums per ymm, 32 products, where a2_direct's
- * vpmaddwd makes 16 and needs a shift and a mask per pair. Per 64 weights
- * 7 operations instead of 14; on a Zen 1, which splits each ymm operation
- * in two and is bound here by the multiplier, int4 GEMV went from 7.1 to
- * 10.3 GB/s on one core and from 12.4 to 16.7 on two (qw-qbench --k 1024
- * --n 3072 --ms 1; docs/benchmarks.md).
- * Exactness: each int16 sum is at most 2 * 15 * 127 = 3810 in magnitude
- * (no saturation), a run of up to A2_B8_RUN blocks adds 2 per block per
- * int16 lane (8 * 3810 = 30480 < 2^15), and vpmaddwd by 1 then widens
- * the run's neighbouring lanes (one output's even- and odd-column sums)
- * into the int32 accumulator: the same integer as a2_direct's. Pairs that
- * are not in whole blocks of a group (a group edge inside a block, the
- * last partial block) take a2_direct's int16 step. */
-#define A2_B8_RUN 4
-A2_INLINE void a2_direct_b8(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res,
-                            const int mr, const int np) {
-    const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP, W8 = QWI_Q4I_Q8_WORDS(KP);
-    const int64_t bs = qwi_qpanel_line_stride(w, p0);
-    const __m256i nib = _mm256_set1_epi8(15);
-    const __m256i ones = _mm256_set1_epi16(1);
-    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);
-    const int64_t pf = qwi_cpu_gemv_prefetch(Q4I_PF);
-    __m256 tot[2][4][2];
-    __m256i acc[2][4][2];
-    a2_zero_f(tot, mr, np);
-    for (int64_t g = 0; g < G; g++) {
-        const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
-        a2_zero_i(acc, mr, np);
-        for (int64_t j = js; j < je;) {
-            if (j % 4 == 0 && j + 4 <= je) {   /* a run of whole blocks */
-                const int64_t nb = QWI_MIN((int64_t)A2_B8_RUN, (je - j) / 4);
-                __m256i a16[2][4][2];
-                a2_zero_i(a16, mr, np);
-                for (int64_t b = j / 4; b < j / 4 + nb; b++) {
-                    const uint8_t *blk = pc + b * bs;
-                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                        _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
-                    __m256i xl[2], xh[2];
-                    _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++) {
-                        xl[r] = _mm256_set1_epi32((int)x->q8[r * W8 + 2 * b]);
-                        xh[r] = _mm256_set1_epi32((int)x->q8[r * W8 + 2 * b + 1]);
-                    }
-                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-                            const __m256i v =
-                                _mm256_loadu_si256((const __m256i *)(const void *)(blk + q * 64 + 32 * h));
-                            const __m256i lo = _mm256_and_si256(v, nib);
-                            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                            _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++)
-                                a16[r][q][h] = _mm256_add_epi16(
-                                    a16[r][q][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[r]),
-                                                                   _mm256_maddubs_epi16(hi, xh[r])));
-                        }
-                }
-                _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
-                    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
-                            acc[r][q][h] = _mm256_add_epi32(acc[r][q][h],
-                                                            _mm256_madd_epi16(a16[r][q][h], ones));
-                j += 4 * nb;
-                continue;
-            }
-            /* one pair as a2_direct's int16 step (a block the group cuts) */
-            a2_pair_step(x, pc + (j / 4) * bs, j, 4, acc, mr, np, 0);
             j++;
         }
         a2_group_end(x, w, p0, g, acc, tot, mr, np);
@@ -406,8 +390,8 @@ __attribute__((target(A2_TARGET))) void qwi_avx2_matmul_q4i(const qwi_q4act *x, 
             }                                                                                   \
         }                                                                                       \
     } while (0)
-#define A2_B8(mr_, np_, u8_) a2_direct_b8(x, w, P0 + pq, res, mr_, np_)
-#define A2_D16(mr_, np_, u8_) a2_direct(x, w, P0 + pq, res, mr_, np_, u8_)
+#define A2_B8(mr_, np_, u8_) a2_direct(x, w, P0 + pq, res, mr_, np_, u8_, 1)
+#define A2_D16(mr_, np_, u8_) a2_direct(x, w, P0 + pq, res, mr_, np_, u8_, 0)
         if (u8) A2_D(A2_D16, 1);
         else if (x->q8) A2_D(A2_B8, 0);
         else A2_D(A2_D16, 0);
