@@ -18,5 +18,10 @@ echo "$out" | grep -q '2 MiB pages' || fail "qw-abench --huge-pages did not say 
     --head-dim 64 --threads 1 >/dev/null || fail "qw-abench, block size 8, group 3"
 "$b/qw-abench" --seqs 0 >/dev/null 2>&1 && fail "qw-abench accepted --seqs 0"
 "$b/qw-qbench" --k 256 --n 256 --ms 1,8 --seconds 0.01 --layers 2 >/dev/null || fail "qw-qbench"
+# one header column per --ms entry, in its order (without M = 1 there is no GB/s column)
+out=$("$b/qw-qbench" --k 256 --n 256 --ms 8,1 --seconds 0.01 --layers 2) || fail "qw-qbench --ms 8,1"
+echo "$out" | grep -q '^mode .*M=8 .*GF/s.*M=1 GB/s' || fail "qw-qbench --ms 8,1: header out of order: $out"
+out=$("$b/qw-qbench" --k 256 --n 256 --ms 8 --seconds 0.01 --layers 2) || fail "qw-qbench --ms 8"
+echo "$out" | grep -q 'GB/s' && fail "qw-qbench --ms 8: a GB/s column with no M = 1 run: $out"
 "$b/qw-samplebench" --vocab 4096 --rows 5 >/dev/null || fail "qw-samplebench"
 echo "check_bench_tools: qw-abench, qw-qbench and qw-samplebench ran"

@@ -675,14 +675,17 @@ Test(quant_kernels, q4i_byte_form_follows_the_block_order) {
 
 /* The int4 kernels' largest sums: every code 15 (zero 0) against every
  * activation at +Q or -Q, in groups long enough for whole runs of blocks
- * (vpmaddubsw's int16 sums and their 4-block runs at their bounds): each
- * table gives the generic table's bits, and the exact value. */
+ * (vpmaddubsw's int16 sums and their 4-block runs at their bounds), at 1-2
+ * rows (the direct kernels) and 5 (the decoded chunks: a 4-row tile and
+ * a 1-row one): each table gives the generic table's bits, and the exact
+ * value. */
 Test(quant_kernels, q4i_int4_extreme_sums_stay_exact) {
     const int64_t N = 64, K = 512;
     const int64_t gks[] = { 32, 128, 512 };
     variant vs[MAX_VARIANTS];
     const int nv = table_variants(vs);
-    float *x = malloc(sizeof(float) * 2 * (size_t)K), o_gen[2 * 64], o_tab[2 * 64];
+    enum { MX = 5 };
+    float *x = malloc(sizeof(float) * MX * (size_t)K), o_gen[MX * 64], o_tab[MX * 64];
     cr_assert(x);
     for (size_t gi = 0; gi < sizeof gks / sizeof gks[0]; gi++) {
         qdata d = make_qdata(QWI_QFMT_U4, N, K, gks[gi]);
@@ -694,15 +697,15 @@ Test(quant_kernels, q4i_int4_extreme_sums_stay_exact) {
         qwi_qpanel qp;
         void *buf = pack(&d, QWI_QPANEL_PAIR, &qp);
         for (int sign = -1; sign <= 1; sign += 2) {
-            for (int64_t i = 0; i < 2 * K; i++) x[i] = (float)sign * (i < K ? 3.0f : 0.5f);
-            qwi_q4act a = make_q4act_q(x, 2, K, gks[gi], QWI_Q4I_QMAX_INT8);
+            for (int64_t i = 0; i < MX * K; i++) x[i] = (float)sign * ((i / K) % 2 ? 0.5f : 3.0f);
+            qwi_q4act a = make_q4act_q(x, MX, K, gks[gi], QWI_Q4I_QMAX_INT8);
             cr_assert(a.q8 && a.qmax == QWI_Q4I_QMAX_INT8);
-            for (int64_t M = 1; M <= 2; M++) {
+            for (int64_t M = 1; M <= MX; M += M == 2 ? 3 : 1) {
                 vs[0].kt.matmul_q4i(&a, M, &qp, 0, N, NULL, o_gen, N, 0);
                 for (int64_t m = 0; m < M; m++)
                     for (int64_t n = 0; n < N; n++) {
                         /* 15 * 127 * K, times d = amax / 127 */
-                        const double want = (double)sign * 15.0 * K * (m == 0 ? 3.0 : 0.5);
+                        const double want = (double)sign * 15.0 * K * (m % 2 ? 0.5 : 3.0);
                         cr_assert(fabs(o_gen[m * N + n] - want) <= 1e-6 * fabs(want),
                                   "gk %lld: %g vs %g", (long long)gks[gi], (double)o_gen[m * N + n], want);
                     }

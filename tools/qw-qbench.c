@@ -160,8 +160,12 @@ int main(int argc, char **argv) {
     printf("qw-qbench: K %lld, N %lld, group %lld, %d thread(s), table %s, %lld layers, %s time\n",
            (long long)K, (long long)N, (long long)group, qwi_cpu_pool_size(pool), kt->name,
            (long long)layers, clock_id == CLOCK_MONOTONIC ? "wall" : "CPU");
-    printf("%-6s %-5s %12s %10s", "mode", "fmt", "bytes/layer", "M=1 GB/s");
-    for (int i = 0; i < nms; i++) if (ms[i] > 1) printf("  M=%-4lld GF/s", (long long)ms[i]);
+    /* one column per --ms entry, in its order: GB/s for M = 1, GFLOP/s else */
+    printf("%-6s %-5s %12s", "mode", "fmt", "bytes/layer");
+    for (int i = 0; i < nms; i++) {
+        if (ms[i] == 1) printf(" %10s", "M=1 GB/s");
+        else printf("  M=%-4lld GF/s", (long long)ms[i]);
+    }
     printf("\n");
     const char *fnames[] = { "bf16", "U4", "U8", "E4M3" };
     for (int mode = 0; mode < 3; mode++)

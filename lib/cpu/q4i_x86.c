@@ -57,7 +57,9 @@ void qwi_avx512vnni_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *
  * next to the dots (a2_direct; a2_b8_run's vpmaddubsw for U4 with int8
  * activations);
  * M > 2: decoded chunks swept by 4-row x 1-panel tiles
- * (a2_chunked), as on AVX-512 with narrower tiles (16 ymm registers). */
+ * (a2_chunked), as on AVX-512 with narrower tiles (16 ymm registers); for
+ * U4 with int8 activations the chunks hold code bytes for vpmaddubsw
+ * (a2_chunk_tile_b8). */
 #define A2_TARGET "avx2,fma"
 #define A2_INLINE static inline __attribute__((always_inline, target(A2_TARGET)))
 
@@ -323,19 +325,105 @@ A2_INLINE void a2_chunk_tile(const uint32_t *xr, int64_t KP, const uint32_t *buf
     }
 }
 
+/* M > 2 with the byte form (U4, x->q8, group_k a multiple of 8, so that
+ * a group is whole blocks): blocks [b0, b0 + nb) of panel p as unsigned
+ * code bytes into buf[(b - b0) * 128 ..]: slots 0-7's low nibbles (the
+ * block's columns in q8's word 2b order), their high nibbles (word 2b+1),
+ * then slots 8-15's the same; the zero point stays for the epilogue, as
+ * in a2_direct, since code - zero is no longer an unsigned byte. */
+A2_INLINE void a2_decode_chunk_b8(const qwi_qpanel *w, int64_t p, int64_t b0, int64_t nb,
+                                  uint8_t *buf) {
+    const int64_t bs = qwi_qpanel_line_stride(w, p);
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p, 0);
+    const __m256i nib = _mm256_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++)
+        for (int h = 0; h < 2; h++) {
+            const __m256i v =
+                _mm256_loadu_si256((const __m256i *)(const void *)(pc + (b0 + b) * bs + 32 * h));
+            uint8_t *o = buf + b * 128 + 64 * h;
+            _mm256_storeu_si256((__m256i *)(void *)o, _mm256_and_si256(v, nib));
+            _mm256_storeu_si256((__m256i *)(void *)(o + 32),
+                                _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+        }
+}
+
+/* MR rows (x8: row 0's byte form at the chunk's first block, row stride
+ * W8 words) x the decoded blocks [0, nb) in buf (a2_decode_chunk_b8): as
+ * a2_chunk_tile, but each block one vpmaddubsw per 32 codes and row, into
+ * int16 sums widened by vpmaddwd by 1 after runs of A2_B8_RUN blocks (the
+ * bound of a2_b8_run), and at the group's last chunk the epilogue with the
+ * zero term, acc - zero * sum(q) (zf: the panel's 16 zero points of the
+ * group; sum: the rows' sums, stride d_stride, as d). Rows outside: the
+ * row's two int32 sums stay in registers for the whole chunk and each
+ * code vector is reloaded from L1 per row, which keeps 4 rows in 16 ymm
+ * registers. Same integer as a2_chunk_tile's, so the same bits. */
+A2_INLINE void a2_chunk_tile_b8(const uint32_t *x8, int64_t W8, const uint8_t *buf, int64_t nb,
+                                int32_t *part, int first, int last, float *tot, const float *sc,
+                                const float *zf, const float *d, const int32_t *sum,
+                                int64_t d_stride, const int mr) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[4][2];
+    _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
+            acc[r][h] = first ? _mm256_setzero_si256()
+                              : _mm256_loadu_si256((const __m256i *)(const void *)(part + r * 16 + 8 * h));
+    for (int64_t b0 = 0; b0 < nb; b0 += A2_B8_RUN) {
+        const int64_t b1 = QWI_MIN(nb, b0 + A2_B8_RUN);
+        _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++) {
+            __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+            for (int64_t b = b0; b < b1; b++) {
+                const __m256i xl = _mm256_set1_epi32((int)x8[r * W8 + 2 * b]);
+                const __m256i xh = _mm256_set1_epi32((int)x8[r * W8 + 2 * b + 1]);
+                const __m256i *c = (const __m256i *)(const void *)(buf + b * 128);
+                a0 = _mm256_add_epi16(a0, _mm256_add_epi16(
+                                              _mm256_maddubs_epi16(_mm256_load_si256(c), xl),
+                                              _mm256_maddubs_epi16(_mm256_load_si256(c + 1), xh)));
+                a1 = _mm256_add_epi16(a1, _mm256_add_epi16(
+                                              _mm256_maddubs_epi16(_mm256_load_si256(c + 2), xl),
+                                              _mm256_maddubs_epi16(_mm256_load_si256(c + 3), xh)));
+            }
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(a0, ones));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(a1, ones));
+        }
+    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            if (last) {
+                const __m256i z = _mm256_cvttps_epi32(_mm256_loadu_ps(zf + 8 * h));
+                const __m256i i = _mm256_sub_epi32(
+                    acc[r][h], _mm256_mullo_epi32(z, _mm256_set1_epi32(sum[r * d_stride])));
+                float *t = tot + r * 16 + 8 * h;
+                const __m256 scd = _mm256_mul_ps(_mm256_loadu_ps(sc + 8 * h),
+                                                 _mm256_set1_ps(d[r * d_stride]));
+                _mm256_storeu_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), scd, _mm256_loadu_ps(t)));
+            } else {
+                _mm256_storeu_si256((__m256i *)(void *)(part + r * 16 + 8 * h), acc[r][h]);
+            }
+        }
+}
+
 /* M > 2: per panel and row block of A2_MB rows, each chunk of up to A2_KP
  * pairs of a group is decoded once and swept by 4-row tiles. Decoding in
  * the tile, as a2_direct does, cost 4 shift/mask operations per pair next
  * to the 4 rows' 16 (int4 prefill at 85% of bf16's with the table forced
- * on a Zen 4). */
+ * on a Zen 4). b8 (U4 with x->q8, group_k a multiple of 8, so every group
+ * starts on a block): the chunks in whole blocks, as code bytes for
+ * vpmaddubsw (a2_chunk_tile_b8); a partial last block (K not a multiple of
+ * 8) would be read whole, its codes and bytes past K being 0. Int4 prefill
+ * and concurrent decode with int8 activations on a Zen 1: 68 -> 91 GFLOP/s
+ * at M = 512, 62 -> 85 at M = 16 (qw-qbench --k 1024 --n 3072 --threads 2;
+ * docs/benchmarks.md). Other group sizes take the int16 chunks (the same
+ * integers). */
 #define A2_KP 64
 #define A2_MB 48
 A2_INLINE void a2_chunked(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, int64_t N,
-                          const float *bias, float *out, int64_t ldo, int accumulate, const int u8) {
+                          const float *bias, float *out, int64_t ldo, int accumulate, const int u8,
+                          const int b8) {
     uint32_t buf[A2_KP * 16] __attribute__((aligned(32)));
     int32_t part[A2_MB * 16] __attribute__((aligned(32)));
     float tot[A2_MB * 16] __attribute__((aligned(32)));
-    const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
+    _Static_assert(sizeof buf >= A2_KP / 4 * 128, "a chunk's blocks as code bytes fit buf");
+    const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP, W8 = QWI_Q4I_Q8_WORDS(KP);
     for (int64_t j0n = 0; j0n < N; j0n += 16) {
         const int64_t p = (n0 + j0n) / 16;
         for (int64_t m0 = 0; m0 < M; m0 += A2_MB) {
@@ -344,8 +432,20 @@ A2_INLINE void a2_chunked(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, in
             for (int64_t g = 0; g < G; g++) {
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
                 const float *sc = w->scales + (p * G + g) * 16;
+                const float *zf = w->zeros + (p * G + g) * 16;
                 for (int64_t c0 = js; c0 < je; c0 += A2_KP) {
                     const int64_t c1 = QWI_MIN(je, c0 + A2_KP);
+                    if (b8) {
+                        const int64_t nb = QWI_DIV_UP(c1 - c0, 4);
+                        a2_decode_chunk_b8(w, p, c0 / 4, nb, (uint8_t *)buf);
+#define A2_TILE8(r, MR)                                                                           \
+    a2_chunk_tile_b8(x->q8 + (m0 + (r)) * W8 + 2 * (c0 / 4), W8, (const uint8_t *)buf, nb,       \
+                     part + (r) * 16, c0 == js, c1 == je, tot + (r) * 16, sc, zf,               \
+                     x->d + (m0 + (r)) * x->G + g, x->sum + (m0 + (r)) * x->G + g, x->G, MR)
+                        QWI_ROW_TILES(4, mb, A2_TILE8);
+#undef A2_TILE8
+                        continue;
+                    }
                     a2_decode_chunk(w, p, g, c0, c1, buf, u8);
 #define A2_TILE(r, MR)                                                                          \
     a2_chunk_tile(x->q + (m0 + (r)) * KP + c0, KP, buf, c1 - c0, part + (r) * 16, c0 == js,     \
@@ -369,8 +469,10 @@ __attribute__((target(A2_TARGET))) void qwi_avx2_matmul_q4i(const qwi_q4act *x, 
     const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16);
     const int u8 = w->fmt == QWI_QFMT_U8;
     if (M > 2) {
-        if (u8) a2_chunked(x, M, w, n0, N, bias, out, ldo, accumulate, 1);
-        else a2_chunked(x, M, w, n0, N, bias, out, ldo, accumulate, 0);
+        if (u8) a2_chunked(x, M, w, n0, N, bias, out, ldo, accumulate, 1, 0);
+        else if (x->q8 && w->group_k % 8 == 0)
+            a2_chunked(x, M, w, n0, N, bias, out, ldo, accumulate, 0, 1);
+        else a2_chunked(x, M, w, n0, N, bias, out, ldo, accumulate, 0, 0);
         return;
     }
     float res[2 * 64] __attribute__((aligned(32)));
