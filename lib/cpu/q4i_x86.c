@@ -226,7 +226,7 @@ A2_INLINE void a2_direct(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, fl
             if (j % PB == 0)
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
                     _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
-            if (j % PB == 0 && j + PB <= je) {   /* the whole block */
+            if (!b8 && j % PB == 0 && j + PB <= je) {   /* the whole block (b8: above) */
                 /* Each block half is loaded once and its PB pairs consumed
                  * at once: with the pairs outside the halves, GCC kept all
                  * 4 * np halves live and summed each accumulator's
