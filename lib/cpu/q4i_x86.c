@@ -118,6 +118,24 @@ A2_INLINE void a2_pair_step(const qwi_q4act *x, const uint8_t *blk, int64_t j, i
         }
 }
 
+/* The contract's epilogue (cpu/q4i.h) for 8 lanes of one row, with the
+ * zero term: tot + (float)(acc - z * sum) * (sc * d), the product and the
+ * sum fused as the contract has them. z: the lanes' zero points as int32
+ * (they are integers, packing made sure), sc their scales; sum and d the
+ * row's for the group. */
+A2_INLINE __m256 a2_epilogue_z(__m256i acc, __m256i z, __m256 sc, int32_t sum, float d, __m256 tot) {
+    const __m256i i = _mm256_sub_epi32(acc, _mm256_mullo_epi32(z, _mm256_set1_epi32(sum)));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(sc, _mm256_set1_ps(d)), tot);
+}
+
+/* A U4 block half's 32 bytes as its codes in bytes: *lo the low nibbles,
+ * *hi the high ones (the byte form's word 2b and 2b+1 order, cpu/q4i.h). */
+A2_INLINE void a2_nibbles(__m256i v, __m256i *lo, __m256i *hi) {
+    const __m256i nib = _mm256_set1_epi8(15);
+    *lo = _mm256_and_si256(v, nib);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+}
+
 /* The contract's epilogue of group g for the M <= 2 kernels: tot +=
  * (float)(acc - zero * sum(q)) * (scale * d), per row, panel and half. */
 A2_INLINE void a2_group_end(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, int64_t g,
@@ -128,14 +146,9 @@ A2_INLINE void a2_group_end(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0,
             const int64_t zi = ((p0 + q) * G + g) * 16 + 8 * h;
             const __m256i z = _mm256_cvttps_epi32(_mm256_loadu_ps(w->zeros + zi));
             const __m256 sc = _mm256_loadu_ps(w->scales + zi);
-            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
-                const int64_t xi = r * x->G + g;
-                const __m256i i = _mm256_sub_epi32(
-                    acc[r][q][h], _mm256_mullo_epi32(z, _mm256_set1_epi32(x->sum[xi])));
-                tot[r][q][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i),
-                                               _mm256_mul_ps(sc, _mm256_set1_ps(x->d[xi])),
-                                               tot[r][q][h]);
-            }
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+                tot[r][q][h] = a2_epilogue_z(acc[r][q][h], z, sc, x->sum[r * x->G + g],
+                                             x->d[r * x->G + g], tot[r][q][h]);
         }
 }
 
@@ -161,7 +174,7 @@ A2_INLINE void a2_group_end(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0,
 A2_INLINE void a2_b8_run(const qwi_q4act *x, const uint8_t *pc, int64_t bs, int64_t pf, int64_t b0,
                          int64_t nb, __m256i acc[2][4][2], const int mr, const int np) {
     const int64_t W8 = QWI_Q4I_Q8_WORDS(x->KP);
-    const __m256i nib = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i a16[2][4][2];
     a2_zero_i(a16, mr, np);
     for (int64_t b = b0; b < b0 + nb; b++) {
@@ -177,8 +190,8 @@ A2_INLINE void a2_b8_run(const qwi_q4act *x, const uint8_t *pc, int64_t bs, int6
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 const __m256i v =
                     _mm256_loadu_si256((const __m256i *)(const void *)(blk + q * 64 + 32 * h));
-                const __m256i lo = _mm256_and_si256(v, nib);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                __m256i lo, hi;
+                a2_nibbles(v, &lo, &hi);
                 _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++)
                     a16[r][q][h] = _mm256_add_epi16(
                         a16[r][q][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[r]),
@@ -335,15 +348,14 @@ A2_INLINE void a2_decode_chunk_b8(const qwi_qpanel *w, int64_t p, int64_t b0, in
                                   uint8_t *buf) {
     const int64_t bs = qwi_qpanel_line_stride(w, p);
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p, 0);
-    const __m256i nib = _mm256_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++)
         for (int h = 0; h < 2; h++) {
-            const __m256i v =
-                _mm256_loadu_si256((const __m256i *)(const void *)(pc + (b0 + b) * bs + 32 * h));
+            __m256i lo, hi;
+            a2_nibbles(_mm256_loadu_si256((const __m256i *)(const void *)(pc + (b0 + b) * bs + 32 * h)),
+                       &lo, &hi);
             uint8_t *o = buf + b * 128 + 64 * h;
-            _mm256_storeu_si256((__m256i *)(void *)o, _mm256_and_si256(v, nib));
-            _mm256_storeu_si256((__m256i *)(void *)(o + 32),
-                                _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+            _mm256_storeu_si256((__m256i *)(void *)o, lo);
+            _mm256_storeu_si256((__m256i *)(void *)(o + 32), hi);
         }
 }
 
@@ -389,13 +401,11 @@ A2_INLINE void a2_chunk_tile_b8(const uint32_t *x8, int64_t W8, const uint8_t *b
     _Pragma("GCC unroll 4") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             if (last) {
-                const __m256i z = _mm256_cvttps_epi32(_mm256_loadu_ps(zf + 8 * h));
-                const __m256i i = _mm256_sub_epi32(
-                    acc[r][h], _mm256_mullo_epi32(z, _mm256_set1_epi32(sum[r * d_stride])));
                 float *t = tot + r * 16 + 8 * h;
-                const __m256 scd = _mm256_mul_ps(_mm256_loadu_ps(sc + 8 * h),
-                                                 _mm256_set1_ps(d[r * d_stride]));
-                _mm256_storeu_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), scd, _mm256_loadu_ps(t)));
+                _mm256_storeu_ps(t, a2_epilogue_z(acc[r][h],
+                                                  _mm256_cvttps_epi32(_mm256_loadu_ps(zf + 8 * h)),
+                                                  _mm256_loadu_ps(sc + 8 * h), sum[r * d_stride],
+                                                  d[r * d_stride], _mm256_loadu_ps(t)));
             } else {
                 _mm256_storeu_si256((__m256i *)(void *)(part + r * 16 + 8 * h), acc[r][h]);
             }
