@@ -71,7 +71,8 @@ typedef struct cu_backend {
                                    GEMM of steps over QWK_QGEMV_MAX_M rows
                                    (inside wmem; NULL without quantization) */
     cu_layer *layers;
-    qwk_bf16 *embed, *lm_head;
+    qwk_bf16 *embed, *lm_head;  /* lm_head NULL where the head is quantized  */
+    qwk_qlinear qhead;          /* fmt QWK_Q_NONE where the head is bf16   */
     float *final_norm;
     double *inv_freq;
 
@@ -270,11 +271,38 @@ static qw_status group_format(const qwi_layer *ml, int l, const lin_group *g, qw
     return QW_OK;
 }
 
+/* Device bytes of a quantized linear in quant.h's layout. */
+static size_t qlinear_bytes(const qwk_qlinear *ql) {
+    const size_t sg = (size_t)ql->n * (size_t)ql->ngroups * 4;
+    return al256(qwk_qcode_bytes(ql->fmt, ql->n, ql->k)) + al256(sg) + (ql->fmt != QWK_Q_E4M3 ? al256(sg) : 0);
+}
+
 /* Device bytes of group g in the form ql (bf16, or quant.h's layout). */
 static size_t group_bytes(const lin_group *g, const qwk_qlinear *ql) {
     if (ql->fmt == QWK_Q_NONE) return al256(group_rows(g) * g->k * 2);
-    const size_t sg = (size_t)ql->n * (size_t)ql->ngroups * 4;
-    return al256(qwk_qcode_bytes(ql->fmt, ql->n, ql->k)) + al256(sg) + (ql->fmt != QWK_Q_E4M3 ? al256(sg) : 0);
+    return qlinear_bytes(ql);
+}
+
+/* The device form of a quantized output head (GPTQ "lm_head": true) into
+ * *ql (pointers NULL), or fmt QWK_Q_NONE for a bf16 head.
+ * QW_ERR_UNSUPPORTED for a format or shape the kernels do not take. */
+static qw_status head_format(const qwi_model *m, qwk_qlinear *ql) {
+    memset(ql, 0, sizeof *ql);
+    const qwi_qweight *w = &m->lm_quant;
+    if (w->method == QWI_QUANT_NONE) return QW_OK;
+    if (w->n != m->cfg.vocab_size || w->k != m->cfg.hidden_size)
+        return qwi_fail(QW_ERR_INTERNAL, "cuda: quantized lm_head is [%lld, %lld], expected [%d, %d]",
+                        (long long)w->n, (long long)w->k, m->cfg.vocab_size, m->cfg.hidden_size);
+    if ((w->fmt != QWI_QFMT_U4 && w->fmt != QWI_QFMT_U8) || w->n > INT32_MAX || w->k > INT32_MAX ||
+        w->group_k < 2 || w->group_k > INT32_MAX || (w->fmt == QWI_QFMT_U4 && w->k % 2))
+        return qwi_fail(QW_ERR_UNSUPPORTED, "cuda: quantized lm_head: %s [%lld, %lld] group %lld",
+                        qfmt_name(w->fmt), (long long)w->n, (long long)w->k, (long long)w->group_k);
+    ql->fmt = (int32_t)w->fmt;
+    ql->n = (int32_t)w->n;
+    ql->k = (int32_t)w->k;
+    ql->group_k = (int32_t)w->group_k;
+    ql->ngroups = (int32_t)qwi_qweight_groups(w);
+    return QW_OK;
 }
 
 /* Point the quantized group ql at *p (advanced past it). */
@@ -299,25 +327,27 @@ static qw_status stage(uploader *u, size_t bytes, const char *what) {
     return u->host ? QW_OK : qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: staging %zu bytes for %s", bytes, what);
 }
 
-/* Upload the quantized linears of g (layer ml) into ql's device layout:
- * qwi_qweight_unpack_rows in chunks of rows, U4 codes packed two per byte
- * on the host, each linear at its row offset of the fused weight. Adds the
- * source tensors' bytes to the progress. */
-static qw_status upload_qgroup(uploader *u, const qwi_layer *ml, const lin_group *g, const qwk_qlinear *ql) {
+/* Upload the quantized linears ws[0..nl) (rows[i] output rows each, the
+ * same k) into ql's device layout: qwi_qweight_unpack_rows in chunks of
+ * rows, U4 codes packed two per byte on the host, each linear at its row
+ * offset of the fused weight. Adds the source tensors' bytes to the
+ * progress. what names the first linear in messages. */
+static qw_status upload_qlinears(uploader *u, const qwi_qweight *const *ws, const size_t *rows_of, int nl,
+                                 const qwk_qlinear *ql, const char *what) {
     const size_t K = (size_t)ql->k, G = (size_t)ql->ngroups;
     const size_t row_host = 8 * G + K;   /* scales, zeros, codes */
     size_t chunk = (16u << 20) / row_host;
     if (chunk < 1) chunk = 1;
     size_t most = 0;
-    for (int i = 0; i < g->nl; i++) most = QWI_MAX(most, g->rows[i]);
+    for (int i = 0; i < nl; i++) most = QWI_MAX(most, rows_of[i]);
     chunk = QWI_MIN(chunk, most);
-    qw_status st = stage(u, chunk * row_host, LIN_NAMES[g->lin[0]]);
+    qw_status st = stage(u, chunk * row_host, what);
     if (st != QW_OK) return st;
     size_t off = 0;
-    for (int i = 0; i < g->nl; i++) {
-        const qwi_qweight *w = &ml->quant[g->lin[i]];
-        for (size_t r0 = 0; r0 < g->rows[i]; r0 += chunk) {
-            const size_t rows = QWI_MIN(chunk, g->rows[i] - r0);
+    for (int i = 0; i < nl; i++) {
+        const qwi_qweight *w = ws[i];
+        for (size_t r0 = 0; r0 < rows_of[i]; r0 += chunk) {
+            const size_t rows = QWI_MIN(chunk, rows_of[i] - r0);
             float *sc = (float *)u->host, *zp = sc + rows * G;
             uint8_t *codes = (uint8_t *)(zp + rows * G);
             qwi_cuda_qpack_rows(w, (int64_t)r0, (int64_t)(r0 + rows), codes, sc, zp);
@@ -328,7 +358,7 @@ static qw_status upload_qgroup(uploader *u, const qwi_layer *ml, const lin_group
             if (ql->zeros)
                 CK(cudaMemcpy((float *)ql->zeros + r * G, zp, rows * G * 4, cudaMemcpyHostToDevice), "weight upload");
         }
-        off += g->rows[i];
+        off += rows_of[i];
         const qwi_tensor *src[4] = {&w->qweight, &w->qzeros, &w->scales, &w->g_idx};
         for (int t = 0; t < 4; t++)
             if (src[t]->data && (st = qwi_progress_add(u->progress, src[t]->nbytes)) != QW_OK) return st;
@@ -336,18 +366,29 @@ static qw_status upload_qgroup(uploader *u, const qwi_layer *ml, const lin_group
     return QW_OK;
 }
 
+/* upload_qlinears of group g of layer ml. */
+static qw_status upload_qgroup(uploader *u, const qwi_layer *ml, const lin_group *g, const qwk_qlinear *ql) {
+    const qwi_qweight *ws[3];
+    for (int i = 0; i < g->nl; i++) ws[i] = &ml->quant[g->lin[i]];
+    return upload_qlinears(u, ws, g->rows, g->nl, ql, LIN_NAMES[g->lin[0]]);
+}
+
 static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
     const qwi_config *c = &b->cfg;
     const size_t H = c->hidden_size, hd = c->head_dim, V = c->vocab_size;
     const size_t qd = (size_t)c->num_heads * hd, kvd = (size_t)c->num_kv_heads * hd, qkvd = qd + 2 * kvd;
-    const bool tied = m->lm_head.data == m->embed.data;
+    const bool qhead = m->lm_quant.method != QWI_QUANT_NONE;
+    const bool tied = !qhead && m->lm_head.data == m->embed.data;
+    qw_status hst = head_format(m, &b->qhead);
+    if (hst != QW_OK) return hst;
     lin_group grp[4];
     layer_groups(c, grp);
     b->layers = (cu_layer *)calloc((size_t)c->num_layers, sizeof(cu_layer));
     if (!b->layers) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: layer table");
     /* first pass: each layer's form of its four fused linears, and sizes */
     size_t per_layer_rest = 2 * al256(H * 4) + 2 * al256(hd * 4) + al256(qkvd * 4), scratch = 0;
-    size_t total = al256(V * H * 2) * (tied ? 1 : 2) + al256(H * 4) + al256(hd / 2 * 8);
+    size_t total = al256(V * H * 2) * (tied || qhead ? 1 : 2) + al256(H * 4) + al256(hd / 2 * 8);
+    if (qhead) total += qlinear_bytes(&b->qhead);
     for (int l = 0; l < c->num_layers; l++) {
         cu_layer *L = &b->layers[l];
         qwk_qlinear *ql[4] = {&L->qqkv, &L->qo, &L->qgu, &L->qd};
@@ -364,8 +405,14 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
     char *p = (char *)b->wmem;
 #define TAKE(ptr, type, bytes) do { ptr = (type *)p; p += al256(bytes); } while (0)
     TAKE(b->embed, qwk_bf16, V * H * 2);
-    if (tied) b->lm_head = b->embed;
-    else TAKE(b->lm_head, qwk_bf16, V * H * 2);
+    if (qhead) {
+        b->lm_head = NULL;
+        group_take(&p, &b->qhead);
+    } else if (tied) {
+        b->lm_head = b->embed;
+    } else {
+        TAKE(b->lm_head, qwk_bf16, V * H * 2);
+    }
     TAKE(b->final_norm, float, H * 4);
     TAKE(b->inv_freq, double, hd / 2 * 8);
     if (scratch) TAKE(b->qscratch, qwk_bf16, scratch);
@@ -373,7 +420,12 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
     qw_status st = QW_OK;
 #define UP(dst, t, n, f32, what) do { if ((st = upload(&u, dst, t, n, f32, what)) != QW_OK) goto out; } while (0)
     UP(b->embed, &m->embed, V * H, false, "embed_tokens");
-    if (!tied) UP(b->lm_head, &m->lm_head, V * H, false, "lm_head");
+    if (qhead) {
+        const qwi_qweight *hw = &m->lm_quant;
+        if ((st = upload_qlinears(&u, &hw, &V, 1, &b->qhead, "lm_head")) != QW_OK) goto out;
+    } else if (!tied) {
+        UP(b->lm_head, &m->lm_head, V * H, false, "lm_head");
+    }
     UP(b->final_norm, &m->final_norm, H, true, "norm");
     {
         double *f = (double *)malloc(hd / 2 * sizeof(double));
@@ -530,11 +582,24 @@ static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, con
     return gemm(b, x, b->qscratch, y, 1, M, N, K);
 }
 
+/* logits f32 [M][V] = hf bf16 [M][H] times the head^T: the bf16 GEMM, or
+ * for a quantized head the fused GEMV in passes of QWK_QGEMV_MAX_M rows
+ * (each pass reads the head's codes once; no bf16 copy of the head, which
+ * would take V * H * 2 bytes of scratch). Capturable. */
+static qw_status head_logits(cu_backend *b, int32_t M) {
+    const int32_t V = b->cfg.vocab_size, H = b->cfg.hidden_size;
+    if (b->qhead.fmt == QWK_Q_NONE) return gemm(b, b->hf, b->lm_head, b->logits, 1, M, V, H);
+    for (int32_t m0 = 0; m0 < M; m0 += QWK_QGEMV_MAX_M)
+        qwk_qgemv(b->hf + (size_t)m0 * H, QWI_MIN(QWK_QGEMV_MAX_M, M - m0), &b->qhead,
+                  b->logits + (size_t)m0 * V, V, b->stream);
+    return QW_OK;
+}
+
 /* Everything from the embedding to the logits; reads only device memory, so
  * it can be captured. */
 static qw_status run_model(cu_backend *b, const step *s) {
     const qwi_config *c = &b->cfg;
-    const int32_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim, V = c->vocab_size;
+    const int32_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     const int32_t nh = c->num_heads, nkv = c->num_kv_heads, qd = nh * hd, qkvd = qd + 2 * nkv * hd;
     const float eps = (float)c->rms_norm_eps;
     const qwi_cuda_plan_layout *L = &s->L;
@@ -584,7 +649,7 @@ static qw_status run_model(cu_backend *b, const step *s) {
         if ((st = linear(b, b->act, Ly->wd, &Ly->qd, b->delta, T, H, I)) != QW_OK) return st;
     }
     qwk_add_rmsnorm(b->x, b->delta, DP(int32_t, L->logit_rows), b->final_norm, s->lpad, H, eps, b->hf, b->stream);
-    return gemm(b, b->hf, b->lm_head, b->logits, 1, s->lpad, V, H);
+    return head_logits(b, s->lpad);
 }
 
 /* A capture or instantiation failed: run this bucket eagerly from now on.
@@ -689,7 +754,7 @@ static qw_status prompt_pass(cu_backend *b, const int32_t *rows, const int32_t *
     const int32_t *d_rows = qwk_logprobs_upload_rows(&b->lp, b->lmax, rows, n, b->stream, &e);
     if (!d_rows) return cu_fail(e, "prompt logprobs rows");
     qwk_add_rmsnorm(b->x, b->delta, d_rows, b->final_norm, n, H, (float)b->cfg.rms_norm_eps, b->hf, b->stream);
-    qw_status st = gemm(b, b->hf, b->lm_head, b->logits, 1, n, V, H);
+    qw_status st = head_logits(b, n);
     if (st != QW_OK) return st;
     CK(qwk_logprobs_reduce(&b->lp, b->lmax, b->logits, V, n, k, NULL, tg, dst, b->stream), "prompt logprobs");
     return QW_OK;

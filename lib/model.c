@@ -339,6 +339,47 @@ static qw_status qwi_load_linear(qwi_model *m, const char *dir, int i, const cha
     return qwi_get(m, dir, name, n, k, dst);
 }
 
+/* The output head into m->lm_head (and m->lm_quant): a quantized linear
+ * under GPTQ "lm_head": true, else lm_head.weight, or the embedding of a
+ * tied model that ships no head (model.h). */
+static qw_status qwi_load_head(qwi_model *m, const char *dir) {
+    const int64_t v = m->cfg.vocab_size, h = m->cfg.hidden_size;
+    const qwi_quant_config *qc = &m->cfg.quant;
+    memset(&m->lm_quant, 0, sizeof m->lm_quant);
+    qw_status st;
+    if (qc->method == QWI_QUANT_GPTQ && qc->lm_head) {
+        if (!qwi_st_find(m->weights, "lm_head.qweight") && !qwi_st_find(m->weights, "lm_head.weight"))
+            return qwi_fail(QW_ERR_FORMAT, "model %s: quantization_config.lm_head is true but "
+                            "neither lm_head.qweight nor lm_head.weight is shipped", dir);
+        if ((st = qwi_quant_load_linear(m->weights, qc, "lm_head", v, h, &m->lm_quant)))
+            return st;
+        if (m->lm_quant.method != QWI_QUANT_NONE) {
+            memset(&m->lm_head, 0, sizeof m->lm_head);
+            m->lm_head.name = m->lm_quant.qweight.name;
+            m->lm_head.file = m->lm_quant.qweight.file;
+            m->lm_head.dtype = QWI_DTYPE_F32;
+            m->lm_head.ndim = 2;
+            m->lm_head.shape[0] = v;
+            m->lm_head.shape[1] = h;
+            return QW_OK;
+        }
+        return qwi_get(m, dir, "lm_head.weight", v, h, &m->lm_head);
+    }
+    if (qwi_st_find(m->weights, "lm_head.qweight"))
+        return qwi_fail(QW_ERR_FORMAT, "model %s: lm_head.qweight is shipped but the config's "
+                        "quantization_config does not say \"lm_head\": true (GPTQ)", dir);
+    /* Some tied checkpoints still ship lm_head.weight; prefer what is shipped. */
+    if (qwi_st_find(m->weights, "lm_head.weight") || !m->cfg.tie_word_embeddings) {
+        st = qwi_get(m, dir, "lm_head.weight", v, h, &m->lm_head);
+        if (st != QW_OK && !qwi_st_find(m->weights, "lm_head.weight"))
+            qwi_fail(st, "model %s: tensor lm_head.weight missing (tie_word_embeddings is "
+                     "false)", dir);
+        return st;
+    }
+    m->lm_head = m->embed;
+    return QW_OK;
+}
+
 static qw_status qwi_load_layer(qwi_model *m, const char *dir, int i) {
     const qwi_config *c = &m->cfg;
     qwi_layer *L = &m->layers[i];
@@ -401,18 +442,7 @@ qw_status qwi_model_load(const char *dir, qwi_model **out) {
     if ((st = qwi_get(m, dir, "model.embed_tokens.weight", v, h, &m->embed)) ||
         (st = qwi_get(m, dir, "model.norm.weight", h, -1, &m->final_norm)))
         goto fail;
-    /* Some tied checkpoints still ship lm_head.weight; prefer what is shipped. */
-    if (qwi_st_find(m->weights, "lm_head.weight") || !m->cfg.tie_word_embeddings) {
-        st = qwi_get(m, dir, "lm_head.weight", v, h, &m->lm_head);
-        if (st != QW_OK) {
-            if (!qwi_st_find(m->weights, "lm_head.weight"))
-                qwi_fail(st, "model %s: tensor lm_head.weight missing (tie_word_embeddings is "
-                         "false)", dir);
-            goto fail;
-        }
-    } else {
-        m->lm_head = m->embed;
-    }
+    if ((st = qwi_load_head(m, dir)) != QW_OK) goto fail;
     for (int i = 0; i < m->cfg.num_layers; i++)
         if ((st = qwi_load_layer(m, dir, i)) != QW_OK) goto fail;
     *out = m;

@@ -81,6 +81,10 @@ typedef struct qwi_model {
     qwi_tensor embed;        /* [vocab, hidden]                  */
     qwi_tensor final_norm;   /* [hidden]                         */
     qwi_tensor lm_head;      /* [vocab, hidden]; == embed if tied */
+    /* lm_quant.method != QWI_QUANT_NONE (GPTQ "lm_head": true): the head is
+     * quantized and lm_head, like a quantized layer linear, has data NULL,
+     * shape [vocab, hidden], dtype F32 - readers of lm_head check it first. */
+    qwi_qweight lm_quant;
     qwi_layer *layers;       /* cfg.num_layers entries           */
     qwi_st_set *weights;
 } qwi_model;
@@ -97,6 +101,11 @@ qw_status qwi_config_load(const char *dir, qwi_config *cfg);
 /* Load config and map weights, checking that every expected tensor is present
  * with the shape the config implies (messages name file and tensor). A tied
  * model that also ships lm_head.weight loads (the shipped tensor is used).
+ * Under GPTQ "lm_head": true the head is read as a quantized linear
+ * (lm_head.qweight, ...; a plain lm_head.weight is accepted as a head the
+ * quantizer left alone), tied or not: what is shipped is used; a
+ * lm_head.qweight under a config that does not say lm_head: true is
+ * QW_ERR_FORMAT rather than silently ignored.
  * On success *out is owned by the caller; on failure *out is NULL and
  * nothing leaks. */
 qw_status qwi_model_load(const char *dir, qwi_model **out);

@@ -32,6 +32,8 @@ typedef struct qwi_quant_config {      /* config.json "quantization_config"; met
     bool desc_act;         /* GPTQ act-order                                                 */
     int32_t zero_offset;   /* added to a stored zero point: 1 for GPTQ checkpoint_format
                               "gptq" (v1 stores zero-1), 0 for "gptq_v2" and AWQ            */
+    bool lm_head;          /* GPTQ "lm_head": the output head is quantized like the layers'
+                              linears (GPTQModel's lm_head=True); false for AWQ and FP8     */
 } qwi_quant_config;
 
 /* The code format kernels see after unpacking. */
@@ -68,8 +70,9 @@ double qwi_qweight_get(const qwi_qweight *w, int64_t r, int64_t c);
 
 /* Parse root's "quantization_config" (absent/null -> method NONE) strictly: unknown
  * quant_method, bits, group size, FP8 fmt other than e4m3, block sizes not positive/even, GPTQ
- * checkpoint_format other than gptq/gptq_v2, AWQ version other than gemm, lm_head: true ->
- * QW_ERR_UNSUPPORTED naming the key and value; wrong JSON types -> QW_ERR_FORMAT. path names
+ * checkpoint_format other than gptq/gptq_v2, AWQ version other than gemm, lm_head: true for
+ * AWQ or FP8 (neither tool quantizes the head) -> QW_ERR_UNSUPPORTED naming the key and value;
+ * GPTQ's lm_head: true sets out->lm_head; wrong JSON types -> QW_ERR_FORMAT. path names
  * the config file in messages. *out is always written (NONE on failure). */
 qw_status qwi_quant_config_parse(struct json_t *root, const char *path, qwi_quant_config *out);
 

@@ -165,13 +165,13 @@ static qw_status qc_awq(json_t *q, const char *path, qwi_quant_config *c) {
 
 static qw_status qc_gptq(json_t *q, const char *path, qwi_quant_config *c) {
     const char *fmt, *pack;
-    bool lm_head, marlin;
+    bool marlin;
     qw_status st;
     if ((st = qc_int(q, path, "bits", NULL, 4, true, &c->bits)) ||
         (st = qc_int(q, path, "group_size", NULL, 128, true, &c->group_size)) ||
         (st = qc_bool(q, path, "sym", true, &c->sym)) ||
         (st = qc_bool(q, path, "desc_act", false, &c->desc_act)) ||
-        (st = qc_bool(q, path, "lm_head", false, &lm_head)) ||
+        (st = qc_bool(q, path, "lm_head", false, &c->lm_head)) ||
         (st = qc_bool(q, path, "is_marlin_format", false, &marlin)) ||
         (st = qc_str(q, path, "checkpoint_format", "gptq", &fmt)) ||
         (st = qc_str(q, path, "pack_dtype", "int32", &pack)) ||
@@ -199,9 +199,8 @@ static qw_status qc_gptq(json_t *q, const char *path, qwi_quant_config *c) {
     if (dyn && (!json_is_object(dyn) || json_object_size(dyn) != 0))
         return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.dynamic (per-module "
                         "overrides) is not supported", path);
-    if (lm_head)
-        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.lm_head true is not "
-                        "supported (lm_head must stay unquantized)", path);
+    /* lm_head true (GPTQModel's option): the head ships as lm_head.qweight
+     * etc., packed as the layers' linears (model.c loads it). */
     return QW_OK;
 }
 
@@ -235,13 +234,15 @@ qw_status qwi_quant_config_parse(struct json_t *root, const char *path, qwi_quan
                         "supported (fp8, awq, gptq are)", path, ms);
     }
     if (st != QW_OK) return st;
-    /* lm_head stays a plain float tensor in every accepted format; a format
-     * that claims otherwise is refused rather than silently misread. */
+    /* Only GPTQModel quantizes the head; AutoAWQ and Qwen's FP8 leave it a
+     * plain float tensor, so a config of theirs claiming otherwise is refused
+     * rather than misread. */
     bool lm_head = false;
-    if ((st = qc_bool(q, path, "lm_head", false, &lm_head))) return st;
+    if (c.method != QWI_QUANT_GPTQ && (st = qc_bool(q, path, "lm_head", false, &lm_head)))
+        return st;
     if (lm_head)
         return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.lm_head true is not "
-                        "supported (lm_head must stay unquantized)", path);
+                        "supported for %s (only gptq quantizes the head)", path, ms);
     *out = c;
     return QW_OK;
 }

@@ -73,6 +73,8 @@ Test(makemodel_quant, twin_gptq) {
     twin_within("mq-gptq4v2", "--quant gptq --gptq-format gptq_v2 --gptq-asym --group-size 32",
                 2.0 / 15 * 1.01);
     twin_within("mq-gptq4da", "--quant gptq --gptq-desc-act --group-size 32", 1.0 / 15 * 1.01);
+    /* the head too (tiny is tied: the twin's head is its embedding) */
+    twin_within("mq-gptq4-head", "--quant gptq --group-size 32 --gptq-lm-head", 1.0 / 15 * 1.01);
 }
 
 static json_t *quant_config(const char *dir) {
@@ -204,6 +206,32 @@ static void refused(const char *args, const char *what) {
     free(tmp);
 }
 
+/* --gptq-lm-head: GPTQModel's lm_head=True layout. tiny is tied: the head
+ * is its embedding quantized (the float embedding stays), and the config
+ * says untied; the qweight of the head packs 8 hidden inputs per int32. */
+Test(makemodel_quant, gptq_lm_head_layout) {
+    char *dir = make("mq-gptq4-head", "--quant gptq --group-size 32 --gptq-lm-head");
+    json_t *q = quant_config(dir);
+    cr_assert(json_is_true(json_object_get(q, "lm_head")));
+    json_decref(q);
+    char path[8300];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    cr_assert(root);
+    cr_assert(json_is_false(json_object_get(root, "tie_word_embeddings")));
+    json_decref(root);
+    qwi_st_set *set = NULL;
+    cr_assert_eq(qwi_st_open_dir(dir, &set), QW_OK);
+    expect(set, "model.embed_tokens.weight", QWI_DTYPE_BF16, 2, 512, 64);
+    expect(set, "lm_head.qweight", QWI_DTYPE_I32, 2, 8, 512);
+    expect(set, "lm_head.qzeros", QWI_DTYPE_I32, 2, 2, 64);
+    expect(set, "lm_head.scales", QWI_DTYPE_F16, 2, 2, 512);
+    expect(set, "lm_head.g_idx", QWI_DTYPE_I32, 1, 64, 0);
+    cr_assert_null(qwi_st_find(set, "lm_head.weight"));
+    qwi_st_close(set);
+    free(dir);
+}
+
 Test(makemodel_quant, refuses_impossible_combinations) {
     refused("--quant awq --bits 8", "awq (GEMM) stores 4 bits only");
     refused("--quant awq --group-size -1", "--quant awq needs a positive --group-size");
@@ -219,6 +247,10 @@ Test(makemodel_quant, refuses_impossible_combinations) {
     refused("--gptq-asym", "--gptq-asym needs --quant gptq");
     refused("--quant awq --gptq-format gptq_v2", "--gptq-format needs --quant gptq");
     refused("--quant awq --gptq-desc-act", "--gptq-desc-act needs --quant gptq");
+    refused("--quant awq --gptq-lm-head", "--gptq-lm-head needs --quant gptq");
+    refused("--quant gptq --gptq-lm-head --tied-with-lm-head", "not with --tied-with-lm-head");
+    refused("--quant gptq --group-size 32 --gptq-lm-head --vocab 300",
+            "--gptq-lm-head: GPTQ packs 8 outputs per int32");
     refused("--bits 8", "need --quant");
     refused("--quant int4", "--quant");
     refused("--kv-scale 0", "--kv-scale");

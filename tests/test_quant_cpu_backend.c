@@ -1,6 +1,6 @@
 /*
  * test_quant_cpu_backend.c - quantized checkpoints (AWQ int4, GPTQ int8,
- * Qwen3-FP8) on the CPU backend, end to end through the engine: in both
+ * Qwen3-FP8, GPTQ int4 with a quantized head) on the CPU backend, end to end through the engine: in both
  * numerics modes a batch of requests gives bit for bit the logits each gets
  * alone (1 vs 2 threads, too); the quantized layers always run from the
  * repacked copy, so QWINFER_CPU_WEIGHTS=mmap changes no bit; the create
@@ -22,7 +22,12 @@ static const char *const formats[][2] = {
     { "quant-cpu-awq", "--shape tiny --layers 2 --seed 5 --quant awq --group-size 32" },
     { "quant-cpu-gptq8", "--shape tiny --layers 2 --seed 5 --quant gptq --bits 8 --group-size 32" },
     { "quant-cpu-fp8", "--shape tiny --layers 2 --seed 5 --quant fp8 --fp8-block 32" },
+    /* GPTQModel's lm_head=True: the head runs through the int4 kernels too */
+    { "quant-cpu-gptq4-head",
+      "--shape tiny --layers 2 --seed 5 --quant gptq --bits 4 --group-size 32 --gptq-lm-head" },
 };
+#define NFORMATS ((int)(sizeof formats / sizeof formats[0]))
+static const bool format_int4[] = { true, false, false, true };
 
 static char *model(int f) {
     char *dir = qwt_model(formats[f][0], formats[f][1]);
@@ -56,10 +61,10 @@ Test(quant_cpu_backend, batched_equals_alone_in_both_modes) {
     make_jobs(jobs, prompts);
     const int64_t modes[] = { QW_NUMERICS_EXACT, QW_NUMERICS_FAST, QW_NUMERICS_FAST_INT8 };
     const char *const names[] = { "exact", "fast", "fast-int8 chunked" };
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < NFORMATS; f++) {
         char *dir = model(f);
         for (int mi = 0; mi < 3; mi++) {
-            if (modes[mi] == QW_NUMERICS_FAST_INT8 && f != 0) continue;   /* int4 only */
+            if (modes[mi] == QW_NUMERICS_FAST_INT8 && !format_int4[f]) continue;
             qwt_result *alone = calloc(NJOBS, sizeof *alone), *got = calloc(NJOBS, sizeof *got);
             qw_engine *e = qwt_engine_new(dir, &(qwt_engine_cfg){ .numerics = modes[mi], .threads = 1 });
             for (int i = 0; i < NJOBS; i++) qwt_run_jobs(e, &jobs[i], 1, &alone[i]);
@@ -124,7 +129,7 @@ static int on_progress(void *ud, uint64_t done, uint64_t total) {
  * placeholder tensor) would reach the total before the packing ends, so
  * only the last report may have done == total. */
 Test(quant_cpu_backend, create_progress_counts_quantized_tensors) {
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < NFORMATS; f++) {
         char *dir = model(f);
         for (int numerics = 0; numerics < 2; numerics++) {
             tracker t = { .monotonic = 1 };

@@ -329,10 +329,58 @@ static double e4m3_step(double a) {
     return ldexp(1.0, e - 1 - 3);
 }
 
+/* The quantized linear w against its twin's float tensor tw (f32): every
+ * element within half a code step (plus the scale's own storage rounding).
+ * Adds each element's error in steps to *worst, *err_sum, *count. */
+static void check_linear_vs_twin(const char *full, const char *what, int l, const qwi_qweight *w,
+                                 const qwi_tensor *tw, double *worst, double *err_sum,
+                                 int64_t *count) {
+    cr_assert(w->n == tw->shape[0] && w->k == tw->shape[1], "%s: layer %d %s: shape", full, l, what);
+    int64_t n = w->n, k = w->k, G = qwi_qweight_groups(w);
+    uint8_t *codes = malloc((size_t)(n * k));
+    float *sc = malloc((size_t)(n * G) * sizeof(float));
+    float *ze = malloc((size_t)(n * G) * sizeof(float));
+    qwi_qweight_unpack_rows(w, 0, n, codes, sc, ze);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < k; c++) {
+            double want = ld_f32(tw, r * k + c);
+            double got = qwi_qweight_get(w, r, c);
+            float s = sc[r * G + c / w->group_k];
+            double step = w->fmt == QWI_QFMT_E4M3
+                              ? e4m3_step(fmax(fabs(want / s), fabs(got / s))) * fabs(s)
+                              : fabs(s);
+            double err = fabs(got - want);
+            /* The quantizers round to the nearest code with the
+             * exact scale, then store the scale in f16 (AWQ,
+             * GPTQ) or bf16/f32 (FP8): that rounding moves a
+             * value by up to |value| * half an ulp of the scale. */
+            double srel = w->scales.dtype == QWI_DTYPE_F16    ? 0x1p-11
+                          : w->scales.dtype == QWI_DTYPE_BF16 ? 0x1p-8
+                                                              : 0x1p-24;
+            cr_assert(err <= 0.5 * step + srel * fmax(fabs(got), fabs(want)) + 1e-6 * fabs(want) + 1e-30,
+                      "%s layer %d %s (%lld,%lld): %.9g vs twin %.9g, step %.9g", full,
+                      l, what, (long long)r, (long long)c, got, want, step);
+            *worst = fmax(*worst, err / step);
+            *err_sum += err / step;
+            (*count)++;
+        }
+    free(codes);
+    free(sc);
+    free(ze);
+}
+
+/* The checkpoint qw-makemodel writes for args against its --quant none
+ * twin: every linear (and with --gptq-lm-head the head, whose twin is the
+ * twin's lm_head or, tied, its embedding) is quantized by `method` and
+ * dequantizes to within half a step of the twin's value. */
 static void check_against_twin(const char *name, const char *args, qwi_quant_method method) {
     char full[512];
     snprintf(full, sizeof full, "%s %s", TWIN_ARGS, args);
-    char *qdir = qwt_model(name, full), *tdir = qwt_model("qload-twin", TWIN_ARGS);
+    /* an untied checkpoint's twin is untied too (its own lm_head.weight) */
+    const bool untied = strstr(args, "--untied") != NULL;
+    char *qdir = qwt_model(name, full),
+         *tdir = untied ? qwt_model("qload-twin-untied", TWIN_ARGS " --untied")
+                        : qwt_model("qload-twin", TWIN_ARGS);
     cr_assert(qdir && tdir, "qw-makemodel failed for %s", full);
     qwi_model *q = NULL, *t = NULL;
     cr_assert_eq(qwi_model_load(qdir, &q), QW_OK, "%s: %s", full, qw_last_error());
@@ -350,39 +398,20 @@ static void check_against_twin(const char *name, const char *args, qwi_quant_met
                            lin_names[i]);
             cr_assert(plain->ndim == 2 && plain->shape[0] == tw->shape[0] &&
                       plain->shape[1] == tw->shape[1] && plain->dtype == QWI_DTYPE_F32);
-            cr_assert(w->n == tw->shape[0] && w->k == tw->shape[1]);
-            int64_t n = w->n, k = w->k, G = qwi_qweight_groups(w);
-            uint8_t *codes = malloc((size_t)(n * k));
-            float *sc = malloc((size_t)(n * G) * sizeof(float));
-            float *ze = malloc((size_t)(n * G) * sizeof(float));
-            qwi_qweight_unpack_rows(w, 0, n, codes, sc, ze);
-            for (int64_t r = 0; r < n; r++)
-                for (int64_t c = 0; c < k; c++) {
-                    double want = ld_f32(tw, r * k + c);
-                    double got = qwi_qweight_get(w, r, c);
-                    float s = sc[r * G + c / w->group_k];
-                    double step = w->fmt == QWI_QFMT_E4M3
-                                      ? e4m3_step(fmax(fabs(want / s), fabs(got / s))) * fabs(s)
-                                      : fabs(s);
-                    double err = fabs(got - want);
-                    /* The quantizers round to the nearest code with the
-                     * exact scale, then store the scale in f16 (AWQ,
-                     * GPTQ) or bf16/f32 (FP8): that rounding moves a
-                     * value by up to |value| * half an ulp of the scale. */
-                    double srel = w->scales.dtype == QWI_DTYPE_F16    ? 0x1p-11
-                                  : w->scales.dtype == QWI_DTYPE_BF16 ? 0x1p-8
-                                                                      : 0x1p-24;
-                    cr_assert(err <= 0.5 * step + srel * fmax(fabs(got), fabs(want)) + 1e-6 * fabs(want) + 1e-30,
-                              "%s layer %d %s (%lld,%lld): %.9g vs twin %.9g, step %.9g", full,
-                              l, lin_names[i], (long long)r, (long long)c, got, want, step);
-                    worst = fmax(worst, err / step);
-                    err_sum += err / step;
-                    count++;
-                }
-            free(codes);
-            free(sc);
-            free(ze);
+            check_linear_vs_twin(full, lin_names[i], l, w, tw, &worst, &err_sum, &count);
         }
+    if (strstr(args, "--gptq-lm-head")) {
+        cr_assert(q->cfg.quant.lm_head && !q->cfg.tie_word_embeddings, "%s: config", full);
+        cr_assert_eq(q->lm_quant.method, method);
+        cr_assert_null(q->lm_head.data, "%s: plain tensor of a quantized head", full);
+        cr_assert(q->lm_head.ndim == 2 && q->lm_head.shape[0] == q->cfg.vocab_size &&
+                  q->lm_head.shape[1] == q->cfg.hidden_size && q->lm_head.dtype == QWI_DTYPE_F32);
+        cr_assert_not_null(q->embed.data, "%s: the embedding stays float", full);
+        check_linear_vs_twin(full, "lm_head", -1, &q->lm_quant, &t->lm_head, &worst, &err_sum, &count);
+    } else {
+        cr_assert_eq(q->lm_quant.method, QWI_QUANT_NONE);
+        cr_assert_not_null(q->lm_head.data);
+    }
     /* Round to nearest spreads the error over [0, step/2]: a loader that
      * read every code right but a quantizer that never rounded would not. */
     cr_log_info("%s: worst error %.3f steps, mean %.3f steps", full, worst, err_sum / count);
@@ -415,6 +444,15 @@ Test(loads, gptq4_asym_v1) {
 }
 Test(loads, gptq8_per_row) {
     check_against_twin("qload-gptq8", "--quant gptq --bits 8 --group-size -1", QWI_QUANT_GPTQ);
+}
+Test(loads, gptq4_lm_head_of_a_tied_shape) {
+    /* tiny is tied: the head is its embedding quantized, the config untied */
+    check_against_twin("qload-gptq4-head", "--quant gptq --bits 4 --group-size 32 --gptq-lm-head",
+                       QWI_QUANT_GPTQ);
+}
+Test(loads, gptq8_lm_head_untied) {
+    check_against_twin("qload-gptq8-head", "--untied --quant gptq --bits 8 --group-size 16 "
+                       "--gptq-lm-head", QWI_QUANT_GPTQ);
 }
 
 /* ---------------------------------------------------------------------------
@@ -666,10 +704,60 @@ Test(refuse, gptq_checkpoint_format_other) {
     free(d);
 }
 
-Test(refuse, gptq_lm_head_true) {
+Test(refuse, gptq_lm_head_true_without_a_head) {
+    /* tiny is tied and ships no head: lm_head: true has nothing to read */
     char *d = copy_model("qref-gptq", GPTQ_ARGS);
     cfg_set(d, "lm_head", json_true());
-    expect_refused(d, QW_ERR_UNSUPPORTED, "lm_head", NULL, NULL);
+    expect_refused(d, QW_ERR_FORMAT, "lm_head is true", "lm_head.qweight", NULL);
+    free(d);
+}
+
+Test(refuse, awq_and_fp8_lm_head_true) {
+    /* neither AutoAWQ nor Qwen's FP8 quantizes the head */
+    char *d = copy_model("qref-awq", AWQ_ARGS);
+    cfg_set(d, "lm_head", json_true());
+    expect_refused(d, QW_ERR_UNSUPPORTED, "lm_head", "awq", NULL);
+    free(d);
+    d = copy_model("qref-fp8", FP8_ARGS);
+    cfg_set(d, "lm_head", json_true());
+    expect_refused(d, QW_ERR_UNSUPPORTED, "lm_head", "fp8", NULL);
+    free(d);
+}
+
+Test(refuse, gptq_lm_head_qweight_under_lm_head_false) {
+    /* a quantized head the config does not announce is not silently dropped */
+    char *d = copy_model("qref-gptq-head", GPTQ_ARGS " --gptq-lm-head");
+    cfg_set(d, "lm_head", json_false());
+    expect_refused(d, QW_ERR_FORMAT, "lm_head.qweight", "\"lm_head\": true", NULL);
+    free(d);
+}
+
+Test(refuse, gptq_lm_head_parts) {
+    char *d = copy_model("qref-gptq-head", GPTQ_ARGS " --gptq-lm-head");
+    st_rename(d, "lm_head.scales");
+    expect_refused(d, QW_ERR_FORMAT, "lm_head.scales missing", NULL, NULL);
+    free(d);
+    /* tiny: vocab 512, hidden 64: qweight [64/8, 512] I32 */
+    d = copy_model("qref-gptq-head", GPTQ_ARGS " --gptq-lm-head");
+    st_retype(d, "lm_head.qweight", "I32", 512, 8);
+    expect_refused(d, QW_ERR_FORMAT, "lm_head.qweight", "[512, 8]", "[8, 512]");
+    free(d);
+    d = copy_model("qref-gptq-head", GPTQ_ARGS " --gptq-lm-head");
+    st_retype(d, "lm_head.g_idx", "F32", 64, -1);
+    expect_refused(d, QW_ERR_FORMAT, "lm_head.g_idx", NULL, NULL);
+    free(d);
+}
+
+Test(loads, gptq_lm_head_shipped_plain) {
+    /* lm_head: true with a float lm_head.weight: a head the quantizer left alone */
+    char *d = copy_model("qref-gptq-tiedhead", GPTQ_ARGS " --tied-with-lm-head");
+    cfg_set(d, "lm_head", json_true());
+    qwi_model *m = NULL;
+    cr_assert_eq(qwi_model_load(d, &m), QW_OK, "%s", qw_last_error());
+    cr_assert_eq(m->lm_quant.method, QWI_QUANT_NONE);
+    cr_assert_not_null(m->lm_head.data);
+    cr_assert_str_eq(m->lm_head.name, "lm_head.weight");
+    qwi_model_free(m);
     free(d);
 }
 

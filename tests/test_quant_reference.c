@@ -1,7 +1,7 @@
 /*
  * test_quant_reference.c - quantized checkpoints (qw-makemodel --quant:
  * Qwen3-FP8 block fp8, AutoAWQ GEMM, AutoGPTQ 4-bit sym / 8-bit asym /
- * gptq_v2) through the engine, against the independent float64 reference
+ * gptq_v2, GPTQModel's quantized lm_head) through the engine, against the independent float64 reference
  * (tests/reference/qwen3_ref.py), which dequantizes the same files from the
  * published format definitions, not from qwinfer's loader.
  *
@@ -87,6 +87,18 @@ Test(quant_reference, gptq_4bit_sym, .timeout = 300) {
 Test(quant_reference, gptq_8bit_asym, .timeout = 300) {
     check("qref-gptq8a",
           "--shape tiny --dtype bf16 --seed 45 --quant gptq --bits 8 --gptq-asym --group-size 32");
+}
+
+/* GPTQModel's lm_head=True: the head quantized too (tiny is tied: its
+ * embedding quantized; and an 8-bit untied head). */
+Test(quant_reference, gptq_4bit_lm_head, .timeout = 300) {
+    check_as("qref-gptq4-head", "--shape tiny --dtype bf16 --seed 47 --quant gptq --group-size 32 "
+                                "--gptq-lm-head", true);
+}
+
+Test(quant_reference, gptq_8bit_lm_head_untied, .timeout = 300) {
+    check("qref-gptq8-head", "--shape tiny --untied --dtype f16 --seed 48 --quant gptq --bits 8 "
+                             "--group-size 16 --gptq-asym --gptq-lm-head");
 }
 
 Test(quant_reference, gptq_v2_asym_qwen2, .timeout = 300) {

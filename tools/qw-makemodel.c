@@ -10,7 +10,7 @@
  *                --max-pos N --rope-theta X --rms-eps X --eos N] [--no-tokenizer]
  *                [--quant none|fp8|awq|gptq] [--bits 4|8] [--group-size N]
  *                [--fp8-block N] [--gptq-asym] [--gptq-format gptq|gptq_v2]
- *                [--gptq-desc-act] [--kv-scale X]
+ *                [--gptq-desc-act] [--gptq-lm-head] [--kv-scale X]
  *
  * --quant stores the 7 linear layers of every decoder layer the way the
  * published quantized checkpoints do (docs/quantization.md): Qwen3-FP8
@@ -20,6 +20,10 @@
  * stores zero - 1, gptq_v2 the zero). The codes are round-to-nearest of the
  * very weights a --quant none model of the same seed holds (after its
  * --dtype rounding), so that model is the quantized one's unquantized twin.
+ * --gptq-lm-head also quantizes the output head, as GPTQModel's lm_head=True
+ * does ("lm_head": true, lm_head.qweight/qzeros/scales/g_idx): a tied shape's
+ * head is its embedding quantized, and the config then says
+ * tie_word_embeddings false (the float embedding stays for the input).
  * --kv-scale X adds per-layer self_attn.k_scale / v_scale tensors (F32, X).
  *
  * It also writes a tokenizer (vocab.json, merges.txt, tokenizer_config.json
@@ -107,6 +111,8 @@ typedef struct options {
     int group;         /* AWQ/GPTQ input columns per group; GPTQ -1 = k    */
     int fp8_block;     /* FP8: block_n = block_k                           */
     bool gptq_asym, gptq_v2, gptq_desc_act;
+    bool gptq_lm_head; /* the head quantized too; its float values from head_stream */
+    const char *head_stream; /* "lm_head.weight", or a tied shape's embedding */
     double kv_scale;   /* > 0: write k_scale / v_scale tensors             */
 } options;
 
@@ -266,7 +272,15 @@ static void build_tensors(const options *o, tensor_list *l) {
 #undef LNAME
     }
     add_tensor(l, "model.norm.weight", NULL, 1, s->hidden, 0, INIT_FINAL);
-    if (o->ship_lm_head) {
+    if (o->gptq_lm_head) {
+        /* The head's parts quantize the float head a --quant none twin
+         * holds: its lm_head.weight, or for a tied shape its embedding
+         * (INIT_LINEAR over hidden inputs has INIT_EMBED's scale). */
+        size_t first = l->n;
+        add_linear(l, o, "lm_head", s->vocab, s->hidden);
+        for (size_t i = first; i < l->n; i++)
+            snprintf(l->t[i].stream, sizeof l->t[i].stream, "%s", o->head_stream);
+    } else if (o->ship_lm_head) {
         /* A tied model that ships lm_head carries an exact copy of the
          * embedding, so it reuses the embedding's stream. An untied head gets
          * the embedding's scale so tied and untied logits have similar spread. */
@@ -845,7 +859,7 @@ static json_t *quant_config(const options *o) {
         json_object_set_new(q, "checkpoint_format", json_string(o->gptq_v2 ? "gptq_v2" : "gptq"));
         json_object_set_new(q, "desc_act", json_boolean(o->gptq_desc_act));
         json_object_set_new(q, "group_size", json_integer(o->group));
-        json_object_set_new(q, "lm_head", json_false());
+        json_object_set_new(q, "lm_head", json_boolean(o->gptq_lm_head));
         json_object_set_new(q, "meta", json_pack("{s:[s],s:f,s:b,s:b}", "quantizer", "qw-makemodel",
                                                  "damp_percent", 0.01, "static_groups", 0,
                                                  "true_sequential", 1));
@@ -1278,6 +1292,11 @@ static int check_quant(options *o, bool group_given, bool block_given, const cha
                     "outputs\n", m, per, ns[i]);
             return -1;
         }
+    if (o->gptq_lm_head && s->vocab % per) {
+        fprintf(stderr, "qw-makemodel: --gptq-lm-head: GPTQ packs %d outputs per int32: the "
+                "vocabulary (%d) is not a multiple\n", per, s->vocab);
+        return -1;
+    }
     return 0;
 }
 
@@ -1289,7 +1308,8 @@ static void usage(FILE *f) {
             "          --intermediate N --vocab N --max-pos N --rope-theta X --rms-eps X --eos N]\n"
             "         [--no-tokenizer]\n"
             "         [--quant none|fp8|awq|gptq] [--bits 4|8] [--group-size N] [--fp8-block N]\n"
-            "         [--gptq-asym] [--gptq-format gptq|gptq_v2] [--gptq-desc-act] [--kv-scale X]\n"
+            "         [--gptq-asym] [--gptq-format gptq|gptq_v2] [--gptq-desc-act] [--gptq-lm-head]\n"
+            "         [--kv-scale X]\n"
             "shapes: tiny 0.6b 1.7b 4b 8b 14b 32b\n");
 }
 
@@ -1356,6 +1376,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--no-tokenizer")) { o.no_tokenizer = true; continue; }
         if (!strcmp(a, "--gptq-asym")) { o.gptq_asym = true; gptq_flag = a; continue; }
         if (!strcmp(a, "--gptq-desc-act")) { o.gptq_desc_act = true; gptq_flag = a; continue; }
+        if (!strcmp(a, "--gptq-lm-head")) { o.gptq_lm_head = true; gptq_flag = a; continue; }
         if (strncmp(a, "--", 2) != 0) return bad_arg("unexpected argument '%s'", a);
         if (i + 1 >= argc) return bad_arg("%s needs a value", a);
         const char *v = argv[++i];
@@ -1428,6 +1449,15 @@ int main(int argc, char **argv) {
     if (ov_maxpos >= 0) o.s.max_pos = ov_maxpos;
     o.tied = tie_mode < 0 ? base->tied : tie_mode >= 1;
     o.ship_lm_head = !o.tied || tie_mode == 2;
+    if (o.gptq_lm_head) {
+        if (tie_mode == 2)
+            return bad_arg("%s", "--gptq-lm-head ships a quantized head: not with --tied-with-lm-head");
+        /* the quantized head replaces the float one; a tied shape's head is
+         * its embedding, and the checkpoint is no longer tied */
+        o.head_stream = o.tied ? "model.embed_tokens.weight" : "lm_head.weight";
+        o.tied = false;
+        o.ship_lm_head = false;
+    }
 
     const shape *s = &o.s;
     if (s->hidden < 1 || s->layers < 1 || s->heads < 1 || s->kv_heads < 1 || s->head_dim < 2 ||
@@ -1495,10 +1525,10 @@ int main(int argc, char **argv) {
     if (o.quant == Q_FP8)
         printf("qw-makemodel: quant fp8 e4m3, %dx%d blocks\n", o.fp8_block, o.fp8_block);
     else if (o.quant != Q_NONE)
-        printf("qw-makemodel: quant %s %d-bit, group %d%s%s%s\n", o.quant == Q_AWQ ? "awq" : "gptq",
+        printf("qw-makemodel: quant %s %d-bit, group %d%s%s%s%s\n", o.quant == Q_AWQ ? "awq" : "gptq",
                o.bits, o.group, o.quant == Q_GPTQ ? (o.gptq_asym ? " asym" : " sym") : "",
                o.quant == Q_GPTQ ? (o.gptq_v2 ? " gptq_v2" : " gptq") : "",
-               o.gptq_desc_act ? " desc_act" : "");
+               o.gptq_desc_act ? " desc_act" : "", o.gptq_lm_head ? " lm_head" : "");
     qcache_clear(&g_qcache);
     free(l.t);
     return 0;

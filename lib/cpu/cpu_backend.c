@@ -291,8 +291,8 @@ static qw_status setup_weights(cpu_backend *b) {
     if ((st = copy_vec(&cur, &b->final_norm, &m->final_norm, "norm", -1, H))) return st;
     if ((st = check_tensor(&m->embed, "embed_tokens", -1, 2, c->vocab_size, H))) return st;
     b->embed = &m->embed;
-    const qwi_tensor *head = m->lm_head.data ? &m->lm_head : &m->embed;
-    if ((st = set_linear(&b->lm_head, head, NULL, "lm_head", -1, c->vocab_size, H))) return st;
+    const qwi_tensor *head = m->lm_head.data || m->lm_quant.method != QWI_QUANT_NONE ? &m->lm_head : &m->embed;
+    if ((st = set_linear(&b->lm_head, head, &m->lm_quant, "lm_head", -1, c->vocab_size, H))) return st;
     return QW_OK;
 }
 
@@ -404,6 +404,7 @@ static void layer_linears(const cpu_layer *d, const qwi_cpu_linear *out[LAYER_LI
 }
 
 static bool has_quant(const cpu_backend *b) {
+    if (b->lm_head.quant) return true;
     for (int i = 0; i < b->cfg.num_layers; i++) {
         const qwi_cpu_linear *ls[LAYER_LINEARS];
         layer_linears(&b->layers[i], ls);
@@ -569,7 +570,8 @@ static bool model_has_f16(const cpu_backend *b) {
  * activations (cpu/q4i.h), which qwi_cpu_matmul computes once per call.
  * 0: no such linear. */
 static int64_t max_int_groups(const cpu_backend *b) {
-    int64_t g = 0;
+    const qwi_cpu_linear *h = &b->lm_head;
+    int64_t g = h->quant && h->qsrc->fmt != QWI_QFMT_E4M3 ? qwi_qweight_groups(h->qsrc) : 0;
     for (int i = 0; i < b->cfg.num_layers; i++) {
         const qwi_cpu_linear *ls[LAYER_LINEARS];
         layer_linears(&b->layers[i], ls);

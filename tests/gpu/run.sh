@@ -90,9 +90,11 @@ N8=8b; [ "$L8" != 36 ] && N8=8b_L$L8
     mk --shape tiny --out "$M/tiny" && mk --shape 0.6b --out "$M/0.6b" || exit 1
     # quantized models (issue 16) for CPU-vs-CUDA parity: every format on
     # tiny (group 32 and a 48-wide FP8 block: several groups, partial
-    # blocks), and AWQ at 0.6b sizes (vectorized GEMV path, real k)
+    # blocks; GPTQ with a quantized head: the head's GEMV passes), and AWQ
+    # at 0.6b sizes (vectorized GEMV path, real k)
     for q in "awq:--quant awq --group-size 32" "gptq4:--quant gptq --bits 4 --group-size 32" \
-             "gptq8:--quant gptq --bits 8 --group-size 32 --gptq-asym" "fp8:--quant fp8 --fp8-block 48"; do
+             "gptq8:--quant gptq --bits 8 --group-size 32 --gptq-asym" "fp8:--quant fp8 --fp8-block 48" \
+             "gptq4head:--quant gptq --bits 4 --group-size 32 --gptq-lm-head"; do
         mk --shape tiny ${q#*:} --out "$M/tiny_${q%%:*}" || rm -rf "$M/tiny_${q%%:*}"
     done
     mk --shape 0.6b --quant awq --out "$M/0.6b_awq" || rm -rf "$M/0.6b_awq"
@@ -157,7 +159,7 @@ if [ -f tests/gpu/e2e.c ]; then
         ARGS=(--copy-gbs "${COPY:-0}" --peak-tflops "${PEAK:-0}" --seconds "${E2E_SECONDS:-2}" --dump "$B/dump")
         [ -f "$M/tiny/config.json" ] && ARGS+=(--parity "tiny=$M/tiny")
         [ -f "$M/0.6b/config.json" ] && ARGS+=(--parity "0.6b=$M/0.6b")
-        for n in tiny_awq tiny_gptq4 tiny_gptq8 tiny_fp8 0.6b_awq; do
+        for n in tiny_awq tiny_gptq4 tiny_gptq8 tiny_fp8 tiny_gptq4head 0.6b_awq; do
             if [ -f "$M/$n/config.json" ]; then ARGS+=(--parity "$n=$M/$n"); else row "e2e $n" "model missing (see models.log)"; fi
         done
         # fp8 (e4m3) KV cache: both engines on it, the bf16 models' weights

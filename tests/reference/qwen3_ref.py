@@ -24,6 +24,7 @@ DIR (dequantized) against those of TWIN (e.g. its --quant none twin).
 """
 
 import argparse
+import itertools
 import json
 import mmap
 import os
@@ -335,14 +336,21 @@ class Model:
                                                  cfg.intermediate).T
 
         x = rms_norm(x, w.get("model.norm.weight", (cfg.hidden,)), cfg.eps)
+        return x @ self.head().T
+
+    def head(self):
+        """The output head [vocab, hidden] in float64."""
+        cfg, w = self.cfg, self.w
+        if cfg.quant.get("quant_method") == "gptq" and cfg.quant.get("lm_head") \
+                and w.has("lm_head.qweight"):
+            # GPTQModel's lm_head=True: the head is quantized like a linear.
+            return w.linear("lm_head", cfg.vocab, cfg.hidden)
         if w.has("lm_head.weight"):
             # A tied model may still ship lm_head (a copy); use what is shipped.
-            head = w.get("lm_head.weight", (cfg.vocab, cfg.hidden))
-        elif cfg.tied:
-            head = embed
-        else:
-            raise KeyError("missing tensor lm_head.weight (model is not tied)")
-        return x @ head.T
+            return w.get("lm_head.weight", (cfg.vocab, cfg.hidden))
+        if cfg.tied:
+            return w.get("model.embed_tokens.weight", (cfg.vocab, cfg.hidden))
+        raise KeyError("missing tensor lm_head.weight (model is not tied)")
 
     def linears(self):
         """(prefix, n, k) of every linear layer."""
@@ -358,10 +366,11 @@ class Model:
 
 
 def weights_vs(model, twin):
-    """Largest max|W - W_twin| / max|W_twin| over the linears of two models."""
+    """Largest max|W - W_twin| / max|W_twin| over the linears of two models
+    (the output heads included)."""
     worst = 0.0
-    for prefix, n, k in model.linears():
-        a, b = model.w.linear(prefix, n, k), twin.w.linear(prefix, n, k)
+    pairs = ((model.w.linear(p, n, k), twin.w.linear(p, n, k)) for p, n, k in model.linears())
+    for a, b in itertools.chain(pairs, [(model.head(), twin.head())]):
         worst = max(worst, float(np.abs(a - b).max() / np.abs(b).max()))
     return worst
 
