@@ -436,6 +436,7 @@ FUZZ_QMODEL_ARGS := --shape tiny --hidden 16 --layers 1 --heads 2 --kv-heads 2 -
 FUZZ_QUANTS    := gptq:--quant,gptq,--group-size,8 gptq8:--quant,gptq,--bits,8,--group-size,8 \
                   gptq-desc:--quant,gptq,--group-size,8,--gptq-desc-act \
                   gptq-asym:--quant,gptq,--group-size,8,--gptq-asym,--gptq-format,gptq_v2 \
+                  gptq-head:--quant,gptq,--group-size,8,--gptq-lm-head,--vocab,304 \
                   awq:--quant,awq,--group-size,8 fp8:--quant,fp8,--fp8-block,8
 FUZZ_UTIL_OBJ  := $(BUILD)/obj/tests/fuzz/fuzz_util.o
 .SECONDARY: $(FUZZ_UTIL_OBJ)

@@ -283,13 +283,51 @@ typedef struct model_info {
     int64_t hidden, inter, layers, heads, kv_heads, head_dim, vocab;
     int tied;
     double params_per_token;     /* matmul parameters every row multiplies (no embedding, no head) */
-    double weight_bytes;         /* safetensors bytes on disk: what one decode step streams       */
+    double weight_bytes;         /* safetensors bytes on disk (what memory holds, for RSS ratios) */
+    double stream_bytes;         /* weight bytes one decode step streams: every tensor but the
+                                    embedding, whose rows are gathered, when a separate head
+                                    (lm_head.*) is shipped; a tied model's embedding is its head */
     double kv_bytes_per_token;   /* K+V of one position, all layers, at the cache dtype (main) */
 } model_info;
 
 static int64_t jint(json_t *o, const char *k, int64_t dflt) {
     json_t *v = json_object_get(o, k);
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+/* The safetensors file at path: adds every tensor's data bytes to *all,
+ * model.embed_tokens.weight's to *embed, and sets *head when a tensor
+ * lm_head.* is there. false when the header cannot be read (the caller
+ * then counts the file's size). */
+static bool st_header_bytes(const char *path, double *all, double *embed, int *head) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    unsigned char lb[8];
+    bool ok = fread(lb, 1, 8, f) == 8;
+    uint64_t hl = 0;
+    for (int i = 7; ok && i >= 0; i--) hl = hl << 8 | lb[i];
+    char *h = ok && hl > 0 && hl < (100u << 20) ? malloc(hl + 1) : NULL;
+    ok = h && fread(h, 1, hl, f) == hl;
+    fclose(f);
+    json_t *root = ok ? json_loadb(h, (size_t)hl, 0, NULL) : NULL;
+    free(h);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return false;
+    }
+    const char *key;
+    json_t *e;
+    json_object_foreach(root, key, e) {
+        json_t *off = json_object_get(e, "data_offsets");
+        if (!json_is_array(off) || json_array_size(off) != 2) continue;   /* __metadata__ */
+        double n = (double)(json_integer_value(json_array_get(off, 1)) -
+                            json_integer_value(json_array_get(off, 0)));
+        *all += n;
+        if (!strcmp(key, "model.embed_tokens.weight")) *embed += n;
+        if (!strncmp(key, "lm_head.", 8)) *head = 1;
+    }
+    json_decref(root);
+    return true;
 }
 
 static void load_model_info(const char *dir, int cuda, model_info *mi) {
@@ -313,6 +351,8 @@ static void load_model_info(const char *dir, int cuda, model_info *mi) {
     mi->params_per_token = (double)mi->layers * (H * (qd + 2 * kvd) + qd * H + 3 * H * (double)mi->inter);
     mi->kv_bytes_per_token = 2.0 * (double)mi->layers * kvd * (cuda ? 2.0 : 4.0);
     mi->weight_bytes = 0;
+    double tensors = 0, embed = 0;
+    int head = 0;
     DIR *d = opendir(dir);
     if (!d) die("%s: %s", dir, strerror(errno));
     struct dirent *e;
@@ -322,8 +362,11 @@ static void load_model_info(const char *dir, int cuda, model_info *mi) {
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (stat(path, &st) == 0) mi->weight_bytes += (double)st.st_size;
+        if (!st_header_bytes(path, &tensors, &embed, &head) && stat(path, &st) == 0)
+            tensors += (double)st.st_size;
     }
     closedir(d);
+    mi->stream_bytes = tensors - (head ? embed : 0);
     json_decref(root);
 }
 
@@ -1125,7 +1168,7 @@ static results compute(bench *b) {
             r.dec_steps++;
             r.dec_time += st->dt;
             r.dec_tokens += st->decoded;
-            bytes += b->mi.weight_bytes + st->ctx_tokens * b->mi.kv_bytes_per_token;
+            bytes += b->mi.stream_bytes + st->ctx_tokens * b->mi.kv_bytes_per_token;
         } else if (st->flops > 0) {
             r.pre_steps++;
             r.pre_time += st->dt;
@@ -1890,8 +1933,8 @@ int main(int argc, char **argv) {
         printf("  \"top_p\": %g,\n  \"repetition_penalty\": %g,\n  \"presence_penalty\": %g,\n"
                "  \"frequency_penalty\": %g,\n  \"logprobs\": %d,\n",
                b.a.top_p, b.a.rep_penalty, b.a.pres_penalty, b.a.freq_penalty, b.a.logprobs);
-        printf("  \"weight_bytes\": %.0f,\n  \"params_per_token\": %.0f,\n  \"load_s\": %.3f,\n",
-               b.mi.weight_bytes, b.mi.params_per_token, tl);
+        printf("  \"weight_bytes\": %.0f,\n  \"stream_bytes\": %.0f,\n  \"params_per_token\": %.0f,\n"
+               "  \"load_s\": %.3f,\n", b.mi.weight_bytes, b.mi.stream_bytes, b.mi.params_per_token, tl);
         printf("  \"rss_after_load_bytes\": %.0f,\n  \"peak_rss_load_bytes\": %.0f,\n"
                "  \"peak_rss_includes_limit_buffers\": %s,\n",
                rss_load, hwm_load, hwm_clean ? "false" : "true");
@@ -1907,9 +1950,11 @@ int main(int argc, char **argv) {
             printf("  \"read_bandwidth_bytes_per_s\": %.6g,\n  \"copy_bandwidth_bytes_per_s\": %.6g,\n"
                    "  \"peak_gemm_flops_per_s\": %.6g,\n", L.read_bw, L.copy_bw, isnan(L.gemm) ? 0 : L.gemm);
     } else {
-        printf("qw-bench: model %s (%.2f GB of weights, %.0fM matmul params/token), device %s, "
-               "%d threads, kernel table %s, numerics %s, KV cache %s, loaded in %.2f s\n",
-               b.a.model, b.mi.weight_bytes / 1e9, b.mi.params_per_token / 1e6, b.a.device, threads,
+        printf("qw-bench: model %s (%.2f GB of weights, %.2f GB read per decode step, %.0fM matmul "
+               "params/token), device %s, %d threads, kernel table %s, numerics %s, KV cache %s, "
+               "loaded in %.2f s\n",
+               b.a.model, b.mi.weight_bytes / 1e9, b.mi.stream_bytes / 1e9, b.mi.params_per_token / 1e6,
+               b.a.device, threads,
                L.kernels, numerics, b.a.kv_dtype ? b.a.kv_dtype : "auto", tl);
         printf("memory: RSS after load %.2f GB (%.2fx the weights), peak during load %.2f GB (%.2fx)%s\n",
                rss_load / 1e9, rss_load / b.mi.weight_bytes, hwm_load / 1e9, hwm_load / b.mi.weight_bytes,

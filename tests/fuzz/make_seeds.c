@@ -288,7 +288,8 @@ static buf st_rename(buf st, const char *from, const char *to) {
  * ways the loader refuses (quant_config.c, quant_load.c), so the fuzzer
  * starts next to every refusal. */
 static void quant_seeds(const char *qdir) {
-    static const char *const models[] = {"gptq", "gptq8", "gptq-desc", "gptq-asym", "awq", "fp8"};
+    static const char *const models[] = {"gptq", "gptq8", "gptq-desc", "gptq-asym", "gptq-head",
+                                         "awq", "fp8"};
     const char *S = "safetensors";
     buf none = {0};
     char dir[4096], name[256];
@@ -329,6 +330,14 @@ static void quant_seeds(const char *qdir) {
     QSEED("method-unknown", st, qcfg_edit(cfg, "quant_method", json_string("bitsandbytes")));
     QSEED("config-not-object", st, qcfg_edit(cfg, NULL, json_pack("[i]", 4)));
     QSEED("config-removed", st, qcfg_edit(cfg, NULL, json_null()));
+
+    /* GPTQModel's quantized head (lm_head: true): its parts made wrong, and
+     * the config no longer announcing it */
+    snprintf(dir, sizeof dir, "%s/gptq-head", qdir);
+    buf hst = read_file(dir, "model.safetensors"), hcfg = read_file(dir, "config.json");
+    QSEED("gptq-head-unannounced", hst, qcfg_edit(hcfg, "lm_head", json_false()));
+    QSEED("gptq-head-qweight-rows", st_edit(hst, "lm_head.qweight", "shape", json_pack("[i,i]", 304, 2)), hcfg);
+    QSEED("gptq-head-scales-missing", st_rename(hst, "lm_head.scales", "lm_head.scales_"), hcfg);
 
     snprintf(dir, sizeof dir, "%s/gptq-desc", qdir);
     buf dst = read_file(dir, "model.safetensors"), dcfg = read_file(dir, "config.json");
