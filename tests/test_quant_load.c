@@ -748,6 +748,27 @@ Test(refuse, gptq_lm_head_parts) {
     free(d);
 }
 
+Test(loads, gptq_lm_head_under_a_tied_config) {
+    /* a quantizer that kept tie_word_embeddings: true next to a quantized
+     * head: what is shipped is used, not the embedding */
+    char *d = copy_model("qref-gptq-head", GPTQ_ARGS " --gptq-lm-head");
+    char path[8300];
+    snprintf(path, sizeof path, "%s/config.json", d);
+    json_t *root = json_load_file(path, 0, NULL);
+    cr_assert(root);
+    json_object_set_new(root, "tie_word_embeddings", json_true());
+    cr_assert_eq(json_dump_file(root, path, JSON_INDENT(2)), 0);
+    json_decref(root);
+    qwi_model *m = NULL;
+    cr_assert_eq(qwi_model_load(d, &m), QW_OK, "%s", qw_last_error());
+    cr_assert(m->cfg.tie_word_embeddings);
+    cr_assert_eq(m->lm_quant.method, QWI_QUANT_GPTQ);
+    cr_assert_null(m->lm_head.data);
+    cr_assert_str_eq(m->lm_head.name, "lm_head.qweight");
+    qwi_model_free(m);
+    free(d);
+}
+
 Test(loads, gptq_lm_head_shipped_plain) {
     /* lm_head: true with a float lm_head.weight: a head the quantizer left alone */
     char *d = copy_model("qref-gptq-tiedhead", GPTQ_ARGS " --tied-with-lm-head");
