@@ -1,7 +1,8 @@
 #!/bin/sh
 # quant-bench.sh - the issue 16 benchmark (docs/benchmarks.md): batch-1 decode and 512-token
-# prefill of the Qwen3-0.6B shape in bf16 and as AWQ int4, GPTQ int4/int8 and FP8 checkpoints
-# made by qw-makemodel from the same seed, three repeats each, then 4K-context decode with an
+# prefill of the Qwen3-0.6B shape in bf16 and as AWQ int4, GPTQ int4/int8 (and int4 with its
+# head quantized too, GPTQModel's lm_head=True) and FP8 checkpoints made by qw-makemodel from
+# the same seed, three repeats each, then 4K-context decode with an
 # f32, bf16 and fp8 KV cache. Fast numerics (the default), 2 threads, greedy.
 #   sh tools/quant-bench.sh [BUILD] [MODEL_DIR]     (defaults: build, /tmp/qbench)
 # Not part of the test suite: minutes of machine time, and only meaningful on a quiet machine.
@@ -14,11 +15,12 @@ for q in none awq gptq fp8; do
   [ -f $q/config.json ] || $MK --shape 0.6b --dtype bf16 --seed 7 --quant $q --out $q >/dev/null || exit 1
 done
 [ -f gptq8/config.json ] || $MK --shape 0.6b --dtype bf16 --seed 7 --quant gptq --bits 8 --out gptq8 >/dev/null || exit 1
+[ -f gptqh/config.json ] || $MK --shape 0.6b --dtype bf16 --seed 7 --quant gptq --gptq-lm-head --out gptqh >/dev/null || exit 1
 echo "== machine"; grep -m1 'model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E 'avx2|avx512|amx' | tr '\n' ' '; echo; uptime
 echo "== limits (bf16 model)"
 $B --model none --threads 2 --num-requests 1 --input-len 16 --output-len 64 --temperature 0 2>&1 | tail -25
 for rep in 1 2 3; do
-  for q in none awq gptq gptq8 fp8; do
+  for q in none awq gptq gptqh gptq8 fp8; do
     echo "== decode $q rep $rep"
     $B --model $q --threads 2 --num-requests 1 --input-len 16 --output-len 64 --temperature 0 --no-limits 2>&1 | grep -E "loaded|decode  |memory" | head -8
     echo "== prefill512 $q rep $rep"
