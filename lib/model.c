@@ -11,6 +11,7 @@
 
 #include "file.h"
 #include "model.h"
+#include "quant_dynamic.h"
 
 /* Load a JSON object from <dir>/<name>. Missing file -> QW_ERR_IO (or, when
  * optional, QW_OK with *out NULL), as is a FIFO or directory of that name
@@ -310,19 +311,40 @@ static qw_status qwi_get(const qwi_model *m, const char *dir, const char *name, 
     return QW_OK;
 }
 
+/* The config module `name` is stored under (GPTQ "dynamic" rules applied)
+ * into *qc; QW_ERR_FORMAT when a rule marks it unquantized ("-:") but its
+ * float "<name>.weight" is not shipped. *plain: that rule matched. */
+static qw_status qwi_module_quant(const qwi_model *m, const qwi_quant_rules *rules, const char *name,
+                                  qwi_quant_config *qc, bool *plain) {
+    qwi_quant_rules_apply(rules, name, &m->cfg.quant, qc, plain);
+    if (!*plain) return QW_OK;
+    char w[160];
+    snprintf(w, sizeof w, "%s.weight", name);
+    const qwi_tensor *t = qwi_st_find(m->weights, w);
+    if (!t || !qwi_dtype_is_float(t->dtype))
+        return qwi_fail(QW_ERR_FORMAT, "model: quantization_config.dynamic leaves %s unquantized "
+                        "(a \"-:\" pattern matches it) but no float %s is shipped", name, w);
+    qc->method = QWI_QUANT_NONE;
+    return QW_OK;
+}
+
 /* Linear `prefix` of layer i, of shape [n, k]: under a quantization
- * config through qwi_quant_load_linear (L->quant[idx]); a quantized one
- * leaves *dst with data NULL, shape [n, k], dtype F32 (model.h), a plain
- * one (method NONE) is read as a float tensor like any other. */
-static qw_status qwi_load_linear(qwi_model *m, const char *dir, int i, const char *prefix,
-                                 int idx, int64_t n, int64_t k, qwi_tensor *dst) {
+ * config (with rules' per-module overrides applied) through
+ * qwi_quant_load_linear (L->quant[idx]); a quantized one leaves *dst with
+ * data NULL, shape [n, k], dtype F32 (model.h), a plain one (method NONE)
+ * is read as a float tensor like any other. */
+static qw_status qwi_load_linear(qwi_model *m, const qwi_quant_rules *rules, const char *dir, int i,
+                                 const char *prefix, int idx, int64_t n, int64_t k, qwi_tensor *dst) {
     qwi_layer *L = &m->layers[i];
     char name[128];
     snprintf(name, sizeof name, "model.layers.%d.%s", i, prefix);
     memset(&L->quant[idx], 0, sizeof L->quant[idx]);
-    if (m->cfg.quant.method != QWI_QUANT_NONE) {
-        qw_status st = qwi_quant_load_linear(m->weights, &m->cfg.quant, name, n, k,
-                                             &L->quant[idx]);
+    qwi_quant_config qc;
+    bool plain = false;
+    qw_status mst = qwi_module_quant(m, rules, name, &qc, &plain);
+    if (mst != QW_OK) return mst;
+    if (qc.method != QWI_QUANT_NONE) {
+        qw_status st = qwi_quant_load_linear(m->weights, &qc, name, n, k, &L->quant[idx]);
         if (st != QW_OK) return st;
         if (L->quant[idx].method != QWI_QUANT_NONE) {
             memset(dst, 0, sizeof *dst);
@@ -339,14 +361,36 @@ static qw_status qwi_load_linear(qwi_model *m, const char *dir, int i, const cha
     return qwi_get(m, dir, name, n, k, dst);
 }
 
+/* GPTQ "dynamic" rules of dir's config.json into *out (NULL when there
+ * are none, or the format is not GPTQ): parsed a second time here, since
+ * qwi_config keeps no JSON (qwi_config_load already validated them). */
+static qw_status qwi_load_rules(const qwi_model *m, const char *dir, qwi_quant_rules **out) {
+    *out = NULL;
+    if (m->cfg.quant.method != QWI_QUANT_GPTQ) return QW_OK;
+    size_t cap = strlen(dir) + 32;
+    char *path = malloc(cap);
+    if (!path) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "config: out of memory");
+    json_t *root = NULL;
+    qw_status st = qwi_json_load_obj(dir, "config.json", false, path, cap, &root);
+    json_t *q = st == QW_OK ? json_object_get(root, "quantization_config") : NULL;
+    if (st == QW_OK && json_is_object(q)) st = qwi_quant_rules_parse(q, path, &m->cfg.quant, out);
+    json_decref(root);
+    free(path);
+    return st;
+}
+
 /* The output head into m->lm_head (and m->lm_quant): a quantized linear
  * under GPTQ "lm_head": true, else lm_head.weight, or the embedding of a
  * tied model that ships no head (model.h). */
-static qw_status qwi_load_head(qwi_model *m, const char *dir) {
+static qw_status qwi_load_head(qwi_model *m, const qwi_quant_rules *rules, const char *dir) {
     const int64_t v = m->cfg.vocab_size, h = m->cfg.hidden_size;
-    const qwi_quant_config *qc = &m->cfg.quant;
+    qwi_quant_config hq;
+    bool plain = false;
+    const qwi_quant_config *qc = &hq;
     memset(&m->lm_quant, 0, sizeof m->lm_quant);
     qw_status st;
+    qwi_quant_rules_apply(m->cfg.quant.lm_head ? rules : NULL, "lm_head", &m->cfg.quant, &hq, &plain);
+    if (plain) hq.lm_head = false;   /* "-:" on lm_head: the head ships as a float tensor */
     if (qc->method == QWI_QUANT_GPTQ && qc->lm_head) {
         if (!qwi_st_find(m->weights, "lm_head.qweight") && !qwi_st_find(m->weights, "lm_head.weight"))
             return qwi_fail(QW_ERR_FORMAT, "model %s: quantization_config.lm_head is true but "
@@ -367,7 +411,8 @@ static qw_status qwi_load_head(qwi_model *m, const char *dir) {
     }
     if (qwi_st_find(m->weights, "lm_head.qweight"))
         return qwi_fail(QW_ERR_FORMAT, "model %s: lm_head.qweight is shipped but the config's "
-                        "quantization_config does not say \"lm_head\": true (GPTQ)", dir);
+                        "quantization_config does not say \"lm_head\": true (GPTQ)%s", dir,
+                        plain ? " (or a dynamic \"-:\" pattern leaves the head unquantized)" : "");
     /* Some tied checkpoints still ship lm_head.weight; prefer what is shipped. */
     if (qwi_st_find(m->weights, "lm_head.weight") || !m->cfg.tie_word_embeddings) {
         st = qwi_get(m, dir, "lm_head.weight", v, h, &m->lm_head);
@@ -380,7 +425,7 @@ static qw_status qwi_load_head(qwi_model *m, const char *dir) {
     return QW_OK;
 }
 
-static qw_status qwi_load_layer(qwi_model *m, const char *dir, int i) {
+static qw_status qwi_load_layer(qwi_model *m, const qwi_quant_rules *rules, const char *dir, int i) {
     const qwi_config *c = &m->cfg;
     qwi_layer *L = &m->layers[i];
     int64_t h = c->hidden_size, q = (int64_t)c->num_heads * c->head_dim;
@@ -396,7 +441,7 @@ static qw_status qwi_load_layer(qwi_model *m, const char *dir, int i) {
      * config says so and the checkpoint ships it quantized. */
 #define QWI_LIN(field, idx, prefix, d0, d1)                                        \
     do {                                                                           \
-        if ((st = qwi_load_linear(m, dir, i, prefix, idx, d0, d1, &L->field)))     \
+        if ((st = qwi_load_linear(m, rules, dir, i, prefix, idx, d0, d1, &L->field))) \
             return st;                                                             \
     } while (0)
     QWI_GET(input_norm, "input_layernorm.weight", h, -1);
@@ -426,6 +471,7 @@ static qw_status qwi_load_layer(qwi_model *m, const char *dir, int i) {
  * with qwi_model_free); on failure *out is NULL and nothing stays mapped. */
 qw_status qwi_model_load(const char *dir, qwi_model **out) {
     *out = NULL;
+    qwi_quant_rules *rules = NULL;
     qwi_model *m = calloc(1, sizeof *m);
     if (!m) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "model: out of memory");
     qw_status st = qwi_config_load(dir, &m->cfg);
@@ -442,12 +488,14 @@ qw_status qwi_model_load(const char *dir, qwi_model **out) {
     if ((st = qwi_get(m, dir, "model.embed_tokens.weight", v, h, &m->embed)) ||
         (st = qwi_get(m, dir, "model.norm.weight", h, -1, &m->final_norm)))
         goto fail;
-    if ((st = qwi_load_head(m, dir)) != QW_OK) goto fail;
+    if ((st = qwi_load_rules(m, dir, &rules)) || (st = qwi_load_head(m, rules, dir))) goto fail;
     for (int i = 0; i < m->cfg.num_layers; i++)
-        if ((st = qwi_load_layer(m, dir, i)) != QW_OK) goto fail;
+        if ((st = qwi_load_layer(m, rules, dir, i)) != QW_OK) goto fail;
+    qwi_quant_rules_free(rules);
     *out = m;
     return QW_OK;
 fail:
+    qwi_quant_rules_free(rules);
     qwi_model_free(m);
     return st;
 }

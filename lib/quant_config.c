@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "quant.h"
+#include "quant_dynamic.h"
 
 /* obj[key], NULL when absent or JSON null. */
 static json_t *qc_opt(json_t *obj, const char *key) {
@@ -195,10 +196,11 @@ static qw_status qc_gptq(json_t *q, const char *path, qwi_quant_config *c) {
     if (strcmp(pack, "int32") != 0)
         return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.pack_dtype \"%s\" is not "
                         "supported (int32 is)", path, pack);
-    json_t *dyn = qc_opt(q, "dynamic");
-    if (dyn && (!json_is_object(dyn) || json_object_size(dyn) != 0))
-        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.dynamic (per-module "
-                        "overrides) is not supported", path);
+    /* GPTQModel's per-module overrides: checked here (so a bad one fails
+     * at config load), applied per linear by the model loader. */
+    qwi_quant_rules *rules = NULL;
+    if ((st = qwi_quant_rules_parse(q, path, c, &rules))) return st;
+    qwi_quant_rules_free(rules);
     /* lm_head true (GPTQModel's option): the head ships as lm_head.qweight
      * etc., packed as the layers' linears (model.c loads it). */
     return QW_OK;

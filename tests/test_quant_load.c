@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/reference_util.h"
 #include "util/testutil.h"
 #include "fp8.h"
 #include "model.h"
@@ -560,6 +561,62 @@ static void st_retype(const char *dir, const char *name, const char *dt, int64_t
     st_write(dir, &f);
 }
 
+/* Rewrite f's data section compactly in file order (the loader refuses
+ * gaps, which dropping tensors leaves). */
+static void st_compact(stfile *f) {
+    const char *key;
+    json_t *v;
+    uint8_t *nd = malloc(f->data_len + 1);
+    size_t at = 0, cnt = json_object_size(f->hdr), ne = 0;
+    json_t **ents = calloc(cnt + 1, sizeof *ents);
+    json_object_foreach(f->hdr, key, v) if (json_is_object(v) && json_object_get(v, "data_offsets"))
+        ents[ne++] = v;
+    for (size_t a = 0; a < ne; a++)
+        for (size_t b = a + 1; b < ne; b++) {
+            json_int_t oa = json_integer_value(json_array_get(json_object_get(ents[a], "data_offsets"), 0));
+            json_int_t ob = json_integer_value(json_array_get(json_object_get(ents[b], "data_offsets"), 0));
+            if (ob < oa) { json_t *t = ents[a]; ents[a] = ents[b]; ents[b] = t; }
+        }
+    for (size_t a = 0; a < ne; a++) {
+        json_t *off = json_object_get(ents[a], "data_offsets");
+        size_t s0 = (size_t)json_integer_value(json_array_get(off, 0));
+        size_t s1 = (size_t)json_integer_value(json_array_get(off, 1));
+        memcpy(nd + at, f->data + s0, s1 - s0);
+        json_object_set_new(ents[a], "data_offsets", json_pack("[I,I]", (json_int_t)at, (json_int_t)(at + s1 - s0)));
+        at += s1 - s0;
+    }
+    free(ents);
+    free(f->data);
+    f->data = nd;
+    f->data_len = at;
+}
+
+/* dst's safetensors with the tensors take[0..nt) copied from src's
+ * (replacing any of the same name) and drop[0..nd) removed. */
+static void st_transplant(const char *dst, const char *src, const char *const *take, size_t nt,
+                          const char *const *drop, size_t nd) {
+    stfile from = st_read(src), f = st_read(dst);
+    for (size_t i = 0; i < nd; i++) json_object_del(f.hdr, drop[i]);
+    for (size_t i = 0; i < nt; i++) {
+        json_t *e = json_object_get(from.hdr, take[i]);
+        cr_assert(e, "no tensor %s in %s", take[i], src);
+        json_t *off = json_object_get(e, "data_offsets");
+        size_t b0 = (size_t)json_integer_value(json_array_get(off, 0));
+        size_t b1 = (size_t)json_integer_value(json_array_get(off, 1));
+        f.data = realloc(f.data, f.data_len + (b1 - b0) + 1);
+        memcpy(f.data + f.data_len, from.data + b0, b1 - b0);
+        json_object_set_new(f.hdr, take[i],
+                            json_pack("{s:O,s:O,s:[I,I]}", "dtype", json_object_get(e, "dtype"), "shape",
+                                      json_object_get(e, "shape"), "data_offsets", (json_int_t)f.data_len,
+                                      (json_int_t)(f.data_len + (b1 - b0))));
+        f.data_len += b1 - b0;
+    }
+    json_decref(from.hdr);
+    free(from.data);
+    st_compact(&f);
+    st_write(dst, &f);
+}
+
 /* qw_engine_create over dir must fail with st and a message holding each
  * of the (up to three) strings. */
 static void expect_refused(const char *dir, qw_status want, const char *s1, const char *s2,
@@ -782,10 +839,74 @@ Test(loads, gptq_lm_head_shipped_plain) {
     free(d);
 }
 
-Test(refuse, gptq_dynamic_overrides) {
+Test(refuse, gptq_dynamic_skip_needs_a_float_weight) {
+    /* "-:" leaves the module unquantized: its quantized tensors are not read */
     char *d = copy_model("qref-gptq", GPTQ_ARGS);
     cfg_set(d, "dynamic", json_pack("{s:{s:i}}", "-:.*down_proj.*", "bits", 8));
-    expect_refused(d, QW_ERR_UNSUPPORTED, "dynamic", NULL, NULL);
+    expect_refused(d, QW_ERR_FORMAT, "dynamic leaves model.layers.0.mlp.down_proj unquantized",
+                   "model.layers.0.mlp.down_proj.weight", NULL);
+    free(d);
+}
+
+Test(refuse, gptq_dynamic_bad_rules) {
+    char *d = copy_model("qref-gptq", GPTQ_ARGS);
+    cfg_set(d, "dynamic", json_pack("{s:{}}", "+:model\\.layers\\.("));
+    expect_refused(d, QW_ERR_FORMAT, "dynamic pattern", "model\\.layers\\.(", NULL);
+    cfg_set(d, "dynamic", json_pack("{s:{s:i}}", "+:.*down_proj", "bits", 3));
+    expect_refused(d, QW_ERR_UNSUPPORTED, "dynamic", "bits 3", NULL);
+    cfg_set(d, "dynamic", json_pack("{s:{s:s}}", ".*down_proj", "pack_dtype", "int16"));
+    expect_refused(d, QW_ERR_UNSUPPORTED, "dynamic", "pack_dtype", NULL);
+    cfg_set(d, "dynamic", json_pack("{s:i}", ".*down_proj", 8));
+    expect_refused(d, QW_ERR_FORMAT, "dynamic", "must be an object", NULL);
+    cfg_set(d, "dynamic", json_pack("[s]", ".*"));
+    expect_refused(d, QW_ERR_FORMAT, "dynamic must be an object", NULL, NULL);
+    /* an override that the shipped tensors contradict: their shape says 4 bits */
+    cfg_set(d, "dynamic", json_pack("{s:{s:i}}", "+:model\\.layers\\.1\\.mlp\\.gate", "bits", 8));
+    expect_refused(d, QW_ERR_FORMAT, G1 "qweight", NULL, NULL);
+    free(d);
+}
+
+/* GPTQModel mixed precision: layer 1's linears stored 8-bit (taken from
+ * the 8-bit model of the same seed) under a dynamic rule, the rest 4-bit;
+ * and a "-:" rule for layer 0's q_proj, shipped as the twin's float weight.
+ * The loader reads each module by its rule, and the engine's logits match
+ * the float64 reference, which applies the rules independently. */
+Test(loads, gptq_dynamic_mixed_bits_and_a_skipped_module) {
+    char *d = copy_model("qref-gptq", GPTQ_ARGS);
+    char *g8 = qwt_model("qref-gptq8-s62", "--shape tiny --dtype bf16 --seed 62 --quant gptq --bits 8 "
+                                           "--group-size 32");
+    char *twin = qwt_model("qref-plain-twin", "--shape tiny --dtype bf16 --seed 62");
+    cr_assert(g8 && twin);
+    const char *lins[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    const char *parts[] = {"qweight", "qzeros", "scales", "g_idx"};
+    char names[28][96];
+    const char *take[28];
+    for (int i = 0; i < 7; i++)
+        for (int p = 0; p < 4; p++) {
+            snprintf(names[i * 4 + p], sizeof names[0], "model.layers.1.%s.%s", lins[i], parts[p]);
+            take[i * 4 + p] = names[i * 4 + p];
+        }
+    st_transplant(d, g8, take, 28, NULL, 0);
+    const char *qw = Q0 "weight";
+    const char *qparts[] = {Q0 "qweight", Q0 "qzeros", Q0 "scales", Q0 "g_idx"};
+    st_transplant(d, twin, &qw, 1, qparts, 4);
+    json_t *dyn = json_object();
+    json_object_set_new(dyn, "-:model\\.layers\\.0\\.self_attn\\.q_proj", json_object());
+    json_object_set_new(dyn, "+:model\\.layers\\.1\\.", json_pack("{s:i,s:f}", "bits", 8, "damp_percent", 0.05));
+    cfg_set(d, "dynamic", dyn);
+    qwi_model *m = NULL;
+    cr_assert_eq(qwi_model_load(d, &m), QW_OK, "%s", qw_last_error());
+    cr_assert_eq(m->layers[0].quant[QWI_LIN_Q].method, QWI_QUANT_NONE);
+    cr_assert_not_null(m->layers[0].q_proj.data);
+    for (int i = 1; i < QWI_LIN_COUNT; i++) cr_assert_eq(m->layers[0].quant[i].fmt, QWI_QFMT_U4);
+    for (int i = 0; i < QWI_LIN_COUNT; i++) cr_assert_eq(m->layers[1].quant[i].fmt, QWI_QFMT_U8, "linear %d", i);
+    qwi_model_free(m);
+    double err = qwt_compare_with_reference(d, QW_NUMERICS_EXACT, 17, 7, 4, 1e-3, 1e-6);
+    cr_log_info("dynamic mixed bits: exact max rel error %.3g", err);
+    cr_assert_lt(err, 1e-4, "exact: max relative error %.3g against the reference", err);
+    free(g8);
+    free(twin);
     free(d);
 }
 
@@ -1022,58 +1143,9 @@ Test(loads, plain_module_in_quantized_checkpoint) {
     char *d = copy_model("qref-gptq", GPTQ_ARGS);
     char *twin = qwt_model("qref-plain-twin", "--shape tiny --dtype bf16 --seed 62");
     cr_assert(twin);
-    stfile tf = st_read(twin);
-    json_t *te = json_object_get(tf.hdr, Q0 "weight");
-    json_t *toff = json_object_get(te, "data_offsets");
-    size_t b0 = (size_t)json_integer_value(json_array_get(toff, 0));
-    size_t b1 = (size_t)json_integer_value(json_array_get(toff, 1));
-    stfile f = st_read(d);
-    f.data = realloc(f.data, f.data_len + (b1 - b0));
-    memcpy(f.data + f.data_len, tf.data + b0, b1 - b0);
-    json_object_set_new(f.hdr, Q0 "weight",
-                        json_pack("{s:s,s:[i,i],s:[I,I]}", "dtype", "BF16", "shape", 64, 64,
-                                  "data_offsets", (json_int_t)f.data_len,
-                                  (json_int_t)(f.data_len + (b1 - b0))));
-    f.data_len += b1 - b0;
-    json_object_del(f.hdr, Q0 "qweight");
-    json_object_del(f.hdr, Q0 "qzeros");
-    json_object_del(f.hdr, Q0 "scales");
-    json_object_del(f.hdr, Q0 "g_idx");
-    json_decref(tf.hdr);
-    free(tf.data);
-    /* the dropped tensors leave a gap in the data section: the loader
-     * refuses gaps, so rewrite every offset compactly */
-    {
-        const char *key;
-        json_t *v;
-        uint8_t *nd = malloc(f.data_len + 1);
-        size_t at = 0;
-        /* keep file order: by begin offset */
-        size_t cnt = json_object_size(f.hdr), ne = 0;
-        json_t **ents = calloc(cnt, sizeof *ents);
-        json_object_foreach(f.hdr, key, v) if (json_is_object(v) && json_object_get(v, "data_offsets"))
-            ents[ne++] = v;
-        for (size_t a = 0; a < ne; a++)
-            for (size_t b = a + 1; b < ne; b++) {
-                json_int_t oa = json_integer_value(json_array_get(json_object_get(ents[a], "data_offsets"), 0));
-                json_int_t ob = json_integer_value(json_array_get(json_object_get(ents[b], "data_offsets"), 0));
-                if (ob < oa) { json_t *t = ents[a]; ents[a] = ents[b]; ents[b] = t; }
-            }
-        for (size_t a = 0; a < ne; a++) {
-            json_t *off = json_object_get(ents[a], "data_offsets");
-            size_t s0 = (size_t)json_integer_value(json_array_get(off, 0));
-            size_t s1 = (size_t)json_integer_value(json_array_get(off, 1));
-            memcpy(nd + at, f.data + s0, s1 - s0);
-            json_object_set_new(ents[a], "data_offsets",
-                                json_pack("[I,I]", (json_int_t)at, (json_int_t)(at + s1 - s0)));
-            at += s1 - s0;
-        }
-        free(ents);
-        free(f.data);
-        f.data = nd;
-        f.data_len = at;
-    }
-    st_write(d, &f);
+    const char *qw = Q0 "weight";
+    const char *qparts[] = {Q0 "qweight", Q0 "qzeros", Q0 "scales", Q0 "g_idx"};
+    st_transplant(d, twin, &qw, 1, qparts, 4);
     qwi_model *m = NULL;
     cr_assert_eq(qwi_model_load(d, &m), QW_OK, "%s", qw_last_error());
     cr_assert_eq(m->layers[0].quant[QWI_LIN_Q].method, QWI_QUANT_NONE);

@@ -327,6 +327,12 @@ static void quant_seeds(const char *qdir) {
     QSEED("gptq-asym-v1", st, qcfg_edit(cfg, "sym", json_false()));
     QSEED("gptq-format-marlin", st, qcfg_edit(cfg, "checkpoint_format", json_string("marlin")));
     QSEED("gptq-lm-head", st, qcfg_edit(cfg, "lm_head", json_true()));
+    /* GPTQModel "dynamic" rules: a skip (down_proj then lacks its float
+     * weight), an 8-bit override the 4-bit tensors contradict, a bad pattern */
+    QSEED("gptq-dynamic-skip", st, qcfg_edit(cfg, "dynamic", json_pack("{s:{}}", "-:.*down_proj")));
+    QSEED("gptq-dynamic-bits8", st, qcfg_edit(cfg, "dynamic", json_pack("{s:{s:i}}", "+:model\\.layers\\.0\\.", "bits", 8)));
+    QSEED("gptq-dynamic-regex", st, qcfg_edit(cfg, "dynamic", json_pack("{s:{}}", "+:(")));
+    QSEED("gptq-dynamic-no-match", st, qcfg_edit(cfg, "dynamic", json_pack("{s:{s:i}}", "+:nothing", "group_size", 16)));
     QSEED("method-unknown", st, qcfg_edit(cfg, "quant_method", json_string("bitsandbytes")));
     QSEED("config-not-object", st, qcfg_edit(cfg, NULL, json_pack("[i]", 4)));
     QSEED("config-removed", st, qcfg_edit(cfg, NULL, json_null()));

@@ -28,6 +28,7 @@ import itertools
 import json
 import mmap
 import os
+import re
 import struct
 import sys
 
@@ -151,8 +152,27 @@ class Weights:
         if method == "awq":
             return self._awq(prefix, n, k)
         if method == "gptq":
-            return self._gptq(prefix, n, k)
+            q = self._module_quant(prefix)
+            if q is None:
+                raise KeyError("missing tensor %s (a dynamic \"-:\" pattern leaves it unquantized)"
+                               % wname)
+            return self._gptq(prefix, n, k, q)
         raise KeyError("missing tensor %s" % wname)
+
+    def _module_quant(self, prefix):
+        """GPTQModel's "dynamic" per-module overrides: the first pattern that
+        re.match()es the module name decides; "-:" means not quantized (None),
+        "+:" (or no prefix) overrides bits / group_size / sym / desc_act."""
+        q = dict(self.quant)
+        for pat, over in (self.quant.get("dynamic") or {}).items():
+            if pat.startswith("-:"):
+                if re.match(pat[2:], prefix):
+                    return None
+            elif re.match(pat[2:] if pat.startswith("+:") else pat, prefix):
+                q.update({key: over[key] for key in ("bits", "group_size", "sym", "desc_act")
+                          if key in over})
+                return q
+        return q
 
     def _fp8(self, prefix, n, k):
         # Qwen3-FP8 / DeepSeek-V3 block fp8: w = e4m3 * weight_scale_inv of its
@@ -198,18 +218,18 @@ class Weights:
         gi = np.arange(k) // g
         return ((q - z[gi]) * s[gi]).T
 
-    def _gptq(self, prefix, n, k):
+    def _gptq(self, prefix, n, k, quant):
         # AutoGPTQ/GPTQModel: qweight [k*bits/32, n] packs input rows (row
         # i*per + t at bits*t); qzeros [G, n*bits/32] packs outputs the same
         # way, storing zero - 1 in checkpoint_format "gptq" (v1) and the zero
         # in "gptq_v2"; scales [G, n]; the group of input c is g_idx[c]
         # (act-order permutes it), c // group_size without g_idx.
-        bits, g = self.quant.get("bits", 4), self.quant.get("group_size", 128)
+        bits, g = quant.get("bits", 4), quant.get("group_size", 128)
         if bits not in (2, 4, 8):
             raise ValueError("gptq: %d bits unsupported" % bits)
         if g == -1:
             g = k
-        fmt = self.quant.get("checkpoint_format", "gptq")
+        fmt = quant.get("checkpoint_format", "gptq")
         if fmt not in ("gptq", "gptq_v2"):
             raise ValueError("gptq: checkpoint_format %s unsupported" % fmt)
         per, G = 32 // bits, -(-k // g)
