@@ -232,6 +232,29 @@ Test(makemodel_quant, gptq_lm_head_layout) {
     free(dir);
 }
 
+/* --gptq-dynamic: GPTQModel's per-module rules, written to the config and
+ * applied while storing: a "-:" module as the twin's float weight, a
+ * "+:" layer with its own bits and group size. */
+#define DYN "'{\"-:model\\\\.layers\\\\.0\\\\.mlp\\\\.down_proj\": {}, " \
+            "\"+:model\\\\.layers\\\\.1\\\\.\": {\"bits\": 8, \"group_size\": 16}}'"
+Test(makemodel_quant, gptq_dynamic_layout) {
+    char *dir = make("mq-gptq-dyn", "--quant gptq --group-size 32 --gptq-dynamic " DYN);
+    json_t *q = quant_config(dir);
+    json_t *dyn = json_object_get(q, "dynamic");
+    cr_assert(json_is_object(dyn) && json_object_size(dyn) == 2);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(dyn, "+:model\\.layers\\.1\\."), "bits")), 8);
+    json_decref(q);
+    qwi_st_set *set = NULL;
+    cr_assert_eq(qwi_st_open_dir(dir, &set), QW_OK);
+    expect(set, "model.layers.0.mlp.down_proj.weight", QWI_DTYPE_BF16, 2, 64, 128);
+    cr_assert_null(qwi_st_find(set, "model.layers.0.mlp.down_proj.qweight"));
+    expect(set, "model.layers.0.mlp.up_proj.qweight", QWI_DTYPE_I32, 2, 8, 128);     /* 4-bit */
+    expect(set, "model.layers.1.self_attn.k_proj.qweight", QWI_DTYPE_I32, 2, 16, 32); /* 8-bit */
+    expect(set, "model.layers.1.self_attn.k_proj.scales", QWI_DTYPE_F16, 2, 4, 32);   /* group 16 */
+    qwi_st_close(set);
+    free(dir);
+}
+
 Test(makemodel_quant, refuses_impossible_combinations) {
     refused("--quant awq --bits 8", "awq (GEMM) stores 4 bits only");
     refused("--quant awq --group-size -1", "--quant awq needs a positive --group-size");
@@ -251,6 +274,10 @@ Test(makemodel_quant, refuses_impossible_combinations) {
     refused("--quant gptq --gptq-lm-head --tied-with-lm-head", "not with --tied-with-lm-head");
     refused("--quant gptq --group-size 32 --gptq-lm-head --vocab 300",
             "--gptq-lm-head: GPTQ packs 8 outputs per int32");
+    refused("--quant awq --gptq-dynamic '{}'", "--gptq-dynamic needs --quant gptq");
+    refused("--quant gptq --group-size 32 --gptq-dynamic '[1]'", "bad value");
+    refused("--quant gptq --group-size 32 --gptq-dynamic '{\"+:.*\": {\"pack_dtype\": \"int16\"}}'", "pack_dtype");
+    refused("--quant gptq --group-size 32 --gptq-dynamic '{\"+:.*down\": {\"group_size\": 48}}'", "cannot be stored");
     refused("--bits 8", "need --quant");
     refused("--quant int4", "--quant");
     refused("--kv-scale 0", "--kv-scale");

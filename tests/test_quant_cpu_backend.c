@@ -1,6 +1,7 @@
 /*
  * test_quant_cpu_backend.c - quantized checkpoints (AWQ int4, GPTQ int8,
- * Qwen3-FP8, GPTQ int4 with a quantized head) on the CPU backend, end to end through the engine: in both
+ * Qwen3-FP8, GPTQ int4 with a quantized head, GPTQ with dynamic rules
+ * mixing int4, int8 and a plain linear) on the CPU backend, end to end through the engine: in both
  * numerics modes a batch of requests gives bit for bit the logits each gets
  * alone (1 vs 2 threads, too); the quantized layers always run from the
  * repacked copy, so QWINFER_CPU_WEIGHTS=mmap changes no bit; the create
@@ -25,9 +26,14 @@ static const char *const formats[][2] = {
     /* GPTQModel's lm_head=True: the head runs through the int4 kernels too */
     { "quant-cpu-gptq4-head",
       "--shape tiny --layers 2 --seed 5 --quant gptq --bits 4 --group-size 32 --gptq-lm-head" },
+    /* GPTQModel "dynamic" rules: int4, int8 (group 16) and a plain linear in one model */
+    { "quant-cpu-gptq-dyn",
+      "--shape tiny --layers 2 --seed 5 --quant gptq --bits 4 --group-size 32 --gptq-dynamic "
+      "'{\"-:model\\\\.layers\\\\.0\\\\.self_attn\\\\.o_proj\": {}, "
+      "\"+:model\\\\.layers\\\\.1\\\\.mlp\\\\.\": {\"bits\": 8, \"group_size\": 16}}'" },
 };
 #define NFORMATS ((int)(sizeof formats / sizeof formats[0]))
-static const bool format_int4[] = { true, false, false, true };
+static const bool format_int4[] = { true, false, false, true, true };
 
 static char *model(int f) {
     char *dir = qwt_model(formats[f][0], formats[f][1]);

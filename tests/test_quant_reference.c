@@ -101,6 +101,15 @@ Test(quant_reference, gptq_8bit_lm_head_untied, .timeout = 300) {
                              "--group-size 16 --gptq-asym --gptq-lm-head");
 }
 
+/* GPTQModel "dynamic" rules (qw-makemodel --gptq-dynamic): layer 1 at 8
+ * bits in groups of 16, layer 0's down_proj unquantized, the rest 4-bit;
+ * the reference applies the rules on its own. */
+Test(quant_reference, gptq_dynamic_mixed, .timeout = 300) {
+    check_as("qref-gptq-dyn", "--shape tiny --dtype bf16 --seed 49 --quant gptq --group-size 32 "
+                              "--gptq-dynamic '{\"-:model\\\\.layers\\\\.0\\\\.mlp\\\\.down_proj\": {}, "
+                              "\"+:model\\\\.layers\\\\.1\\\\.\": {\"bits\": 8, \"group_size\": 16}}'", true);
+}
+
 Test(quant_reference, gptq_v2_asym_qwen2, .timeout = 300) {
     check_as("qref-gptq4v2", "--shape tiny --arch qwen2 --dtype bf16 --seed 46 --quant gptq "
                              "--gptq-format gptq_v2 --gptq-asym --group-size 32", true);

@@ -10,7 +10,8 @@
  *                --max-pos N --rope-theta X --rms-eps X --eos N] [--no-tokenizer]
  *                [--quant none|fp8|awq|gptq] [--bits 4|8] [--group-size N]
  *                [--fp8-block N] [--gptq-asym] [--gptq-format gptq|gptq_v2]
- *                [--gptq-desc-act] [--gptq-lm-head] [--kv-scale X]
+ *                [--gptq-desc-act] [--gptq-lm-head] [--gptq-dynamic JSON]
+ *                [--kv-scale X]
  *
  * --quant stores the 7 linear layers of every decoder layer the way the
  * published quantized checkpoints do (docs/quantization.md): Qwen3-FP8
@@ -24,6 +25,10 @@
  * does ("lm_head": true, lm_head.qweight/qzeros/scales/g_idx): a tied shape's
  * head is its embedding quantized, and the config then says
  * tie_word_embeddings false (the float embedding stays for the input).
+ * --gptq-dynamic JSON writes GPTQModel's per-module overrides (the
+ * "dynamic" object of the config, lib/quant_dynamic.h) and stores each
+ * linear by its rule: "-:" ones as the twin's float weight, "+:" ones with
+ * their bits / group_size / sym / desc_act.
  * --kv-scale X adds per-layer self_attn.k_scale / v_scale tensors (F32, X).
  *
  * It also writes a tokenizer (vocab.json, merges.txt, tokenizer_config.json
@@ -59,6 +64,8 @@
 
 #include "dtype.h"
 #include "fp8.h"
+#include "qwinfer.h"
+#include "quant_dynamic.h"
 
 #define MAX_SHARDS 99
 #define CHUNK_ELEMS (1u << 20) /* elements generated per write */
@@ -112,6 +119,8 @@ typedef struct options {
     int fp8_block;     /* FP8: block_n = block_k                           */
     bool gptq_asym, gptq_v2, gptq_desc_act;
     bool gptq_lm_head; /* the head quantized too; its float values from head_stream */
+    json_t *gptq_dynamic;     /* --gptq-dynamic: the config's "dynamic" object     */
+    qwi_quant_rules *rules;   /* ... compiled (quant_dynamic.h)                    */
     const char *head_stream; /* "lm_head.weight", or a tied shape's embedding */
     double kv_scale;   /* > 0: write k_scale / v_scale tensors             */
 } options;
@@ -151,6 +160,9 @@ typedef struct tensor {
     const char *st_dtype; /* NULL: --dtype */
     size_t esz;           /* 0: --dtype's */
     int64_t lin_n, lin_k; /* quantized parts: the linear's [out, in] */
+    bool qover;           /* GPTQ parts under a --gptq-dynamic rule: its values below */
+    int qbits, qgroup;
+    bool qasym, qdesc;
     init_kind kind;
     int64_t fan_in;
     int shard;
@@ -206,9 +218,54 @@ static void add_qpart(tensor_list *l, const char *prefix, const char *suffix, te
 static int64_t group_of(const options *o, int64_t k) { return o->group < 0 ? k : o->group; }
 
 /* The tensors of the linear `prefix` ([n out, k in]) under --quant. */
+/* --gptq-dynamic's rule for the linear `prefix` [n, k]: *skip (stored as
+ * a float weight), or the bits / group / asym / desc_act to store it with
+ * (exits with status 2 when they cannot store it). */
+static void dynamic_rule(const options *o, const char *prefix, int64_t n, int64_t k, bool *skip,
+                         qwi_quant_config *c) {
+    qwi_quant_config base = {.method = QWI_QUANT_GPTQ, .bits = o->bits, .group_size = o->group,
+                             .block_n = 1, .sym = !o->gptq_asym, .desc_act = o->gptq_desc_act};
+    qwi_quant_rules_apply(o->rules, prefix, &base, c, skip);
+    if (*skip) return;
+    int64_t g = c->group_size < 0 ? k : c->group_size, per = 32 / c->bits;
+    if (k % g || k % per || n % per) {
+        fprintf(stderr, "qw-makemodel: --gptq-dynamic: %s [%lld out, %lld in] cannot be stored "
+                "with %d bits in groups of %d\n", prefix, (long long)n, (long long)k, c->bits,
+                c->group_size);
+        exit(2);
+    }
+}
+
 static void add_linear(tensor_list *l, const options *o, const char *prefix, int64_t n,
                        int64_t k) {
     char name[96];
+    if (o->quant == Q_GPTQ && o->rules) {
+        bool skip = false;
+        qwi_quant_config c;
+        dynamic_rule(o, prefix, n, k, &skip, &c);
+        if (skip) {
+            snprintf(name, sizeof name, "%s.weight", prefix);
+            add_tensor(l, name, NULL, 2, n, k, INIT_LINEAR);
+            return;
+        }
+        options lo = *o;
+        lo.bits = c.bits;
+        lo.group = c.group_size;
+        lo.gptq_asym = !c.sym;
+        lo.gptq_desc_act = c.desc_act;
+        lo.rules = NULL;
+        size_t first = l->n;
+        add_linear(l, &lo, prefix, n, k);
+        for (size_t i = first; i < l->n; i++) {
+            tensor *t = &l->t[i];
+            t->qover = true;
+            t->qbits = lo.bits;
+            t->qgroup = lo.group;
+            t->qasym = lo.gptq_asym;
+            t->qdesc = lo.gptq_desc_act;
+        }
+        return;
+    }
     if (o->quant == Q_NONE) {
         snprintf(name, sizeof name, "%s.weight", prefix);
         add_tensor(l, name, NULL, 2, n, k, INIT_LINEAR);
@@ -705,6 +762,14 @@ static void qcache_clear(qcache *c) {
 static int write_qpart(const options *o, const tensor *t, FILE *f) {
     qcache *c = &g_qcache;
     if (strcmp(c->stream, t->stream) != 0) {
+        options lo = *o;   /* a --gptq-dynamic rule's values for this linear */
+        if (t->qover) {
+            lo.bits = t->qbits;
+            lo.group = t->qgroup;
+            lo.gptq_asym = t->qasym;
+            lo.gptq_desc_act = t->qdesc;
+            o = &lo;
+        }
         qcache_clear(c);
         float *w = linear_weights(o, t);
         if (o->quant == Q_FP8) quant_fp8(o, t, w, c);
@@ -858,6 +923,7 @@ static json_t *quant_config(const options *o) {
         json_object_set_new(q, "bits", json_integer(o->bits));
         json_object_set_new(q, "checkpoint_format", json_string(o->gptq_v2 ? "gptq_v2" : "gptq"));
         json_object_set_new(q, "desc_act", json_boolean(o->gptq_desc_act));
+        if (o->gptq_dynamic) json_object_set(q, "dynamic", o->gptq_dynamic);
         json_object_set_new(q, "group_size", json_integer(o->group));
         json_object_set_new(q, "lm_head", json_boolean(o->gptq_lm_head));
         json_object_set_new(q, "meta", json_pack("{s:[s],s:f,s:b,s:b}", "quantizer", "qw-makemodel",
@@ -1309,7 +1375,7 @@ static void usage(FILE *f) {
             "         [--no-tokenizer]\n"
             "         [--quant none|fp8|awq|gptq] [--bits 4|8] [--group-size N] [--fp8-block N]\n"
             "         [--gptq-asym] [--gptq-format gptq|gptq_v2] [--gptq-desc-act] [--gptq-lm-head]\n"
-            "         [--kv-scale X]\n"
+            "         [--gptq-dynamic JSON] [--kv-scale X]\n"
             "shapes: tiny 0.6b 1.7b 4b 8b 14b 32b\n");
 }
 
@@ -1426,6 +1492,12 @@ int main(int argc, char **argv) {
             else if (!strcmp(v, "gptq_v2")) o.gptq_v2 = true;
             else ok = false;
         } else if (!strcmp(a, "--kv-scale")) ok = parse_double(v, &o.kv_scale) && o.kv_scale < 3e38;
+        else if (!strcmp(a, "--gptq-dynamic")) {
+            gptq_flag = a;
+            json_decref(o.gptq_dynamic);
+            o.gptq_dynamic = json_loads(v, 0, NULL);
+            ok = json_is_object(o.gptq_dynamic);
+        }
         else return bad_arg("unknown option '%s'", a);
         if (!ok) {
             fprintf(stderr, "qw-makemodel: bad value '%s' for %s\n", v, a);
@@ -1479,6 +1551,18 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (check_quant(&o, group_given, block_given, gptq_flag) != 0) return 2;
+    if (o.gptq_dynamic) {
+        /* the library's parser: what it refuses, a loader refuses */
+        qwi_quant_config qbase = {.method = QWI_QUANT_GPTQ, .bits = o.bits, .group_size = o.group,
+                                  .block_n = 1, .sym = !o.gptq_asym, .desc_act = o.gptq_desc_act};
+        json_t *q = json_pack("{s:O}", "dynamic", o.gptq_dynamic);
+        qw_status st = qwi_quant_rules_parse(q, "--gptq-dynamic", &qbase, &o.rules);
+        json_decref(q);
+        if (st != QW_OK) {
+            fprintf(stderr, "qw-makemodel: %s\n", qw_last_error());
+            return 2;
+        }
+    }
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1529,6 +1613,9 @@ int main(int argc, char **argv) {
                o.bits, o.group, o.quant == Q_GPTQ ? (o.gptq_asym ? " asym" : " sym") : "",
                o.quant == Q_GPTQ ? (o.gptq_v2 ? " gptq_v2" : " gptq") : "",
                o.gptq_desc_act ? " desc_act" : "", o.gptq_lm_head ? " lm_head" : "");
+    if (o.gptq_dynamic) printf("qw-makemodel: %zu dynamic rules\n", json_object_size(o.gptq_dynamic));
+    qwi_quant_rules_free(o.rules);
+    json_decref(o.gptq_dynamic);
     qcache_clear(&g_qcache);
     free(l.t);
     return 0;
