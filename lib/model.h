@@ -105,7 +105,10 @@ qw_status qwi_config_load(const char *dir, qwi_config *cfg);
  * (lm_head.qweight, ...; a plain lm_head.weight is accepted as a head the
  * quantizer left alone), tied or not: what is shipped is used; a
  * lm_head.qweight under a config that does not say lm_head: true is
- * QW_ERR_FORMAT rather than silently ignored.
+ * QW_ERR_FORMAT rather than silently ignored. GPTQ "dynamic" rules
+ * (quant_dynamic.h) decide per linear (and for a quantized head) the bits,
+ * group size, sym and desc_act it is read with, or that it is a float
+ * weight.
  * On success *out is owned by the caller; on failure *out is NULL and
  * nothing leaks. */
 qw_status qwi_model_load(const char *dir, qwi_model **out);
