@@ -1366,6 +1366,17 @@ static int check_quant(options *o, bool group_given, bool block_given, const cha
     return 0;
 }
 
+/* --gptq-dynamic's JSON and rules, freed at exit whatever path main
+ * returns by (a leak checker would otherwise fail the refusals). */
+static json_t *g_dynamic_json;
+static qwi_quant_rules *g_dynamic_rules;
+static void free_dynamic(void) {
+    qwi_quant_rules_free(g_dynamic_rules);
+    json_decref(g_dynamic_json);
+    g_dynamic_rules = NULL;
+    g_dynamic_json = NULL;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: qw-makemodel --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed N]\n"
@@ -1494,8 +1505,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-scale")) ok = parse_double(v, &o.kv_scale) && o.kv_scale < 3e38;
         else if (!strcmp(a, "--gptq-dynamic")) {
             gptq_flag = a;
-            json_decref(o.gptq_dynamic);
-            o.gptq_dynamic = json_loads(v, 0, NULL);
+            static bool registered;
+            if (!registered) registered = atexit(free_dynamic) == 0;
+            json_decref(g_dynamic_json);
+            g_dynamic_json = o.gptq_dynamic = json_loads(v, 0, NULL);
             ok = json_is_object(o.gptq_dynamic);
         }
         else return bad_arg("unknown option '%s'", a);
@@ -1557,6 +1570,7 @@ int main(int argc, char **argv) {
                                   .block_n = 1, .sym = !o.gptq_asym, .desc_act = o.gptq_desc_act};
         json_t *q = json_pack("{s:O}", "dynamic", o.gptq_dynamic);
         qw_status st = qwi_quant_rules_parse(q, "--gptq-dynamic", &qbase, &o.rules);
+        g_dynamic_rules = o.rules;
         json_decref(q);
         if (st != QW_OK) {
             fprintf(stderr, "qw-makemodel: %s\n", qw_last_error());
@@ -1614,8 +1628,6 @@ int main(int argc, char **argv) {
                o.quant == Q_GPTQ ? (o.gptq_v2 ? " gptq_v2" : " gptq") : "",
                o.gptq_desc_act ? " desc_act" : "", o.gptq_lm_head ? " lm_head" : "");
     if (o.gptq_dynamic) printf("qw-makemodel: %zu dynamic rules\n", json_object_size(o.gptq_dynamic));
-    qwi_quant_rules_free(o.rules);
-    json_decref(o.gptq_dynamic);
     qcache_clear(&g_qcache);
     free(l.t);
     return 0;
