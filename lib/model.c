@@ -311,6 +311,18 @@ static qw_status qwi_get(const qwi_model *m, const char *dir, const char *name, 
     return QW_OK;
 }
 
+/* The plain tensor a quantized linear w leaves in the model (model.h):
+ * data NULL, shape [n, k], dtype F32, named after its qweight. */
+static void qwi_quant_placeholder(const qwi_qweight *w, qwi_tensor *dst) {
+    memset(dst, 0, sizeof *dst);
+    dst->name = w->qweight.name;
+    dst->file = w->qweight.file;
+    dst->dtype = QWI_DTYPE_F32;
+    dst->ndim = 2;
+    dst->shape[0] = w->n;
+    dst->shape[1] = w->k;
+}
+
 /* The config module `name` is stored under (GPTQ "dynamic" rules applied)
  * into *qc; QW_ERR_FORMAT when a rule marks it unquantized ("-:") but its
  * float "<name>.weight" is not shipped. *plain: that rule matched. */
@@ -347,13 +359,7 @@ static qw_status qwi_load_linear(qwi_model *m, const qwi_quant_rules *rules, con
         qw_status st = qwi_quant_load_linear(m->weights, &qc, name, n, k, &L->quant[idx]);
         if (st != QW_OK) return st;
         if (L->quant[idx].method != QWI_QUANT_NONE) {
-            memset(dst, 0, sizeof *dst);
-            dst->name = L->quant[idx].qweight.name;
-            dst->file = L->quant[idx].qweight.file;
-            dst->dtype = QWI_DTYPE_F32;
-            dst->ndim = 2;
-            dst->shape[0] = n;
-            dst->shape[1] = k;
+            qwi_quant_placeholder(&L->quant[idx], dst);
             return QW_OK;
         }
     }
@@ -386,25 +392,18 @@ static qw_status qwi_load_head(qwi_model *m, const qwi_quant_rules *rules, const
     const int64_t v = m->cfg.vocab_size, h = m->cfg.hidden_size;
     qwi_quant_config hq;
     bool plain = false;
-    const qwi_quant_config *qc = &hq;
     memset(&m->lm_quant, 0, sizeof m->lm_quant);
     qw_status st;
     qwi_quant_rules_apply(m->cfg.quant.lm_head ? rules : NULL, "lm_head", &m->cfg.quant, &hq, &plain);
     if (plain) hq.lm_head = false;   /* "-:" on lm_head: the head ships as a float tensor */
-    if (qc->method == QWI_QUANT_GPTQ && qc->lm_head) {
+    if (hq.method == QWI_QUANT_GPTQ && hq.lm_head) {
         if (!qwi_st_find(m->weights, "lm_head.qweight") && !qwi_st_find(m->weights, "lm_head.weight"))
             return qwi_fail(QW_ERR_FORMAT, "model %s: quantization_config.lm_head is true but "
                             "neither lm_head.qweight nor lm_head.weight is shipped", dir);
-        if ((st = qwi_quant_load_linear(m->weights, qc, "lm_head", v, h, &m->lm_quant)))
+        if ((st = qwi_quant_load_linear(m->weights, &hq, "lm_head", v, h, &m->lm_quant)))
             return st;
         if (m->lm_quant.method != QWI_QUANT_NONE) {
-            memset(&m->lm_head, 0, sizeof m->lm_head);
-            m->lm_head.name = m->lm_quant.qweight.name;
-            m->lm_head.file = m->lm_quant.qweight.file;
-            m->lm_head.dtype = QWI_DTYPE_F32;
-            m->lm_head.ndim = 2;
-            m->lm_head.shape[0] = v;
-            m->lm_head.shape[1] = h;
+            qwi_quant_placeholder(&m->lm_quant, &m->lm_head);
             return QW_OK;
         }
         return qwi_get(m, dir, "lm_head.weight", v, h, &m->lm_head);

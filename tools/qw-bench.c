@@ -70,6 +70,7 @@
 
 /* Internal: only for measuring the machine's limits. */
 #include "backend.h"
+#include "safetensors.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "cpu/page_map.h"
@@ -295,41 +296,6 @@ static int64_t jint(json_t *o, const char *k, int64_t dflt) {
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
 }
 
-/* The safetensors file at path: adds every tensor's data bytes to *all,
- * model.embed_tokens.weight's to *embed, and sets *head when a tensor
- * lm_head.* is there. false when the header cannot be read (the caller
- * then counts the file's size). */
-static bool st_header_bytes(const char *path, double *all, double *embed, int *head) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    unsigned char lb[8];
-    bool ok = fread(lb, 1, 8, f) == 8;
-    uint64_t hl = 0;
-    for (int i = 7; ok && i >= 0; i--) hl = hl << 8 | lb[i];
-    char *h = ok && hl > 0 && hl < (100u << 20) ? malloc(hl + 1) : NULL;
-    ok = h && fread(h, 1, hl, f) == hl;
-    fclose(f);
-    json_t *root = ok ? json_loadb(h, (size_t)hl, 0, NULL) : NULL;
-    free(h);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return false;
-    }
-    const char *key;
-    json_t *e;
-    json_object_foreach(root, key, e) {
-        json_t *off = json_object_get(e, "data_offsets");
-        if (!json_is_array(off) || json_array_size(off) != 2) continue;   /* __metadata__ */
-        double n = (double)(json_integer_value(json_array_get(off, 1)) -
-                            json_integer_value(json_array_get(off, 0)));
-        *all += n;
-        if (!strcmp(key, "model.embed_tokens.weight")) *embed += n;
-        if (!strncmp(key, "lm_head.", 8)) *head = 1;
-    }
-    json_decref(root);
-    return true;
-}
-
 static void load_model_info(const char *dir, int cuda, model_info *mi) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -351,8 +317,6 @@ static void load_model_info(const char *dir, int cuda, model_info *mi) {
     mi->params_per_token = (double)mi->layers * (H * (qd + 2 * kvd) + qd * H + 3 * H * (double)mi->inter);
     mi->kv_bytes_per_token = 2.0 * (double)mi->layers * kvd * (cuda ? 2.0 : 4.0);
     mi->weight_bytes = 0;
-    double tensors = 0, embed = 0;
-    int head = 0;
     DIR *d = opendir(dir);
     if (!d) die("%s: %s", dir, strerror(errno));
     struct dirent *e;
@@ -362,11 +326,26 @@ static void load_model_info(const char *dir, int cuda, model_info *mi) {
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (stat(path, &st) == 0) mi->weight_bytes += (double)st.st_size;
-        if (!st_header_bytes(path, &tensors, &embed, &head) && stat(path, &st) == 0)
-            tensors += (double)st.st_size;
     }
     closedir(d);
-    mi->stream_bytes = tensors - (head ? embed : 0);
+    /* The bytes a decode step reads, from the headers (the library's reader:
+     * mapped, not read): every tensor, less the embedding when a separate
+     * head is shipped. A set the reader refuses falls back to the files'
+     * size; the engine will refuse it with the reason. */
+    mi->stream_bytes = mi->weight_bytes;
+    qwi_st_set *set = NULL;
+    if (qwi_st_open_dir(dir, &set) == QW_OK) {
+        double all = 0, embed = 0;
+        bool head = false;
+        for (size_t i = 0; i < qwi_st_count(set); i++) {
+            const qwi_tensor *t = qwi_st_at(set, i);
+            all += (double)t->nbytes;
+            if (!strcmp(t->name, "model.embed_tokens.weight")) embed = (double)t->nbytes;
+            head |= !strncmp(t->name, "lm_head.", 8);
+        }
+        mi->stream_bytes = all - (head ? embed : 0);
+        qwi_st_close(set);
+    }
     json_decref(root);
 }
 
