@@ -191,9 +191,12 @@ typedef enum qw_engine_option {
  * QW_NUMERICS_FAST_INT8: QW_NUMERICS_FAST, except that int4 (AWQ, GPTQ
  *   4-bit) linears quantize their activations to int8 per scale group
  *   (step: the group's largest magnitude / 127), as llama.cpp's 4-bit
- *   formats do. With the avx2 kernel table int4 batch-1 decode runs
- *   faster (codes and activations meet as bytes in vpmaddubsw;
- *   docs/benchmarks.md); the other tables compute the same bits at
+ *   formats do. Codes and activations then meet as bytes (vpmaddubsw
+ *   with the avx2 table, vpdpbusd with AVX512_VNNI), which on those
+ *   tables makes int4 matmuls faster: batch-1 decode where the multiplies
+ *   bound it (an AVX2-only Zen 1), prefill and concurrent decode on
+ *   AVX-512 CPUs (docs/benchmarks.md); the generic table, and the avx512
+ *   table without AVX512_VNNI, compute the same bits at about
  *   QW_NUMERICS_FAST's speed. The logits move further from the float64
  *   reference (up to about 3e-2 relative on the test models, against
  *   2e-2), while agreement with the unquantized model stays as it was

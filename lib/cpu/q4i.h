@@ -68,7 +68,7 @@
  * than the fast mode's 2e-2 (docs/quantization.md). U8 codes (0-255) would
  * overflow vpmaddubsw's int16 pair sums, so U8 keeps Q.
  *
- * The byte form (q8, for kernels that use vpmaddubsw; filled only when
+ * The byte form (q8, for kernels that use vpmaddubsw or vpdpbusd; filled only when
  * Q <= 127): per row, per block of 4 pairs (8 columns k0 = 8b .. 8b+7, the
  * U4 PAIR block of cpu/qpanel.h), two 32-bit words of int8 values,
  *   word 2b:   q(k0), q(k0+4), q(k0+1), q(k0+5)   (byte 0 first)

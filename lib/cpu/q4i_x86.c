@@ -26,18 +26,23 @@
 #define Q4I_TARGET "avx512f,avx512bw,avx2,fma"
 #define Q4I_FN(name) q4i_bw_##name
 #define Q4I_DOT(acc, c, x) _mm512_add_epi32((acc), _mm512_madd_epi16((c), (x)))
+#define Q4I_DOTB(acc, c, x)                                                                     \
+    _mm512_add_epi32((acc), _mm512_madd_epi16(_mm512_maddubs_epi16((c), (x)), _mm512_set1_epi16(1)))
 #include "cpu/q4i_zmm.h"
 #undef Q4I_TARGET
 #undef Q4I_FN
 #undef Q4I_DOT
+#undef Q4I_DOTB
 
 #define Q4I_TARGET "avx512f,avx512bw,avx512vnni,avx2,fma"
 #define Q4I_FN(name) q4i_vnni_##name
 #define Q4I_DOT(acc, c, x) _mm512_dpwssd_epi32((acc), (c), (x))
+#define Q4I_DOTB(acc, c, x) _mm512_dpbusd_epi32((acc), (c), (x))
 #include "cpu/q4i_zmm.h"
 #undef Q4I_TARGET
 #undef Q4I_FN
 #undef Q4I_DOT
+#undef Q4I_DOTB
 
 void qwi_avx512_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0,
                            int64_t N, const float *bias, float *out, int64_t ldo, int accumulate) {

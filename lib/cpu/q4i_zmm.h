@@ -3,7 +3,11 @@
  * included by q4i_x86.c for each integer dot product: Q4I_FN(name) names a
  * function of this instance, Q4I_TARGET is its target attribute string and
  * Q4I_DOT(acc, c, x) adds the int16 pair products of c and x to the int32
- * lanes of acc (vpdpwssd, or vpmaddwd + vpaddd). Not a public header.
+ * lanes of acc (vpdpwssd, or vpmaddwd + vpaddd), Q4I_DOTB(acc, c, x) the
+ * products of the unsigned bytes c and the signed bytes x, four to a lane
+ * (vpdpbusd, or vpmaddubsw + vpmaddwd by 1 + vpaddd: the int16 sums of two
+ * products are at most 2 * 15 * 127 there, no saturation). Not a public
+ * header.
  *
  * One zmm = one 16-output panel; a 64-byte code block holds PB pairs of
  * each slot (U4: 4, pair jj = (word >> 4jj) & 15; U8: 2, pair jj =
@@ -17,6 +21,14 @@
  *     buffer and swept by 6 x 4 register tiles, so decoding costs 1/48 of
  *     the dots; the tile that ends a group applies its epilogue from the
  *     registers (no zero term: the codes carry it).
+ * U4 with the byte form of x (x->q8: int8 activations, Q <= 127, the
+ * QW_NUMERICS_FAST_INT8 mode) multiplies bytes instead (b8): a block
+ * lane's low nibbles (a mask) and high nibbles (a shift and a mask) are
+ * its 8 codes as bytes in the byte form's word order (cpu/q4i.h), so a
+ * block costs 2 Q4I_DOTB per row and panel where the int16 pairs cost 4
+ * Q4I_DOT and 5 shifts and masks; the zero term returns to the epilogue
+ * (code - zero is no unsigned byte). With vpdpbusd that is 64 products
+ * per instruction against vpdpwssd's 32.
  * Integer sums are exact, so both paths (and any tile) give the contract's
  * bits; only the per-group epilogue is float, and it is the same code.
  */
@@ -44,11 +56,14 @@ Q4I_FN(epilogue)(__m512i acc, __m512i zero, __m512 sc, int32_t sum, float d, __m
 
 /* M <= 2: MR rows x NP panels from panel p0 (all in p0's group of
  * interleaved panels, qwi_qpanel_run), all groups, totals to
- * res[r*64 + q*16]. x's rows start at the call's first row. */
+ * res[r*64 + q*16]. x's rows start at the call's first row. b8 (U4 with
+ * x->q8): the whole blocks of a group that starts on a block multiply
+ * bytes (Q4I_DOTB); the pairs outside whole blocks take the int16 step. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, const int mr,
-               const int np, const int u8) {
-    const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP;
+               const int np, const int u8, const int b8) {
+    const int64_t G = w->ngroups, gk = w->group_k, KP = x->KP, W8 = QWI_Q4I_Q8_WORDS(KP);
+    const __m512i nib = _mm512_set1_epi8(15);
     const int64_t bs = qwi_qpanel_line_stride(w, p0);   /* panel q of block j: j * bs + q * 64 */
     const int PB = u8 ? 2 : 4;
     const __m512i cm = _mm512_set1_epi16(u8 ? 255 : 15);
@@ -70,7 +85,33 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc_odd[q] = _mm512_setzero_si512();
         int64_t j = js;
-        if (js % PB == 0)
+        if (b8 && js % 4 == 0)
+            for (; j + 4 <= je; j += 4) {
+                const uint8_t *blk = pc + (j / 4) * bs;
+                __m512i v[4];
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+                    _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
+                    v[q] = _mm512_loadu_si512(blk + q * 64);
+                }
+                __m512i xl[2], xh[2];
+                _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++) {
+                    xl[r] = _mm512_set1_epi32((int)x->q8[r * W8 + j / 2]);
+                    xh[r] = _mm512_set1_epi32((int)x->q8[r * W8 + j / 2 + 1]);
+                }
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+                    const __m512i lo = _mm512_and_si512(v[q], nib);
+                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v[q], 4), nib);
+                    _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++) {
+                        if (na == 2) {   /* one row: the high nibbles' own chain */
+                            acc[0][q] = Q4I_DOTB(acc[0][q], lo, xl[0]);
+                            acc_odd[q] = Q4I_DOTB(acc_odd[q], hi, xh[0]);
+                        } else {
+                            acc[r][q] = Q4I_DOTB(Q4I_DOTB(acc[r][q], lo, xl[r]), hi, xh[r]);
+                        }
+                    }
+                }
+            }
+        else if (js % PB == 0)
             for (; j + PB <= je; j += PB) {
                 const uint8_t *blk = pc + (j / PB) * bs;
                 __m512i v[4];
@@ -153,15 +194,46 @@ Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0, int
                                                  zz[q]));
 }
 
+/* The end of a chunk's MR x NP tile of int32 sums acc. Not the group's
+ * last chunk: acc to part (int32, row stride 64). Its last: the contract's
+ * epilogue from the registers, tot[r][q] += (float)i * (scale[q] * d[r])
+ * with i = acc, or acc - zero[q] * sum[r] when zf is given (the chunks of
+ * unsigned code bytes; int16 chunks carry the zero point in their codes)
+ * (tot: f32, row stride 64; sc, zf: the panels' scales and zero points of
+ * the group, panel q at + q * sc_stride; d, sum: the rows' steps and sums
+ * of the group, row stride d_stride). With dst (the last chunk of the last
+ * group, all panels whole) the finished tot goes to the output from the
+ * registers instead (qwi_tile_dest, tile_out.h). */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) void
+Q4I_FN(tile_end)(__m512i acc[6][4], int32_t *part, int last, float *tot, const float *sc,
+                 const float *zf, int64_t sc_stride, const float *d, const int32_t *sum,
+                 int64_t d_stride, const qwi_tile_dest *dst, const int mr, const int np) {
+    if (!last) {
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                _mm512_storeu_si512(part + r * 64 + q * 16, acc[r][q]);
+        return;
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+        const __m512 dr = _mm512_set1_ps(d[r * d_stride]);
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+            float *t = tot + r * 64 + q * 16;
+            __m512i i = acc[r][q];
+            if (zf)
+                i = _mm512_sub_epi32(i, _mm512_mullo_epi32(
+                                            _mm512_cvttps_epi32(_mm512_loadu_ps(zf + q * sc_stride)),
+                                            _mm512_set1_epi32(sum[r * d_stride])));
+            const __m512 scd = _mm512_mul_ps(_mm512_loadu_ps(sc + q * sc_stride), dr);
+            const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), scd, _mm512_loadu_ps(t));
+            if (dst) qwi_tile_dest_put_zmm(dst, r, q, v);
+            else _mm512_storeu_ps(t, v);
+        }
+    }
+}
+
 /* MR x NP tile over the decoded pairs [0, jn): acc from part (or 0 when
- * first). Not the group's last chunk: acc back to part (int32, row stride
- * 64). Its last: the contract's epilogue from the registers,
- * tot[r][q] += (float)acc * (scale[q] * d[r]) (tot: f32, row stride 64;
- * sc: the panels' scales of the group, panel q at sc + q * sc_stride; d:
- * the rows' steps of the group, row stride d_stride). xr: the tile's first
- * row at the chunk's first pair, row stride KP. With dst (the last chunk
- * of the last group, all panels whole) the finished tot goes to the output
- * from the registers instead (qwi_tile_dest, tile_out.h). */
+ * first), then tile_end (no zero term: the codes carry it). xr: the
+ * tile's first row at the chunk's first pair, row stride KP. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, int32_t *part,
              int first, int last, float *tot, const float *sc, int64_t sc_stride, const float *d,
@@ -180,22 +252,58 @@ Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, in
                 acc[r][q] = Q4I_DOT(acc[r][q], c[q], xb);
         }
     }
-    if (!last) {
-        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
-            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
-                _mm512_storeu_si512(part + r * 64 + q * 16, acc[r][q]);
-        return;
-    }
-    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
-        const __m512 dr = _mm512_set1_ps(d[r * d_stride]);
-        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
-            float *t = tot + r * 64 + q * 16;
-            const __m512 scd = _mm512_mul_ps(_mm512_loadu_ps(sc + q * sc_stride), dr);
-            const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][q]), scd, _mm512_loadu_ps(t));
-            if (dst) qwi_tile_dest_put_zmm(dst, r, q, v);
-            else _mm512_storeu_ps(t, v);
+    Q4I_FN(tile_end)(acc, part, last, tot, sc, NULL, sc_stride, d, NULL, d_stride, dst, mr, np);
+}
+
+/* M > 2, b8 (U4 with x->q8, group_k a multiple of 8: every group is whole
+ * blocks): blocks [b0, b0 + nb) of NP panels from p0 (in p0's group of
+ * interleaved panels) as unsigned code bytes into buf: block b, panel q
+ * at buf + ((b - b0) * 4 + q) * 32 words, its low nibbles (the byte
+ * form's word 2b order) then its high nibbles (word 2b + 1). The zero
+ * point stays for the epilogue. A last block past K is read whole (its
+ * codes, like the byte form's values there, are 0). */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) void
+Q4I_FN(decode_chunk_b8)(const qwi_qpanel *w, int64_t p0, int64_t b0, int64_t nb, uint32_t *buf,
+                        const int np) {
+    const int64_t bs = qwi_qpanel_line_stride(w, p0);
+    const __m512i nib = _mm512_set1_epi8(15);
+    const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);
+    for (int64_t b = 0; b < nb; b++)
+        _Pragma("GCC unroll 4") for (int q = 0; q < np; q++) {
+            const __m512i v = _mm512_loadu_si512(pc + (b0 + b) * bs + q * 64);
+            uint32_t *o = buf + (b * 4 + q) * 32;
+            _mm512_storeu_si512(o, _mm512_and_si512(v, nib));
+            _mm512_storeu_si512(o + 16, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
         }
-    }
+}
+
+/* MR x NP tile over the decoded blocks [0, nb) of decode_chunk_b8, as
+ * Q4I_FN(tile) with bytes: x8 is the tile's first row's byte form at the
+ * chunk's first block (row stride W8 words); tile_end with the zero term
+ * (zf, sum). The low and the high nibbles of
+ * a block are swept one after the other, so that 4 code vectors and 24
+ * sums fit the 32 registers; the activations come broadcast from memory. */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) void
+Q4I_FN(tile_b8)(const uint32_t *x8, int64_t W8, const uint32_t *buf, int64_t nb, int32_t *part,
+                int first, int last, float *tot, const float *sc, const float *zf,
+                int64_t sc_stride, const float *d, const int32_t *sum, int64_t d_stride,
+                const qwi_tile_dest *dst, const int mr, const int np) {
+    __m512i acc[6][4];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+            acc[r][q] = first ? _mm512_setzero_si512() : _mm512_loadu_si512(part + r * 64 + q * 16);
+    for (int64_t b = 0; b < nb; b++)
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            __m512i c[4];
+            _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                c[q] = _mm512_loadu_si512(buf + (b * 4 + q) * 32 + 16 * h);
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+                const __m512i xb = _mm512_set1_epi32((int)x8[r * W8 + 2 * b + h]);
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                    acc[r][q] = Q4I_DOTB(acc[r][q], c[q], xb);
+            }
+        }
+    Q4I_FN(tile_end)(acc, part, last, tot, sc, zf, sc_stride, d, sum, d_stride, dst, mr, np);
 }
 
 /* The tile over rows r.. of the row block, for the chunk's NP. */
@@ -203,24 +311,43 @@ Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, in
     Q4I_FN(tile)(x->q + (m0 + r_t) * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js,      \
                  j1 == je, tot + r_t * 64, w->scales + ((P0 + pq) * G + g) * 16, G * 16,        \
                  x->d + (m0 + r_t) * x->G + g, x->G, dst_t, mr_t, NP)
+#define Q4I_TILE_B8_NP(NP)                                                                      \
+    Q4I_FN(tile_b8)(x->q8 + (m0 + r_t) * W8 + j0 / 2, W8, buf, QWI_DIV_UP(j1 - j0, 4),          \
+                    part + r_t * 64, j0 == js, j1 == je, tot + r_t * 64,                        \
+                    w->scales + ((P0 + pq) * G + g) * 16, w->zeros + ((P0 + pq) * G + g) * 16,  \
+                    G * 16, x->d + (m0 + r_t) * x->G + g, x->sum + (m0 + r_t) * x->G + g, x->G, \
+                    dst_t, mr_t, NP)
 #define Q4I_TILE(r, MR)                                                                         \
     do {                                                                                        \
         const int64_t r_t = (r);                                                                \
         const int mr_t = (MR);                                                                  \
         const qwi_tile_dest dt_ = qwi_tile_dest_rows(dest, r_t);                                \
         const qwi_tile_dest *dst_t = dt_.o && g == G - 1 ? &dt_ : NULL;                         \
-        switch (np) {                                                                           \
-        case 4: Q4I_TILE_NP(4); break;                                                          \
-        case 3: Q4I_TILE_NP(3); break;                                                          \
-        case 2: Q4I_TILE_NP(2); break;                                                          \
-        default: Q4I_TILE_NP(1); break;                                                         \
+        if (b8) {                                                                               \
+            switch (np) {                                                                       \
+            case 4: Q4I_TILE_B8_NP(4); break;                                                   \
+            case 3: Q4I_TILE_B8_NP(3); break;                                                   \
+            case 2: Q4I_TILE_B8_NP(2); break;                                                   \
+            default: Q4I_TILE_B8_NP(1); break;                                                  \
+            }                                                                                   \
+        } else {                                                                                \
+            switch (np) {                                                                       \
+            case 4: Q4I_TILE_NP(4); break;                                                      \
+            case 3: Q4I_TILE_NP(3); break;                                                      \
+            case 2: Q4I_TILE_NP(2); break;                                                      \
+            default: Q4I_TILE_NP(1); break;                                                     \
+            }                                                                                   \
         }                                                                                       \
     } while (0)
 
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, int64_t N,
-                const float *bias, float *out, int64_t ldo, int accumulate, const int u8) {
+                const float *bias, float *out, int64_t ldo, int accumulate, const int u8,
+                const int b8) {
     uint32_t buf[4 * Q4I_KP * 16] __attribute__((aligned(64)));
+    _Static_assert(Q4I_KP % 4 == 0 && Q4I_KP / 4 * 4 * 32 <= 4 * Q4I_KP * 16,
+                   "a chunk's blocks as code bytes fit buf");
+    const int64_t W8 = QWI_Q4I_Q8_WORDS(x->KP);
     int32_t part[Q4I_MB * 64] __attribute__((aligned(64)));
     float tot[Q4I_MB * 64] __attribute__((aligned(64)));
     const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16), G = w->ngroups, gk = w->group_k;
@@ -236,7 +363,8 @@ Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, 
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
                 for (int64_t j0 = js; j0 < je; j0 += Q4I_KP) {
                     const int64_t j1 = QWI_MIN(je, j0 + Q4I_KP);
-                    Q4I_FN(decode_chunk)(w, P0 + pq, g, j0, j1, buf, np, u8);
+                    if (b8) Q4I_FN(decode_chunk_b8)(w, P0 + pq, j0 / 4, QWI_DIV_UP(j1 - j0, 4), buf, np);
+                    else Q4I_FN(decode_chunk)(w, P0 + pq, g, j0, j1, buf, np, u8);
                     QWI_ROW_TILES(6, mb, Q4I_TILE);
                 }
             }
@@ -250,6 +378,7 @@ Q4I_FN(chunked)(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t n0, 
 }
 #undef Q4I_TILE
 #undef Q4I_TILE_NP
+#undef Q4I_TILE_B8_NP
 
 __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int64_t M,
                                                         const qwi_qpanel *w, int64_t n0, int64_t N,
@@ -257,9 +386,12 @@ __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int6
                                                         int accumulate) {
     if (M <= 0 || N <= 0) return;
     const int u8 = w->fmt == QWI_QFMT_U8;
+    const int b8 = !u8 && x->q8;
     if (M > 2) {
-        if (u8) Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 1);
-        else Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 0);
+        if (u8) Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 1, 0);
+        else if (b8 && w->group_k % 8 == 0)
+            Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 0, 1);
+        else Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 0, 0);
         return;
     }
     const int64_t P0 = n0 / 16, np_all = QWI_DIV_UP(N, 16);
@@ -269,11 +401,14 @@ __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int6
 #define Q4I_D(NP)                                                                               \
     do {                                                                                        \
         if (u8) {                                                                               \
-            if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 1);                           \
-            else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 1);                                  \
+            if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 1, 0);                        \
+            else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 1, 0);                               \
+        } else if (b8) {                                                                        \
+            if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 0, 1);                        \
+            else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 0, 1);                               \
         } else {                                                                                \
-            if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 0);                           \
-            else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 0);                                  \
+            if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 0, 0);                        \
+            else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 0, 0);                               \
         }                                                                                       \
     } while (0)
         switch (np) {
