@@ -2,7 +2,8 @@
 # quant-bench.sh - the issue 16 benchmark (docs/benchmarks.md): batch-1 decode and 512-token
 # prefill of the Qwen3-0.6B shape in bf16 and as AWQ int4, GPTQ int4/int8 (and int4 with its
 # head quantized too, GPTQModel's lm_head=True) and FP8 checkpoints made by qw-makemodel from
-# the same seed, three repeats each, then 4K-context decode with an
+# the same seed, three repeats each (the quantized-head model also in
+# QW_NUMERICS_FAST_INT8, row "gptqh-int8"), then 4K-context decode with an
 # f32, bf16 and fp8 KV cache. Fast numerics (the default), 2 threads, greedy.
 #   sh tools/quant-bench.sh [BUILD] [MODEL_DIR]     (defaults: build, /tmp/qbench)
 # Not part of the test suite: minutes of machine time, and only meaningful on a quiet machine.
@@ -20,11 +21,13 @@ echo "== machine"; grep -m1 'model name' /proc/cpuinfo; grep -m1 '^flags' /proc/
 echo "== limits (bf16 model)"
 $B --model none --threads 2 --num-requests 1 --input-len 16 --output-len 64 --temperature 0 2>&1 | tail -25
 for rep in 1 2 3; do
-  for q in none awq gptq gptqh gptq8 fp8; do
+  for q in none awq gptq gptqh gptqh-int8 gptq8 fp8; do
+    m=${q%-int8}; num=fast
+    [ "$m" = "$q" ] || num=fast-int8
     echo "== decode $q rep $rep"
-    $B --model $q --threads 2 --num-requests 1 --input-len 16 --output-len 64 --temperature 0 --no-limits 2>&1 | grep -E "loaded|decode  |memory" | head -8
+    $B --model $m --numerics $num --threads 2 --num-requests 1 --input-len 16 --output-len 64 --temperature 0 --no-limits 2>&1 | grep -E "loaded|decode  |memory" | head -8
     echo "== prefill512 $q rep $rep"
-    $B --model $q --threads 2 --num-requests 1 --input-len 512 --output-len 1 --no-limits 2>&1 | grep -E "prefill  " | head -4
+    $B --model $m --numerics $num --threads 2 --num-requests 1 --input-len 512 --output-len 1 --no-limits 2>&1 | grep -E "prefill  " | head -4
   done
 done
 for kv in f32 bf16 fp8; do
