@@ -43,8 +43,9 @@
  *     i = sum over the group's k of code(n, k) * q(m, k)
  *         - zero(n, g) * sum(m, g)                  exact in int32 (below;
  *       the same integer as the sum of (code - zero) * q, which is how the
- *       AVX-512 kernels compute it for M > 2: their decoded chunks hold
- *       code - zero, so the epilogue has no zero term)
+ *       AVX-512 kernels compute it for M > 2 with int16 activations: their
+ *       decoded chunks hold code - zero, so the epilogue has no zero term;
+ *       with the byte form they hold the codes and keep the zero term)
  *     total = fmaf((float)i, scale(n, g) * d(m, g), total)
  *             ((float)i rounds to nearest even; the product is one f32
  *             multiply, rounded, then the fused multiply-add)
