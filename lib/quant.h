@@ -76,6 +76,17 @@ double qwi_qweight_get(const qwi_qweight *w, int64_t r, int64_t c);
  * the config file in messages. *out is always written (NONE on failure). */
 qw_status qwi_quant_config_parse(struct json_t *root, const char *path, qwi_quant_config *out);
 
+/* The GPTQ storage fields of object o (a quantization_config, or one of
+ * its "dynamic" rules) into *c: bits (4 or 8), group_size (positive and
+ * even, or -1), sym, desc_act. required: bits and group_size must be
+ * present; otherwise an absent field keeps the value *c holds. where names
+ * o in messages ("quantization_config", "quantization_config.dynamic[...]").
+ * A value of the wrong type -> QW_ERR_FORMAT, one outside those ranges ->
+ * QW_ERR_UNSUPPORTED, each naming path, where and the field; *c may then
+ * hold some of o's values. */
+qw_status qwi_quant_gptq_fields(struct json_t *o, const char *path, const char *where,
+                                bool required, qwi_quant_config *c);
+
 /* Find and validate the tensors of the linear `prefix` (e.g. "model.layers.3.mlp.up_proj") of
  * shape [n, k] under qc: dtypes and exact shapes; a desc_act g_idx that is not c / group_k is
  * refused with QW_ERR_UNSUPPORTED saying act-order is not supported and to requantize with

@@ -41,36 +41,38 @@ static qw_status qc_str(json_t *q, const char *path, const char *key, const char
     return QW_OK;
 }
 
-static qw_status qc_bool(json_t *q, const char *path, const char *key, bool def, bool *out) {
+/* where: the object q in messages ("quantization_config", or a
+ * "dynamic" rule of it); QC for the top level. */
+#define QC "quantization_config"
+
+static qw_status qc_bool(json_t *q, const char *path, const char *where, const char *key, bool def,
+                         bool *out) {
     json_t *v = qc_opt(q, key);
     if (!v) { *out = def; return QW_OK; }
     if (!json_is_boolean(v))
-        return qwi_fail(QW_ERR_FORMAT, "%s: quantization_config.%s must be true or false",
-                        path, key);
+        return qwi_fail(QW_ERR_FORMAT, "%s: %s.%s must be true or false", path, where, key);
     *out = json_is_true(v);
     return QW_OK;
 }
 
 /* An integer key (first of key, alt present; alt may be NULL): *out = def
  * when both are absent; a value outside [-2^30, 2^30] is UNSUPPORTED. */
-static qw_status qc_int(json_t *q, const char *path, const char *key, const char *alt,
-                        int32_t def, bool required, int32_t *out) {
+static qw_status qc_int(json_t *q, const char *path, const char *where, const char *key,
+                        const char *alt, int32_t def, bool required, int32_t *out) {
     json_t *v = qc_opt(q, key);
     const char *name = key;
     if (!v && alt) { v = qc_opt(q, alt); name = alt; }
     if (!v) {
-        if (required)
-            return qwi_fail(QW_ERR_FORMAT, "%s: quantization_config.%s missing", path, key);
+        if (required) return qwi_fail(QW_ERR_FORMAT, "%s: %s.%s missing", path, where, key);
         *out = def;
         return QW_OK;
     }
     if (!json_is_integer(v))
-        return qwi_fail(QW_ERR_FORMAT, "%s: quantization_config.%s must be an integer", path,
-                        name);
+        return qwi_fail(QW_ERR_FORMAT, "%s: %s.%s must be an integer", path, where, name);
     json_int_t x = json_integer_value(v);
     if (x < -(1 << 30) || x > (1 << 30))
-        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.%s %lld is out of range",
-                        path, name, (long long)x);
+        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: %s.%s %lld is out of range", path, where, name,
+                        (long long)x);
     *out = (int32_t)x;
     return QW_OK;
 }
@@ -96,11 +98,12 @@ static qw_status qc_module_list(json_t *q, const char *path, const char *key) {
 
 /* An AWQ/GPTQ group size: positive and even (kernels step through weight
  * pairs), or -1 (GPTQ only: one group per row). */
-static qw_status qc_group(const char *path, const char *key, int32_t g, bool allow_row) {
+static qw_status qc_group(const char *path, const char *where, const char *key, int32_t g,
+                          bool allow_row) {
     if (g == -1 && allow_row) return QW_OK;
     if (g <= 0 || g % 2 != 0)
-        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.%s %d is not supported "
-                        "(a positive even number of input columns%s)", path, key, g,
+        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: %s.%s %d is not supported "
+                        "(a positive even number of input columns%s)", path, where, key, g,
                         allow_row ? ", or -1" : "");
     return QW_OK;
 }
@@ -143,9 +146,9 @@ static qw_status qc_awq(json_t *q, const char *path, qwi_quant_config *c) {
     const char *ver;
     bool zp;
     qw_status st;
-    if ((st = qc_int(q, path, "bits", "w_bit", 4, true, &c->bits)) ||
-        (st = qc_int(q, path, "group_size", "q_group_size", 128, true, &c->group_size)) ||
-        (st = qc_bool(q, path, "zero_point", true, &zp)) ||
+    if ((st = qc_int(q, path, QC, "bits", "w_bit", 4, true, &c->bits)) ||
+        (st = qc_int(q, path, QC, "group_size", "q_group_size", 128, true, &c->group_size)) ||
+        (st = qc_bool(q, path, QC, "zero_point", true, &zp)) ||
         (st = qc_str(q, path, "version", "gemm", &ver)) ||
         (st = qc_module_list(q, path, "modules_to_not_convert")))
         return st;
@@ -158,30 +161,40 @@ static qw_status qc_awq(json_t *q, const char *path, qwi_quant_config *c) {
     if (!zp)
         return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.zero_point false is not "
                         "supported for awq", path);
-    if ((st = qc_group(path, "group_size", c->group_size, false))) return st;
+    if ((st = qc_group(path, QC, "group_size", c->group_size, false))) return st;
     c->sym = false;
     c->zero_offset = 0;
     return QW_OK;
+}
+
+qw_status qwi_quant_gptq_fields(struct json_t *o, const char *path, const char *where,
+                                bool required, qwi_quant_config *c) {
+    qw_status st;
+    /* absent and not required: the value c already holds stays */
+    if ((st = qc_int(o, path, where, "bits", NULL, c->bits, required, &c->bits)) ||
+        (st = qc_int(o, path, where, "group_size", NULL, c->group_size, required, &c->group_size)) ||
+        (st = qc_bool(o, path, where, "sym", c->sym, &c->sym)) ||
+        (st = qc_bool(o, path, where, "desc_act", c->desc_act, &c->desc_act)))
+        return st;
+    if (c->bits != 4 && c->bits != 8)
+        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: %s.bits %d is not supported for gptq (4 or 8 "
+                        "are)", path, where, c->bits);
+    return qc_group(path, where, "group_size", c->group_size, true);
 }
 
 static qw_status qc_gptq(json_t *q, const char *path, qwi_quant_config *c) {
     const char *fmt, *pack;
     bool marlin;
     qw_status st;
-    if ((st = qc_int(q, path, "bits", NULL, 4, true, &c->bits)) ||
-        (st = qc_int(q, path, "group_size", NULL, 128, true, &c->group_size)) ||
-        (st = qc_bool(q, path, "sym", true, &c->sym)) ||
-        (st = qc_bool(q, path, "desc_act", false, &c->desc_act)) ||
-        (st = qc_bool(q, path, "lm_head", false, &c->lm_head)) ||
-        (st = qc_bool(q, path, "is_marlin_format", false, &marlin)) ||
+    c->sym = true;
+    c->desc_act = false;
+    if ((st = qwi_quant_gptq_fields(q, path, QC, true, c)) ||
+        (st = qc_bool(q, path, QC, "lm_head", false, &c->lm_head)) ||
+        (st = qc_bool(q, path, QC, "is_marlin_format", false, &marlin)) ||
         (st = qc_str(q, path, "checkpoint_format", "gptq", &fmt)) ||
         (st = qc_str(q, path, "pack_dtype", "int32", &pack)) ||
         (st = qc_module_list(q, path, "modules_to_not_convert")))
         return st;
-    if (c->bits != 4 && c->bits != 8)
-        return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.bits %d is not supported "
-                        "for gptq (4 or 8 are)", path, c->bits);
-    if ((st = qc_group(path, "group_size", c->group_size, true))) return st;
     if (strcmp(fmt, "gptq") == 0) {
         c->zero_offset = 1; /* v1 stores zero - 1 */
     } else if (strcmp(fmt, "gptq_v2") == 0) {
@@ -240,7 +253,7 @@ qw_status qwi_quant_config_parse(struct json_t *root, const char *path, qwi_quan
      * plain float tensor, so a config of theirs claiming otherwise is refused
      * rather than misread. */
     bool lm_head = false;
-    if (c.method != QWI_QUANT_GPTQ && (st = qc_bool(q, path, "lm_head", false, &lm_head)))
+    if (c.method != QWI_QUANT_GPTQ && (st = qc_bool(q, path, QC, "lm_head", false, &lm_head)))
         return st;
     if (lm_head)
         return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.lm_head true is not "

@@ -4,6 +4,7 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,43 +45,22 @@ static bool bookkeeping(const char *k) {
     return false;
 }
 
-/* The overrides of pattern pat (object o) onto *c. */
-static qw_status overrides(json_t *o, const char *path, const char *pat, qwi_quant_config *c) {
+/* The overrides of rule `key` (object o) onto *c: bits, group_size, sym
+ * and desc_act, read and checked as the top level's are; other keys that
+ * change how the stored tensors read are refused. */
+static qw_status overrides(json_t *o, const char *path, const char *key, qwi_quant_config *c) {
     const char *k;
     json_t *v;
     json_object_foreach(o, k, v) {
-        if (strcmp(k, "bits") == 0) {
-            if (!json_is_integer(v))
-                return qwi_fail(QW_ERR_FORMAT, "%s: quantization_config.dynamic[\"%s\"].bits must be "
-                                "an integer", path, pat);
-            json_int_t b = json_integer_value(v);
-            if (b != 4 && b != 8)
-                return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.dynamic[\"%s\"].bits %lld "
-                                "is not supported for gptq (4 or 8 are)", path, pat, (long long)b);
-            c->bits = (int32_t)b;
-        } else if (strcmp(k, "group_size") == 0) {
-            if (!json_is_integer(v))
-                return qwi_fail(QW_ERR_FORMAT, "%s: quantization_config.dynamic[\"%s\"].group_size "
-                                "must be an integer", path, pat);
-            json_int_t g = json_integer_value(v);
-            if (g != -1 && (g <= 0 || g % 2 != 0 || g > (1 << 30)))
-                return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.dynamic[\"%s\"].group_size "
-                                "%lld is not supported (a positive even number of input columns, "
-                                "or -1)", path, pat, (long long)g);
-            c->group_size = (int32_t)g;
-        } else if (strcmp(k, "sym") == 0 || strcmp(k, "desc_act") == 0) {
-            if (!json_is_boolean(v))
-                return qwi_fail(QW_ERR_FORMAT, "%s: quantization_config.dynamic[\"%s\"].%s must be "
-                                "true or false", path, pat, k);
-            if (k[0] == 's') c->sym = json_is_true(v);
-            else c->desc_act = json_is_true(v);
-        } else if (!bookkeeping(k)) {
+        if (strcmp(k, "bits") && strcmp(k, "group_size") && strcmp(k, "sym") &&
+            strcmp(k, "desc_act") && !bookkeeping(k))
             return qwi_fail(QW_ERR_UNSUPPORTED, "%s: quantization_config.dynamic[\"%s\"].%s is not "
                             "supported (bits, group_size, sym and desc_act may be overridden)",
-                            path, pat, k);
-        }
+                            path, key, k);
     }
-    return QW_OK;
+    char where[256];
+    snprintf(where, sizeof where, "quantization_config.dynamic[\"%s\"]", key);
+    return qwi_quant_gptq_fields(o, path, where, false, c);
 }
 
 qw_status qwi_quant_rules_parse(struct json_t *q, const char *path, const qwi_quant_config *base,

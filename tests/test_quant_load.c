@@ -854,6 +854,13 @@ Test(refuse, gptq_dynamic_bad_rules) {
     expect_refused(d, QW_ERR_FORMAT, "dynamic pattern", "model\\.layers\\.(", NULL);
     cfg_set(d, "dynamic", json_pack("{s:{s:i}}", "+:.*down_proj", "bits", 3));
     expect_refused(d, QW_ERR_UNSUPPORTED, "dynamic", "bits 3", NULL);
+    /* the overridden fields are read and checked as the top level's are */
+    cfg_set(d, "dynamic", json_pack("{s:{s:i}}", "+:.*down_proj", "group_size", 7));
+    expect_refused(d, QW_ERR_UNSUPPORTED, "dynamic[\"+:.*down_proj\"].group_size 7", NULL, NULL);
+    cfg_set(d, "dynamic", json_pack("{s:{s:s}}", "+:.*down_proj", "bits", "8"));
+    expect_refused(d, QW_ERR_FORMAT, "dynamic[\"+:.*down_proj\"].bits must be an integer", NULL, NULL);
+    cfg_set(d, "dynamic", json_pack("{s:{s:i}}", "+:.*down_proj", "sym", 1));
+    expect_refused(d, QW_ERR_FORMAT, "dynamic[\"+:.*down_proj\"].sym must be true or false", NULL, NULL);
     cfg_set(d, "dynamic", json_pack("{s:{s:s}}", ".*down_proj", "pack_dtype", "int16"));
     expect_refused(d, QW_ERR_UNSUPPORTED, "dynamic", "pack_dtype", NULL);
     cfg_set(d, "dynamic", json_pack("{s:i}", ".*down_proj", 8));
