@@ -217,14 +217,18 @@ static void add_qpart(tensor_list *l, const char *prefix, const char *suffix, te
 /* The effective group of a GPTQ/AWQ linear with k inputs (-1: one group). */
 static int64_t group_of(const options *o, int64_t k) { return o->group < 0 ? k : o->group; }
 
-/* The tensors of the linear `prefix` ([n out, k in]) under --quant. */
+/* The GPTQ config the options write (what --gptq-dynamic's rules override). */
+static qwi_quant_config gptq_base(const options *o) {
+    return (qwi_quant_config){.method = QWI_QUANT_GPTQ, .bits = o->bits, .group_size = o->group,
+                              .block_n = 1, .sym = !o->gptq_asym, .desc_act = o->gptq_desc_act};
+}
+
 /* --gptq-dynamic's rule for the linear `prefix` [n, k]: *skip (stored as
  * a float weight), or the bits / group / asym / desc_act to store it with
  * (exits with status 2 when they cannot store it). */
 static void dynamic_rule(const options *o, const char *prefix, int64_t n, int64_t k, bool *skip,
                          qwi_quant_config *c) {
-    qwi_quant_config base = {.method = QWI_QUANT_GPTQ, .bits = o->bits, .group_size = o->group,
-                             .block_n = 1, .sym = !o->gptq_asym, .desc_act = o->gptq_desc_act};
+    const qwi_quant_config base = gptq_base(o);
     qwi_quant_rules_apply(o->rules, prefix, &base, c, skip);
     if (*skip) return;
     int64_t g = c->group_size < 0 ? k : c->group_size, per = 32 / c->bits;
@@ -236,6 +240,7 @@ static void dynamic_rule(const options *o, const char *prefix, int64_t n, int64_
     }
 }
 
+/* The tensors of the linear `prefix` ([n out, k in]) under --quant. */
 static void add_linear(tensor_list *l, const options *o, const char *prefix, int64_t n,
                        int64_t k) {
     char name[96];
@@ -1566,8 +1571,7 @@ int main(int argc, char **argv) {
     if (check_quant(&o, group_given, block_given, gptq_flag) != 0) return 2;
     if (o.gptq_dynamic) {
         /* the library's parser: what it refuses, a loader refuses */
-        qwi_quant_config qbase = {.method = QWI_QUANT_GPTQ, .bits = o.bits, .group_size = o.group,
-                                  .block_n = 1, .sym = !o.gptq_asym, .desc_act = o.gptq_desc_act};
+        const qwi_quant_config qbase = gptq_base(&o);
         json_t *q = json_pack("{s:O}", "dynamic", o.gptq_dynamic);
         qw_status st = qwi_quant_rules_parse(q, "--gptq-dynamic", &qbase, &o.rules);
         g_dynamic_rules = o.rules;

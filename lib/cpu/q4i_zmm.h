@@ -306,6 +306,18 @@ Q4I_FN(tile_b8)(const uint32_t *x8, int64_t W8, const uint32_t *buf, int64_t nb,
     Q4I_FN(tile_end)(acc, part, last, tot, sc, zf, sc_stride, d, sum, d_stride, dst, mr, np);
 }
 
+/* F(NP) with NP = np (1-4) a constant, so that each panel count gets its
+ * own unrolled instance. */
+#define Q4I_BY_NP(np, F)                                                                        \
+    do {                                                                                        \
+        switch (np) {                                                                           \
+        case 4: F(4); break;                                                                    \
+        case 3: F(3); break;                                                                    \
+        case 2: F(2); break;                                                                    \
+        default: F(1); break;                                                                   \
+        }                                                                                       \
+    } while (0)
+
 /* The tile over rows r.. of the row block, for the chunk's NP. */
 #define Q4I_TILE_NP(NP)                                                                         \
     Q4I_FN(tile)(x->q + (m0 + r_t) * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js,      \
@@ -323,21 +335,8 @@ Q4I_FN(tile_b8)(const uint32_t *x8, int64_t W8, const uint32_t *buf, int64_t nb,
         const int mr_t = (MR);                                                                  \
         const qwi_tile_dest dt_ = qwi_tile_dest_rows(dest, r_t);                                \
         const qwi_tile_dest *dst_t = dt_.o && g == G - 1 ? &dt_ : NULL;                         \
-        if (b8) {                                                                               \
-            switch (np) {                                                                       \
-            case 4: Q4I_TILE_B8_NP(4); break;                                                   \
-            case 3: Q4I_TILE_B8_NP(3); break;                                                   \
-            case 2: Q4I_TILE_B8_NP(2); break;                                                   \
-            default: Q4I_TILE_B8_NP(1); break;                                                  \
-            }                                                                                   \
-        } else {                                                                                \
-            switch (np) {                                                                       \
-            case 4: Q4I_TILE_NP(4); break;                                                      \
-            case 3: Q4I_TILE_NP(3); break;                                                      \
-            case 2: Q4I_TILE_NP(2); break;                                                      \
-            default: Q4I_TILE_NP(1); break;                                                     \
-            }                                                                                   \
-        }                                                                                       \
+        if (b8) Q4I_BY_NP(np, Q4I_TILE_B8_NP);                                                  \
+        else Q4I_BY_NP(np, Q4I_TILE_NP);                                                        \
     } while (0)
 
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
@@ -411,12 +410,7 @@ __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int6
             else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 0, 0);                               \
         }                                                                                       \
     } while (0)
-        switch (np) {
-        case 4: Q4I_D(4); break;
-        case 3: Q4I_D(3); break;
-        case 2: Q4I_D(2); break;
-        default: Q4I_D(1); break;
-        }
+        Q4I_BY_NP(np, Q4I_D);
 #undef Q4I_D
         for (int64_t r = 0; r < M; r++)
             for (int64_t q = 0; q < np; q++)
@@ -425,3 +419,4 @@ __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int6
 }
 
 #undef Q4I_CODE
+#undef Q4I_BY_NP
