@@ -37,10 +37,14 @@ typedef struct qdata {
     int64_t n, k, gk, G;
     uint8_t *codes;
     float *scales, *zeros;
+    bool f16;   /* the scales are f16 values (packed as such: qpanel.h's scales_h) */
 } qdata;
 
-static qdata make_qdata(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk) {
-    qdata d = { .fmt = fmt, .n = n, .k = k, .gk = gk, .G = QWI_DIV_UP(k, gk) };
+/* f16: int4/int8 scales that are f16 values, as GPTQ and AWQ store them
+ * (else f32 values that are not). */
+static qdata make_qdata_s(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk, bool f16) {
+    qdata d = { .fmt = fmt, .n = n, .k = k, .gk = gk, .G = QWI_DIV_UP(k, gk),
+                .f16 = f16 && fmt != QWI_QFMT_E4M3 };
     d.codes = malloc((size_t)(n * k));
     d.scales = malloc((size_t)(n * d.G) * sizeof(float));
     d.zeros = malloc((size_t)(n * d.G) * sizeof(float));
@@ -52,11 +56,16 @@ static qdata make_qdata(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk) {
         d.codes[i] = c;
     }
     for (int64_t i = 0; i < n * d.G; i++) {
-        d.scales[i] = (0.25f + 0.75f * fabsf(urand())) * (fmt == QWI_QFMT_E4M3 ? 0.004f : 0.02f);
+        d.scales[i] = d.f16 ? (float)(256 + rnd() % 768) * 0x1p-15f   /* 10 significant bits */
+                            : (0.25f + 0.75f * fabsf(urand())) * (fmt == QWI_QFMT_E4M3 ? 0.004f : 0.02f);
         /* GPTQ v1 zeros reach 2^bits (stored 2^bits - 1, plus 1) */
         d.zeros[i] = fmt == QWI_QFMT_E4M3 ? 0.0f : (float)(rnd() % (fmt == QWI_QFMT_U4 ? 17 : 257));
     }
     return d;
+}
+
+static qdata make_qdata(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk) {
+    return make_qdata_s(fmt, n, k, gk, true);
 }
 
 static void free_qdata(qdata *d) {
@@ -74,14 +83,19 @@ static double deq(const qdata *d, int64_t n, int64_t k) {
 }
 
 static void *pack(const qdata *d, qwi_qpanel_layout layout, qwi_qpanel *qp) {
-    size_t bytes = qwi_qpanel_bytes_for(d->fmt, layout, d->n, d->k, d->gk);
+    size_t bytes = qwi_qpanel_bytes_for(d->fmt, layout, d->n, d->k, d->gk, d->f16);
     cr_assert(bytes > 0);
     void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     cr_assert(buf);
     memset(buf, 0xa5, bytes);   /* packing must write every byte the kernels read */
     cr_assert(qwi_qpanel_pack_codes(d->fmt, layout, d->n, d->k, d->gk, d->codes, d->scales,
-                                    d->fmt == QWI_QFMT_E4M3 ? NULL : d->zeros, buf, qp),
+                                    d->fmt == QWI_QFMT_E4M3 ? NULL : d->zeros, d->f16, buf, qp),
               "%s", qwi_last_error());
+    /* the integer layout keeps f16 scales and integer zero points (qpanel.h) */
+    const bool nw = d->fmt != QWI_QFMT_E4M3 && layout == QWI_QPANEL_PAIR;
+    cr_assert((qp->scales_h != NULL) == (nw && d->f16) && (qp->scales != NULL) == !(nw && d->f16));
+    cr_assert((qp->zeros_i != NULL) == nw);
+    cr_assert((qp->zeros != NULL) == (!nw && d->fmt != QWI_QFMT_E4M3));
     return buf;
 }
 
@@ -135,9 +149,10 @@ static int table_variants(variant *v) {
 
 Test(quant_kernels, layout_holds_every_code_scale_and_zero) {
     for (int f = 0; f < 3; f++)
-        for (int lay = 0; lay < 2; lay++) {
+        for (int lay = 0; lay < 2; lay++)
+        for (int f16 = 0; f16 < 2; f16++) {
             const int64_t k = fmts[f] == QWI_QFMT_E4M3 ? 45 : 48;
-            qdata d = make_qdata(fmts[f], 37, k, fmts[f] == QWI_QFMT_E4M3 ? 16 : 12);
+            qdata d = make_qdata_s(fmts[f], 37, k, fmts[f] == QWI_QFMT_E4M3 ? 16 : 12, f16);
             qwi_qpanel qp;
             void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
             cr_assert_eq(qp.ngroups, d.G);
@@ -158,16 +173,66 @@ Test(quant_kernels, layout_holds_every_code_scale_and_zero) {
 Test(quant_kernels, zero_point_outside_the_contract_is_refused) {
     qdata d = make_qdata(QWI_QFMT_U4, 16, 32, 16);
     d.zeros[5] = 3.5f;
-    size_t bytes = qwi_qpanel_bytes_for(d.fmt, QWI_QPANEL_SEQ, d.n, d.k, d.gk);
+    size_t bytes = qwi_qpanel_bytes_for(d.fmt, QWI_QPANEL_SEQ, d.n, d.k, d.gk, true);
     void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     qwi_qpanel qp;
-    cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_SEQ, d.n, d.k, d.gk, d.codes, d.scales,
-                                        d.zeros, buf, &qp));
-    cr_assert(strstr(qwi_last_error(), "zero point 3.5"), "%s", qwi_last_error());
-    d.zeros[5] = 17.0f;
-    cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_SEQ, d.n, d.k, d.gk, d.codes, d.scales,
-                                        d.zeros, buf, &qp));
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 32, 7), 0);   /* odd group */
+    for (int lay = 0; lay < 2; lay++) {
+        d.zeros[5] = 3.5f;
+        cr_assert_not(qwi_qpanel_pack_codes(d.fmt, (qwi_qpanel_layout)lay, d.n, d.k, d.gk, d.codes,
+                                            d.scales, d.zeros, true, buf, &qp));
+        cr_assert(strstr(qwi_last_error(), "zero point 3.5"), "%s", qwi_last_error());
+        d.zeros[5] = 17.0f;
+        cr_assert_not(qwi_qpanel_pack_codes(d.fmt, (qwi_qpanel_layout)lay, d.n, d.k, d.gk, d.codes,
+                                            d.scales, d.zeros, true, buf, &qp));
+        cr_assert(strstr(qwi_last_error(), "zero point 17"), "%s", qwi_last_error());
+    }
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 32, 7, true), 0);   /* odd group */
+    free(buf);
+    free_qdata(&d);
+}
+
+/* The integer layout's f16 scales and integer zero points (qpanel.h): the
+ * bytes they save, and a scale that is no f16 value refused by name. */
+Test(quant_kernels, pair_layout_keeps_f16_scales_and_integer_zeros) {
+    const int64_t n = 40, k = 256, gk = 128, np = 3, G = 2;
+    const size_t codes4 = (size_t)(np * (k / 8) * 64);   /* U4: k / 8 blocks of 64 bytes a panel */
+    /* U4: codes, then f16 scales and byte zero points; f32 both without the f16 promise */
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, n, k, gk, true),
+                 codes4 + 192 /* 3 x 2 x 16 x 2 */ + 128 /* 3 x 2 x 16 x 1, 64-aligned */);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, n, k, gk, false),
+                 codes4 + (size_t)(np * G * 16 * 4) + 128);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, n, k, gk, true),
+                 codes4 + 2 * (size_t)(np * G * 16 * 4));
+    /* U8: zero points as uint16 (256 fits), E4M3: f32 scales whatever the flag */
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, n, k, gk, true),
+                 2 * codes4 + 192 + 192);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, true),
+                 qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, false));
+    qdata d = make_qdata_s(QWI_QFMT_U4, n, k, gk, false);   /* f32 scales, no f16 values */
+    void *buf = aligned_alloc(64, 1 << 16);
+    qwi_qpanel qp;
+    cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_PAIR, n, k, gk, d.codes, d.scales,
+                                        d.zeros, true, buf, &qp));
+    cr_assert(strstr(qwi_last_error(), "row 0, group 0: scale") &&
+              strstr(qwi_last_error(), "is not an f16 value"), "%s", qwi_last_error());
+    /* f16 values at the edges of f16's range pack and read back exactly */
+    const float edge[] = { 0x1p-24f, 0x1.ff8p-15f, 0x1p-14f, 65504.0f, 0.0f, 0x1.004p0f };
+    free_qdata(&d);
+    d = make_qdata_s(QWI_QFMT_U4, n, k, gk, true);
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) d.scales[i * G] = edge[i];
+    free(buf);
+    buf = pack(&d, QWI_QPANEL_PAIR, &qp);
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        cr_assert(qwi_qpanel_get(&qp, (int64_t)i, 0) == deq(&d, (int64_t)i, 0), "edge %zu", i);
+    /* and one step past an f16's precision or range is refused */
+    const float bad[] = { 0x1p-25f, 0x1.002p0f, 65536.0f, 0x1.ffcp-15f };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const float keep = d.scales[0];
+        d.scales[0] = bad[i];
+        cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_PAIR, n, k, gk, d.codes, d.scales,
+                                            d.zeros, true, buf, &qp), "bad %zu", i);
+        d.scales[0] = keep;
+    }
     free(buf);
     free_qdata(&d);
 }
@@ -300,7 +365,8 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                 const shape *sh = &shapes[si];
                 if (!(sh->fmt_mask & (1 << f))) continue;
                 if (fmts[f] != QWI_QFMT_E4M3 && sh->k % sh->gk) continue;
-                qdata d = make_qdata(fmts[f], sh->n, sh->k, sh->gk);
+                /* f16 scales (the checkpoints' case) on every other shape */
+                qdata d = make_qdata_s(fmts[f], sh->n, sh->k, sh->gk, si % 2 == 0);
                 const int64_t K = sh->k, N = sh->n, KP = qwi_pair_kp(K);
                 float *x = malloc(sizeof(float) * (size_t)(MMAX * K));
                 uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(MMAX * KP));
@@ -601,26 +667,44 @@ Test(quant_kernels, packs_an_fp8_block_scaled_qweight) {
     free(s);
 }
 
+/* GPTQ int4 with its scales tensor in F32 and in F16 (the usual case: the
+ * integer layout then keeps them in 2 bytes, qpanel.h). */
 Test(quant_kernels, packs_a_gptq_int4_qweight) {
     const int64_t n = 40, k = 64, gk = 32, G = k / gk;
     uint32_t *q = malloc(sizeof(uint32_t) * (size_t)(k / 8 * n));
     uint32_t *z = malloc(sizeof(uint32_t) * (size_t)(G * n / 8));
     float *s = malloc(sizeof(float) * (size_t)(G * n));
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(G * n));
     for (int64_t i = 0; i < k / 8 * n; i++) q[i] = rnd() ^ (rnd() << 16);
     for (int64_t i = 0; i < G * n / 8; i++) z[i] = rnd() ^ (rnd() << 16);
-    for (int64_t i = 0; i < G * n; i++) s[i] = 0.001f + 0.01f * fabsf(urand());
-    qwi_qweight w = { .method = QWI_QUANT_GPTQ, .fmt = QWI_QFMT_U4, .n = n, .k = k, .group_k = gk,
-                      .group_n = 1, .zero_offset = 1 };
-    w.qweight = (qwi_tensor){ .name = "l.qweight", .dtype = QWI_DTYPE_I32, .ndim = 2,
-                              .shape = { k / 8, n }, .data = q, .nbytes = 4 * (size_t)(k / 8 * n) };
-    w.qzeros = (qwi_tensor){ .name = "l.qzeros", .dtype = QWI_DTYPE_I32, .ndim = 2,
-                             .shape = { G, n / 8 }, .data = z, .nbytes = 4 * (size_t)(G * n / 8) };
-    w.scales = (qwi_tensor){ .name = "l.scales", .dtype = QWI_DTYPE_F32, .ndim = 2,
-                             .shape = { G, n }, .data = s, .nbytes = 4 * (size_t)(G * n) };
-    check_pack_matches_qweight(&w);
+    for (int64_t i = 0; i < G * n; i++) {
+        h[i] = (uint16_t)(0x1c00 + rnd() % 0x1400);   /* 2^-8 .. 2^-3 */
+        s[i] = qwi_f16_to_f32(h[i]);
+    }
+    for (int f16 = 0; f16 < 2; f16++) {
+        qwi_qweight w = { .method = QWI_QUANT_GPTQ, .fmt = QWI_QFMT_U4, .n = n, .k = k,
+                          .group_k = gk, .group_n = 1, .zero_offset = 1 };
+        w.qweight = (qwi_tensor){ .name = "l.qweight", .dtype = QWI_DTYPE_I32, .ndim = 2,
+                                  .shape = { k / 8, n }, .data = q, .nbytes = 4 * (size_t)(k / 8 * n) };
+        w.qzeros = (qwi_tensor){ .name = "l.qzeros", .dtype = QWI_DTYPE_I32, .ndim = 2,
+                                 .shape = { G, n / 8 }, .data = z, .nbytes = 4 * (size_t)(G * n / 8) };
+        w.scales = (qwi_tensor){ .name = "l.scales", .dtype = f16 ? QWI_DTYPE_F16 : QWI_DTYPE_F32,
+                                 .ndim = 2, .shape = { G, n }, .data = f16 ? (void *)h : (void *)s,
+                                 .nbytes = (f16 ? 2 : 4) * (size_t)(G * n) };
+        check_pack_matches_qweight(&w);
+        cr_assert_lt(qwi_qpanel_bytes(&w, QWI_QPANEL_PAIR), qwi_qpanel_bytes(&w, QWI_QPANEL_SEQ));
+        if (f16) {
+            void *buf = aligned_alloc(64, qwi_qpanel_bytes(&w, QWI_QPANEL_PAIR));
+            qwi_qpanel qp;
+            cr_assert(qwi_qpanel_pack(&w, QWI_QPANEL_PAIR, buf, &qp));
+            cr_assert(qp.scales_h && !qp.scales && qp.zeros_i && !qp.zeros);
+            free(buf);
+        }
+    }
     free(q);
     free(z);
     free(s);
+    free(h);
 }
 
 /* ---- the integer matmul's activation quantization (cpu/q4i.h) ----------- */
@@ -640,10 +724,10 @@ Test(quant_kernels, q4i_levels_keep_the_int32_sums_exact) {
     cr_assert_eq(qwi_q4i_qmax(70000, QWI_QFMT_U8), 0);
     cr_assert_gt(qwi_q4i_qmax(70000, QWI_QFMT_U4), 0);
     /* and such a weight cannot be packed for the fast kernels */
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, 16, 2000000, 2000000), 0);
-    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 2000000, 2000000), 0);
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, 16, 70000, 70000), 0);
-    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_SEQ, 16, 70000, 70000), 0);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, 16, 2000000, 2000000, true), 0);
+    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 2000000, 2000000, true), 0);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, 16, 70000, 70000, true), 0);
+    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_SEQ, 16, 70000, 70000, true), 0);
 }
 
 /* The byte form of int4's activations (cpu/q4i.h): each block's two words

@@ -150,7 +150,8 @@ int main(int argc, char **argv) {
     const int64_t G = QWI_DIV_UP(K, group);
     uint8_t *codes = xalloc((size_t)(N * K));
     float *scales = xalloc(sizeof(float) * (size_t)(N * G)), *zeros = xalloc(sizeof(float) * (size_t)(N * G));
-    for (int64_t i = 0; i < N * G; i++) { scales[i] = 0.01f; zeros[i] = 8.0f; }
+    /* an f16 scale, as GPTQ and AWQ checkpoints store them (qpanel.h keeps those in 2 bytes) */
+    for (int64_t i = 0; i < N * G; i++) { scales[i] = 0x1p-7f; zeros[i] = 8.0f; }
     /* the int4/int8 kernels' quantized rows (cpu/q4i.h), as the engine's driver keeps them */
     uint32_t *q4q = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
     uint32_t *q4q8 = xalloc(sizeof(uint32_t) * (size_t)(mmax * QWI_Q4I_Q8_WORDS(qwi_pair_kp(K))));
@@ -202,10 +203,10 @@ int main(int argc, char **argv) {
                         codes[i] = fmt == QWI_QFMT_U4 ? c & 15 : fmt == QWI_QFMT_E4M3 && (c & 0x7f) == 0x7f ? 0 : c;
                     }
                     const qwi_qpanel_layout lay = mode ? QWI_QPANEL_PAIR : QWI_QPANEL_SEQ;
-                    bytes = qwi_qpanel_bytes_for(fmt, lay, N, K, group);
+                    bytes = qwi_qpanel_bytes_for(fmt, lay, N, K, group, true);
                     bufs[l] = walloc(bytes);
                     if (!qwi_qpanel_pack_codes(fmt, lay, N, K, group, codes, scales,
-                                               fmt == QWI_QFMT_E4M3 ? NULL : zeros, bufs[l].base,
+                                               fmt == QWI_QFMT_E4M3 ? NULL : zeros, true, bufs[l].base,
                                                &lin->qp)) {
                         fprintf(stderr, "qw-qbench: pack: %s\n", qwi_last_error());
                         return 1;

@@ -194,12 +194,12 @@ void qwr_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, int64_t 
                         qwi_qpanel_code_pos(w, p, k, s, &byte, &shift);
                         acc[s] += (int64_t)((w->codes[byte] >> shift) & cmask) * qr[k];
                     }
-                const float *zg = w->zeros + (p * G + g) * 16, *sc = w->scales + (p * G + g) * 16;
+                const int64_t e0 = (p * G + g) * 16;
                 const float dg = x->d[m * x->G + g];
                 const int64_t sg = x->sum[m * x->G + g];
                 for (int s = 0; s < 16; s++) {
-                    const int32_t i = (int32_t)(acc[s] - (int64_t)zg[s] * sg);
-                    tot[s] = fmaf((float)i, sc[s] * dg, tot[s]);
+                    const int32_t i = (int32_t)(acc[s] - (int64_t)qwi_qpanel_zero(w, e0 + s) * sg);
+                    tot[s] = fmaf((float)i, qwi_qpanel_scale(w, e0 + s) * dg, tot[s]);
                 }
             }
             qwi_put16(tot, j0, N, bias, out + m * ldo, accumulate);

@@ -65,8 +65,22 @@ void qwi_avx512vnni_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *
  * (a2_chunked), as on AVX-512 with narrower tiles (16 ymm registers); for
  * U4 with int8 activations the chunks hold code bytes for vpmaddubsw
  * (a2_chunk_tile_b8). */
-#define A2_TARGET "avx2,fma"
+#define A2_TARGET "avx2,fma,f16c"   /* f16c: f16 scales (every AVX2 CPU has it) */
 #define A2_INLINE static inline __attribute__((always_inline, target(A2_TARGET)))
+
+/* Slots 0-7 from entry e (qwi_qpanel_scale's index) of w's scales as f32
+ * (f16 ones widened, exact) and of its zero points as int32 (zeros_i:
+ * bytes for U4, uint16 for U8). */
+A2_INLINE __m256 a2_scales8(const qwi_qpanel *w, int64_t e) {
+    return w->scales_h ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w->scales_h + e)))
+                       : _mm256_loadu_ps(w->scales + e);
+}
+
+A2_INLINE __m256i a2_zeros8(const qwi_qpanel *w, int64_t e) {
+    return w->fmt == QWI_QFMT_U8
+               ? _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w->zeros_i + 2 * e)))
+               : _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w->zeros_i + e)));
+}
 
 /* Pair jj of the block half in v: (word >> w*jj) & cm per 16-bit word
  * (w = 4 for U4, 8 for U8; cm = 15 or 255). */
@@ -149,8 +163,8 @@ A2_INLINE void a2_group_end(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0,
     _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
         _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             const int64_t zi = ((p0 + q) * G + g) * 16 + 8 * h;
-            const __m256i z = _mm256_cvttps_epi32(_mm256_loadu_ps(w->zeros + zi));
-            const __m256 sc = _mm256_loadu_ps(w->scales + zi);
+            const __m256i z = a2_zeros8(w, zi);
+            const __m256 sc = a2_scales8(w, zi);
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
                 tot[r][q][h] = a2_epilogue_z(acc[r][q][h], z, sc, x->sum[r * x->G + g],
                                              x->d[r * x->G + g], tot[r][q][h]);
@@ -292,7 +306,7 @@ A2_INLINE void a2_decode_chunk(const qwi_qpanel *w, int64_t p, int64_t g, int64_
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p, 0);
     __m256i zz[2];   /* each lane's zero point in both 16-bit halves */
     for (int h = 0; h < 2; h++) {
-        const __m256i z = _mm256_cvttps_epi32(_mm256_loadu_ps(w->zeros + (p * w->ngroups + g) * 16 + 8 * h));
+        const __m256i z = a2_zeros8(w, (p * w->ngroups + g) * 16 + 8 * h);
         zz[h] = _mm256_or_si256(z, _mm256_slli_epi32(z, 16));
     }
     for (int64_t j = j0; j < j1; j++) {
@@ -446,8 +460,12 @@ A2_INLINE void a2_chunked(const qwi_q4act *x, int64_t M, const qwi_qpanel *w, in
             memset(tot, 0, sizeof(float) * 16 * (size_t)mb);
             for (int64_t g = 0; g < G; g++) {
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
-                const float *sc = w->scales + (p * G + g) * 16;
-                const float *zf = w->zeros + (p * G + g) * 16;
+                /* the group's scales and zero points as f32, once for its row block */
+                float sc[16] __attribute__((aligned(32))), zf[16] __attribute__((aligned(32)));
+                for (int h = 0; h < 2; h++) {
+                    _mm256_store_ps(sc + 8 * h, a2_scales8(w, (p * G + g) * 16 + 8 * h));
+                    _mm256_store_ps(zf + 8 * h, _mm256_cvtepi32_ps(a2_zeros8(w, (p * G + g) * 16 + 8 * h)));
+                }
                 for (int64_t c0 = js; c0 < je; c0 += A2_KP) {
                     const int64_t c1 = QWI_MIN(je, c0 + A2_KP);
                     if (b8) {

@@ -46,6 +46,22 @@ Q4I_FN(code_var)(__m512i v, int jj, __m512i cm, const int u8) {
     return _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128((u8 ? 8 : 4) * jj)), cm);
 }
 
+/* The 16 scales of entry e (qwi_qpanel_scale's index of a panel's group,
+ * slot 0) as f32: f16 ones widened (exact). */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) __m512
+Q4I_FN(scales)(const qwi_qpanel *w, int64_t e) {
+    return w->scales_h ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->scales_h + e)))
+                       : _mm512_loadu_ps(w->scales + e);
+}
+
+/* The 16 zero points of entry e as int32 (zeros_i: bytes for U4, uint16
+ * for U8). */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) __m512i
+Q4I_FN(zeros)(const qwi_qpanel *w, int64_t e, const int u8) {
+    return u8 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w->zeros_i + 2 * e)))
+              : _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w->zeros_i + e)));
+}
+
 /* tot[r] += (float)(acc[r] - zero * sum(r, g)) * (scale * d(r, g)) for the
  * rows of one panel q (the contract's epilogue of group g). */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) __m512
@@ -147,8 +163,8 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
         if (na == 2)
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[0][q] = _mm512_add_epi32(acc[0][q], acc_odd[q]);
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
-            const __m512i z = _mm512_cvttps_epi32(_mm512_loadu_ps(w->zeros + ((p0 + q) * G + g) * 16));
-            const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);
+            const __m512i z = Q4I_FN(zeros)(w, ((p0 + q) * G + g) * 16, u8);
+            const __m512 sc = Q4I_FN(scales)(w, ((p0 + q) * G + g) * 16);
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
                 tot[r][q] = Q4I_FN(epilogue)(acc[r][q], z, sc, x->sum[r * x->G + g],
                                              x->d[r * x->G + g], tot[r][q]);
@@ -174,7 +190,7 @@ Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0, int
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);   /* panel q: + q * 64 */
     __m512i zz[4];   /* each lane's zero point in both 16-bit halves */
     _Pragma("GCC unroll 4") for (int q = 0; q < np; q++) {
-        const __m512i z = _mm512_cvttps_epi32(_mm512_loadu_ps(w->zeros + ((p0 + q) * w->ngroups + g) * 16));
+        const __m512i z = Q4I_FN(zeros)(w, ((p0 + q) * w->ngroups + g) * 16, u8);
         zz[q] = _mm512_or_si512(z, _mm512_slli_epi32(z, 16));
     }
     int64_t j = j0;
@@ -197,16 +213,16 @@ Q4I_FN(decode_chunk)(const qwi_qpanel *w, int64_t p0, int64_t g, int64_t j0, int
 /* The end of a chunk's MR x NP tile of int32 sums acc. Not the group's
  * last chunk: acc to part (int32, row stride 64). Its last: the contract's
  * epilogue from the registers, tot[r][q] += (float)i * (scale[q] * d[r])
- * with i = acc, or acc - zero[q] * sum[r] when zf is given (the chunks of
- * unsigned code bytes; int16 chunks carry the zero point in their codes)
- * (tot: f32, row stride 64; sc, zf: the panels' scales and zero points of
- * the group, panel q at + q * sc_stride; d, sum: the rows' steps and sums
- * of the group, row stride d_stride). With dst (the last chunk of the last
- * group, all panels whole) the finished tot goes to the output from the
- * registers instead (qwi_tile_dest, tile_out.h). */
+ * with i = acc, or acc - zero[q] * sum[r] when sum is given (the U4 chunks
+ * of unsigned code bytes; int16 chunks carry the zero point in their
+ * codes) (tot: f32, row stride 64; the panels' scales and zero points of
+ * the group: w's entries e0 + q * e_stride; d, sum: the rows' steps and
+ * sums of the group, row stride d_stride). With dst (the last chunk of the
+ * last group, all panels whole) the finished tot goes to the output from
+ * the registers instead (qwi_tile_dest, tile_out.h). */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
-Q4I_FN(tile_end)(__m512i acc[6][4], int32_t *part, int last, float *tot, const float *sc,
-                 const float *zf, int64_t sc_stride, const float *d, const int32_t *sum,
+Q4I_FN(tile_end)(__m512i acc[6][4], int32_t *part, int last, float *tot, const qwi_qpanel *w,
+                 int64_t e0, int64_t e_stride, const float *d, const int32_t *sum,
                  int64_t d_stride, const qwi_tile_dest *dst, const int mr, const int np) {
     if (!last) {
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
@@ -219,11 +235,10 @@ Q4I_FN(tile_end)(__m512i acc[6][4], int32_t *part, int last, float *tot, const f
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
             float *t = tot + r * 64 + q * 16;
             __m512i i = acc[r][q];
-            if (zf)
-                i = _mm512_sub_epi32(i, _mm512_mullo_epi32(
-                                            _mm512_cvttps_epi32(_mm512_loadu_ps(zf + q * sc_stride)),
-                                            _mm512_set1_epi32(sum[r * d_stride])));
-            const __m512 scd = _mm512_mul_ps(_mm512_loadu_ps(sc + q * sc_stride), dr);
+            if (sum)
+                i = _mm512_sub_epi32(i, _mm512_mullo_epi32(Q4I_FN(zeros)(w, e0 + q * e_stride, 0),
+                                                           _mm512_set1_epi32(sum[r * d_stride])));
+            const __m512 scd = _mm512_mul_ps(Q4I_FN(scales)(w, e0 + q * e_stride), dr);
             const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), scd, _mm512_loadu_ps(t));
             if (dst) qwi_tile_dest_put_zmm(dst, r, q, v);
             else _mm512_storeu_ps(t, v);
@@ -236,8 +251,9 @@ Q4I_FN(tile_end)(__m512i acc[6][4], int32_t *part, int last, float *tot, const f
  * tile's first row at the chunk's first pair, row stride KP. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, int32_t *part,
-             int first, int last, float *tot, const float *sc, int64_t sc_stride, const float *d,
-             int64_t d_stride, const qwi_tile_dest *dst, const int mr, const int np) {
+             int first, int last, float *tot, const qwi_qpanel *w, int64_t e0, int64_t e_stride,
+             const float *d, int64_t d_stride, const qwi_tile_dest *dst, const int mr,
+             const int np) {
     __m512i acc[6][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
@@ -252,7 +268,7 @@ Q4I_FN(tile)(const uint32_t *xr, int64_t KP, const uint32_t *buf, int64_t jn, in
                 acc[r][q] = Q4I_DOT(acc[r][q], c[q], xb);
         }
     }
-    Q4I_FN(tile_end)(acc, part, last, tot, sc, NULL, sc_stride, d, NULL, d_stride, dst, mr, np);
+    Q4I_FN(tile_end)(acc, part, last, tot, w, e0, e_stride, d, NULL, d_stride, dst, mr, np);
 }
 
 /* M > 2, b8 (U4 with x->q8, group_k a multiple of 8: every group is whole
@@ -280,13 +296,13 @@ Q4I_FN(decode_chunk_b8)(const qwi_qpanel *w, int64_t p0, int64_t b0, int64_t nb,
 /* MR x NP tile over the decoded blocks [0, nb) of decode_chunk_b8, as
  * Q4I_FN(tile) with bytes: x8 is the tile's first row's byte form at the
  * chunk's first block (row stride W8 words); tile_end with the zero term
- * (zf, sum). The low and the high nibbles of
+ * (the zero points and sum). The low and the high nibbles of
  * a block are swept one after the other, so that 4 code vectors and 24
  * sums fit the 32 registers; the activations come broadcast from memory. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(tile_b8)(const uint32_t *x8, int64_t W8, const uint32_t *buf, int64_t nb, int32_t *part,
-                int first, int last, float *tot, const float *sc, const float *zf,
-                int64_t sc_stride, const float *d, const int32_t *sum, int64_t d_stride,
+                int first, int last, float *tot, const qwi_qpanel *w, int64_t e0,
+                int64_t e_stride, const float *d, const int32_t *sum, int64_t d_stride,
                 const qwi_tile_dest *dst, const int mr, const int np) {
     __m512i acc[6][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
@@ -303,7 +319,7 @@ Q4I_FN(tile_b8)(const uint32_t *x8, int64_t W8, const uint32_t *buf, int64_t nb,
                     acc[r][q] = Q4I_DOTB(acc[r][q], c[q], xb);
             }
         }
-    Q4I_FN(tile_end)(acc, part, last, tot, sc, zf, sc_stride, d, sum, d_stride, dst, mr, np);
+    Q4I_FN(tile_end)(acc, part, last, tot, w, e0, e_stride, d, sum, d_stride, dst, mr, np);
 }
 
 /* F(NP) with NP = np (1-4) a constant, so that each panel count gets its
@@ -321,14 +337,13 @@ Q4I_FN(tile_b8)(const uint32_t *x8, int64_t W8, const uint32_t *buf, int64_t nb,
 /* The tile over rows r.. of the row block, for the chunk's NP. */
 #define Q4I_TILE_NP(NP)                                                                         \
     Q4I_FN(tile)(x->q + (m0 + r_t) * KP + j0, KP, buf, j1 - j0, part + r_t * 64, j0 == js,      \
-                 j1 == je, tot + r_t * 64, w->scales + ((P0 + pq) * G + g) * 16, G * 16,        \
+                 j1 == je, tot + r_t * 64, w, ((P0 + pq) * G + g) * 16, G * 16,                 \
                  x->d + (m0 + r_t) * x->G + g, x->G, dst_t, mr_t, NP)
 #define Q4I_TILE_B8_NP(NP)                                                                      \
     Q4I_FN(tile_b8)(x->q8 + (m0 + r_t) * W8 + j0 / 2, W8, buf, QWI_DIV_UP(j1 - j0, 4),          \
-                    part + r_t * 64, j0 == js, j1 == je, tot + r_t * 64,                        \
-                    w->scales + ((P0 + pq) * G + g) * 16, w->zeros + ((P0 + pq) * G + g) * 16,  \
-                    G * 16, x->d + (m0 + r_t) * x->G + g, x->sum + (m0 + r_t) * x->G + g, x->G, \
-                    dst_t, mr_t, NP)
+                    part + r_t * 64, j0 == js, j1 == je, tot + r_t * 64, w,                     \
+                    ((P0 + pq) * G + g) * 16, G * 16, x->d + (m0 + r_t) * x->G + g,             \
+                    x->sum + (m0 + r_t) * x->G + g, x->G, dst_t, mr_t, NP)
 #define Q4I_TILE(r, MR)                                                                         \
     do {                                                                                        \
         const int64_t r_t = (r);                                                                \

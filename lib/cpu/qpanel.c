@@ -14,9 +14,15 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
+/* Whether the weight keeps its zero points as integers (zeros_i) and may
+ * keep f16 scales (qpanel.h): the integer kernels' layout. */
+static bool narrow(qwi_qfmt fmt, qwi_qpanel_layout layout) {
+    return fmt != QWI_QFMT_E4M3 && layout == QWI_QPANEL_PAIR;
+}
+
 /* Byte offsets of the scales and zeros and the total, or false on overflow. */
 static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
-                  size_t *scales_at, size_t *zeros_at, size_t *total) {
+                  bool scales_f16, size_t *scales_at, size_t *zeros_at, size_t *total) {
     if (n <= 0 || k <= 0 || group_k < 2 || group_k % 2 != 0) return false;
     if (fmt != QWI_QFMT_U4 && fmt != QWI_QFMT_U8 && fmt != QWI_QFMT_E4M3) return false;
     if (layout != QWI_QPANEL_SEQ && layout != QWI_QPANEL_PAIR) return false;
@@ -24,13 +30,15 @@ static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, 
     if (fmt != QWI_QFMT_E4M3 && layout == QWI_QPANEL_PAIR && !qwi_q4i_qmax(group_k, fmt))
         return false;
     const size_t np = (size_t)QWI_DIV_UP(n, QWI_QPANEL), G = (size_t)QWI_DIV_UP(k, group_k);
+    const bool nw = narrow(fmt, layout);
+    const size_t sc_bytes = nw && scales_f16 ? 2 : 4;
+    const size_t z_bytes = nw ? (size_t)qwi_qpanel_zero_bytes(fmt) : 4;
     size_t codes, sc, zs = 0;
     if (__builtin_mul_overflow(np, (size_t)qwi_qpanel_panel_bytes(fmt, k), &codes) ||
-        __builtin_mul_overflow(np, G, &sc) || __builtin_mul_overflow(sc, (size_t)16 * 4, &sc))
+        __builtin_mul_overflow(np, G, &sc) || __builtin_mul_overflow(sc, 16 * sc_bytes, &sc))
         return false;
     if (fmt != QWI_QFMT_E4M3 &&
-        (__builtin_mul_overflow(np, G, &zs) ||
-         __builtin_mul_overflow(zs, (size_t)16 * 4, &zs)))
+        (__builtin_mul_overflow(np, G, &zs) || __builtin_mul_overflow(zs, 16 * z_bytes, &zs)))
         return false;
     *scales_at = align64(codes);
     *zeros_at = *scales_at + align64(sc);
@@ -39,14 +47,17 @@ static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, 
 }
 
 size_t qwi_qpanel_bytes_for(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
-                            int64_t group_k) {
+                            int64_t group_k, bool scales_f16) {
     size_t s, z, t;
-    return sizes(fmt, layout, n, k, group_k, &s, &z, &t) ? t : 0;
+    return sizes(fmt, layout, n, k, group_k, scales_f16, &s, &z, &t) ? t : 0;
 }
+
+/* A checkpoint's F16 scales are f16 values by construction (no scan). */
+static bool scales_are_f16(const qwi_qweight *w) { return w->scales.dtype == QWI_DTYPE_F16; }
 
 size_t qwi_qpanel_bytes(const qwi_qweight *w, qwi_qpanel_layout layout) {
     if (!w || w->method == QWI_QUANT_NONE) return 0;
-    return qwi_qpanel_bytes_for(w->fmt, layout, w->n, w->k, w->group_k);
+    return qwi_qpanel_bytes_for(w->fmt, layout, w->n, w->k, w->group_k, scales_are_f16(w));
 }
 
 float qwi_qpanel_e4m3_c(uint8_t b) { return qwi_e4m3_to_f32(b) * 0x1p-8f; }
@@ -60,44 +71,69 @@ float qwi_qpanel_c(const qwi_qpanel *w, int64_t n, int64_t k) {
     const uint8_t code = w->codes[byte];
     if (w->fmt == QWI_QFMT_E4M3) return qwi_qpanel_e4m3_c(code);
     const int c = w->fmt == QWI_QFMT_U4 ? (code >> shift) & 0xf : code;
-    return (float)c - w->zeros[(p * w->ngroups + k / w->group_k) * 16 + r];
+    return (float)(c - qwi_qpanel_zero(w, (p * w->ngroups + k / w->group_k) * 16 + r));
 }
 
 double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k) {
     const int64_t p = n / QWI_QPANEL, r = n % QWI_QPANEL, g = k / w->group_k;
-    return (double)qwi_qpanel_c(w, n, k) * (double)w->scales[(p * w->ngroups + g) * 16 + r];
+    return (double)qwi_qpanel_c(w, n, k) * (double)qwi_qpanel_scale(w, (p * w->ngroups + g) * 16 + r);
 }
 
 /* Describe a packed weight at dst and zero its codes (pack_panel ORs the
  * fields in; interleaved panels share their bytes' range). */
 static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
-                     void *dst, qwi_qpanel *out) {
+                     bool scales_f16, void *dst, qwi_qpanel *out) {
     size_t s_at = 0, z_at = 0, total = 0;   /* sizes() was checked by the caller */
-    sizes(fmt, layout, n, k, group_k, &s_at, &z_at, &total);
+    sizes(fmt, layout, n, k, group_k, scales_f16, &s_at, &z_at, &total);
+    const bool nw = narrow(fmt, layout), f16 = nw && scales_f16;
+    char *sp = (char *)dst + s_at, *zp = (char *)dst + z_at;
     *out = (qwi_qpanel){ .fmt = fmt, .layout = layout, .n = n, .k = k, .group_k = group_k,
                          .ngroups = QWI_DIV_UP(k, group_k), .codes = dst,
-                         .scales = (const float *)(void *)((char *)dst + s_at),
-                         .zeros = fmt == QWI_QFMT_E4M3 ? NULL
-                                                       : (const float *)(void *)((char *)dst + z_at) };
-    memset(dst, 0, s_at);
+                         .scales = f16 ? NULL : (const float *)(void *)sp,
+                         .scales_h = f16 ? (const uint16_t *)(void *)sp : NULL,
+                         .zeros = fmt == QWI_QFMT_E4M3 || nw ? NULL : (const float *)(void *)zp,
+                         .zeros_i = nw ? (const uint8_t *)zp : NULL };
+    memset(dst, 0, total);   /* codes ORed in below; padded slots' scales and zeros 0 */
+}
+
+/* *out = the f16 bits of v and true if v is an f16 value (finite), else
+ * false. */
+static bool f16_of(float v, uint16_t *out) {
+    if (!isfinite(v)) return false;
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a == 0) {
+        *out = sign;
+        return true;
+    }
+    const int e = (int)(a >> 23) - 127;   /* f32 subnormals fall under -24 */
+    if (e > 15 || e < -24) return false;
+    const uint32_t m = (a & 0x7fffffu) | 0x800000u;   /* v = m * 2^(e - 23) */
+    if (e >= -14) {                                   /* f16 normal: 10 fraction bits */
+        if (m & 0x1fffu) return false;
+        *out = (uint16_t)(sign | (uint32_t)(e + 15) << 10 | ((m >> 13) & 0x3ffu));
+    } else {                                          /* subnormal: v = (m >> sh) * 2^-24 */
+        const int sh = -e - 1;
+        if (m & ((1u << sh) - 1)) return false;
+        *out = (uint16_t)(sign | (m >> sh));
+    }
+    return qwi_f16_to_f32(*out) == v;
 }
 
 /* Pack panel p from rows [16p, 16p + rows) given as codes [rows][k] and
- * scales/zeros [rows][G]; the rest of the panel is zero. Returns the first
- * bad zero's row (>= 0) or -1. */
+ * scales/zeros [rows][G]; the rest of the panel is zero (describe()).
+ * Returns the first bad row (>= 0) or -1: *bad_g its group, *bad_scale
+ * whether its scale (not an f16 value where scales_h needs one) or its
+ * zero point (outside the contract) is at fault. */
 static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const uint8_t *codes,
-                          const float *scales, const float *zeros, int64_t *bad_g) {
+                          const float *scales, const float *zeros, int64_t *bad_g,
+                          bool *bad_scale) {
     const int64_t k = d->k, G = d->ngroups;
     uint8_t *packed = (uint8_t *)d->codes;   /* zeroed by describe() */
-    float *ps = (float *)d->scales + p * G * 16;
-    memset(ps, 0, (size_t)G * 16 * sizeof(float));
     const float smul = d->fmt == QWI_QFMT_E4M3 ? 0x1p8f : 1.0f;
     const float zmax = d->fmt == QWI_QFMT_U4 ? 16.0f : 256.0f;
-    float *pz = NULL;
-    if (d->fmt != QWI_QFMT_E4M3) {
-        pz = (float *)d->zeros + p * G * 16;
-        memset(pz, 0, (size_t)(G * 16) * sizeof(float));
-    }
     /* where each column of a block goes, per slot (the layout's in-block
      * part is the same in every block) */
     const int64_t kb = qwi_qpanel_kb(d->fmt);
@@ -119,41 +155,75 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
     }
     for (int r = 0; r < rows; r++) {
         for (int64_t g = 0; g < G; g++) {
-            ps[g * 16 + r] = scales[r * G + g] * smul;
-            if (!pz) continue;
+            const int64_t i = (p * G + g) * 16 + r;
+            const float sc = scales[r * G + g] * smul;
+            if (d->scales_h) {
+                uint16_t h = 0;
+                if (!f16_of(sc, &h)) {
+                    *bad_g = g;
+                    *bad_scale = true;
+                    return r;
+                }
+                ((uint16_t *)d->scales_h)[i] = h;
+            } else {
+                ((float *)d->scales)[i] = sc;
+            }
+            if (d->fmt == QWI_QFMT_E4M3) continue;
             const float z = zeros[r * G + g];
             if (!(z >= 0.0f && z <= zmax && z == floorf(z))) {
                 *bad_g = g;
+                *bad_scale = false;
                 return r;
             }
-            pz[g * 16 + r] = z;
+            if (!d->zeros_i) {
+                ((float *)d->zeros)[i] = z;
+            } else if (d->fmt == QWI_QFMT_U8) {
+                uint8_t *zi = (uint8_t *)d->zeros_i + 2 * i;
+                zi[0] = (uint8_t)((int)z & 0xff);
+                zi[1] = (uint8_t)((int)z >> 8);
+            } else {
+                ((uint8_t *)d->zeros_i)[i] = (uint8_t)z;
+            }
         }
     }
     return -1;
 }
 
+/* The failure of a bad row found by pack_panel: value v of the scale or
+ * zero point at (row, g) of tensor name. */
+static bool bad_entry(const char *name, qwi_qfmt fmt, int64_t row, int64_t g, bool bad_scale, float v) {
+    if (bad_scale)
+        qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: %s: row %lld, group %lld: scale %g is not an "
+                 "f16 value", name, (long long)row, (long long)g, (double)v);
+    else
+        qwi_fail(QW_ERR_UNSUPPORTED, "qpanel: %s: row %lld, group %lld: zero point %g is not an "
+                 "integer in [0, %d]", name, (long long)row, (long long)g, (double)v,
+                 fmt == QWI_QFMT_U4 ? 16 : 256);
+    return false;
+}
+
 bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
                            int64_t group_k, const uint8_t *codes, const float *scales,
-                           const float *zeros, void *dst, qwi_qpanel *out) {
-    if (!qwi_qpanel_bytes_for(fmt, layout, n, k, group_k) ||
+                           const float *zeros, bool scales_f16, void *dst, qwi_qpanel *out) {
+    if (!qwi_qpanel_bytes_for(fmt, layout, n, k, group_k, scales_f16) ||
         (fmt != QWI_QFMT_E4M3 && !zeros)) {
         qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: cannot pack a [%lld, %lld] weight of format "
                  "%d with groups of %lld", (long long)n, (long long)k, (int)fmt, (long long)group_k);
         return false;
     }
     qwi_qpanel d;
-    describe(fmt, layout, n, k, group_k, dst, &d);
+    describe(fmt, layout, n, k, group_k, scales_f16, dst, &d);
     const int64_t G = d.ngroups;
     for (int64_t p = 0; p * QWI_QPANEL < n; p++) {
         const int64_t r0 = p * QWI_QPANEL, rows = QWI_MIN((int64_t)QWI_QPANEL, n - r0);
         int64_t bad_g = 0;
+        bool bad_scale = false;
         int64_t bad = pack_panel(&d, p, rows, codes + r0 * k, scales + r0 * G,
-                                 zeros ? zeros + r0 * G : NULL, &bad_g);
+                                 zeros ? zeros + r0 * G : NULL, &bad_g, &bad_scale);
         if (bad >= 0) {
-            qwi_fail(QW_ERR_UNSUPPORTED, "qpanel: row %lld, group %lld: zero point %g is not an "
-                     "integer in [0, %d]", (long long)(r0 + bad), (long long)bad_g,
-                     (double)zeros[(r0 + bad) * G + bad_g], fmt == QWI_QFMT_U4 ? 16 : 256);
-            return false;
+            const int64_t i = (r0 + bad) * G + bad_g;
+            return bad_entry("weight", fmt, r0 + bad, bad_g, bad_scale,
+                             bad_scale ? scales[i] : zeros[i]);
         }
     }
     *out = d;
@@ -179,20 +249,20 @@ bool qwi_qpanel_pack(const qwi_qweight *w, qwi_qpanel_layout layout, void *dst, 
     }
     float *scales = sz, *zeros = sz + QWI_QPANEL * G;
     qwi_qpanel d;
-    describe(w->fmt, layout, n, k, w->group_k, dst, &d);
+    describe(w->fmt, layout, n, k, w->group_k, scales_are_f16(w), dst, &d);
     bool ok = true;
     for (int64_t p = 0; p * QWI_QPANEL < n && ok; p++) {
         const int64_t r0 = p * QWI_QPANEL, rows = QWI_MIN((int64_t)QWI_QPANEL, n - r0);
         for (int64_t i = 0; i < rows * G; i++) zeros[i] = 0.0f;
         qwi_qweight_unpack_rows(w, r0, r0 + rows, codes, scales, zeros);
         int64_t bad_g = 0;
+        bool bad_scale = false;
         int64_t bad = pack_panel(&d, p, rows, codes, scales,
-                                 w->fmt == QWI_QFMT_E4M3 ? NULL : zeros, &bad_g);
+                                 w->fmt == QWI_QFMT_E4M3 ? NULL : zeros, &bad_g, &bad_scale);
         if (bad >= 0) {
-            qwi_fail(QW_ERR_UNSUPPORTED, "qpanel: %s: row %lld, group %lld: zero point %g is not "
-                     "an integer in [0, %d]", name, (long long)(r0 + bad), (long long)bad_g,
-                     (double)zeros[bad * G + bad_g], w->fmt == QWI_QFMT_U4 ? 16 : 256);
-            ok = false;
+            const int64_t i = bad * G + bad_g;
+            ok = bad_entry(name, w->fmt, r0 + bad, bad_g, bad_scale,
+                           bad_scale ? scales[i] : zeros[i]);
         }
     }
     free(codes);

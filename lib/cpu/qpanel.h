@@ -11,8 +11,9 @@
  * codes of 16 consecutive outputs ("a panel") for the same k are adjacent,
  * so one vector load feeds 16 output lanes and M = 1 streams the weights in
  * one pass (the same layout serves GEMV and GEMM: batched == alone). The
- * scales and zero points are widened to f32 and repeated per panel lane at
- * packing, so the kernels load them as vectors.
+ * scales and zero points are stored per panel lane at packing (f32, or
+ * f16 and integers in the integer layout, below), so the kernels load them
+ * as vectors.
  *
  * Layout of an [N][K] weight: ceil(N/16) panels, panel p = rows 16p..16p+15
  * (slot r = row 16p + r; rows past N have code 0, scale 0, zero 0). Each
@@ -54,10 +55,20 @@
  *     bias 7 + 8), exact for e4m3 subnormals too (f16 subnormals); vcvtph2ps
  *     widens that to f32. The kernels therefore use c' = value * 2^-8 and a
  *     scale' = scale * 2^8 (stored that way here).
- * scales: [panel][group][16] f32, slot order (E4M3: times 2^8, exact).
- * zeros (U4/U8; NULL for E4M3): [panel][group][16] f32 in slot order.
+ * scales: [panel][group][16] f32, slot order (E4M3: times 2^8, exact);
+ *   PAIR U4/U8 whose scales are all f16 values (scales_f16 at packing: a
+ *   checkpoint's F16 scales tensor, as GPTQ and AWQ write it): scales_h,
+ *   the same in f16 bits, and scales NULL.
+ * zeros (U4/U8): SEQ: zeros, [panel][group][16] f32 in slot order; PAIR:
+ *   zeros_i, the same as integers, a byte each (U4) or a little-endian
+ *   uint16 each (U8, whose zero point may be 256). NULL where unused.
  *   Zero points must be integers in [0, 2^bits] (GPTQ v1 adds 1 to a
  *   stored zero): packing refuses anything else.
+ *   Why PAIR keeps them narrow: batch-1 decode reads a group's scales and
+ *   zero points with its codes, and as two f32 per slot they were 128 of
+ *   the 1152 bytes an int4 group of 128 columns costs a panel; f16 scales
+ *   and byte zeros make that 48 (7% fewer bytes per decode step). The
+ *   values are the same, so the contract's bits do not change.
  *
  * Arithmetic contract (every table, every M, N, thread split): per output
  * (m, n), with c(n, k) = code - zero (U4/U8) or c' (E4M3, above), exact in
@@ -85,6 +96,7 @@
 #define QWI_CPU_QPANEL_H
 
 #include "common.h"
+#include "dtype.h"
 #include "quant.h"
 
 typedef enum qwi_qpanel_layout { QWI_QPANEL_SEQ = 0,   /* exact mode: f32 activations      */
@@ -96,8 +108,11 @@ typedef struct qwi_qpanel {            /* a qwi_qweight repacked into 16-output 
     qwi_qpanel_layout layout;
     int64_t n, k, group_k, ngroups;
     const uint8_t *codes;              /* [panel][qwi_qpanel_panel_bytes]          */
-    const float *scales;               /* [panel][group][16]                       */
-    const float *zeros;                /* [panel][group][16]; NULL for E4M3        */
+    const float *scales;               /* [panel][group][16] f32, or NULL: scales_h */
+    const uint16_t *scales_h;          /* [panel][group][16] f16 bits, or NULL      */
+    const float *zeros;                /* SEQ U4/U8: [panel][group][16]; else NULL  */
+    const uint8_t *zeros_i;            /* PAIR U4/U8: [panel][group][16] integers of
+                                          qwi_qpanel_zero_bytes each; else NULL      */
 } qwi_qpanel;
 
 #define QWI_QPANEL 16
@@ -153,14 +168,34 @@ static inline int64_t qwi_qpanel_run(const qwi_qpanel *w, int64_t p, int64_t max
     return QWI_MIN(max, qwi_qpanel_group_panels(w, p) - p % QWI_QPANEL_GROUP);
 }
 
+/* Bytes of one PAIR zero point (zeros_i): 1 for U4, 2 for U8. */
+static inline int64_t qwi_qpanel_zero_bytes(qwi_qfmt fmt) { return fmt == QWI_QFMT_U8 ? 2 : 1; }
+
+/* The scale of entry i = (panel * ngroups + group) * 16 + slot, as f32
+ * (an f16 scales_h entry widens exactly). */
+static inline float qwi_qpanel_scale(const qwi_qpanel *w, int64_t i) {
+    return w->scales_h ? qwi_f16_to_f32(w->scales_h[i]) : w->scales[i];
+}
+
+/* The zero point of entry i (as in qwi_qpanel_scale); 0 for E4M3. */
+static inline int32_t qwi_qpanel_zero(const qwi_qpanel *w, int64_t i) {
+    if (w->zeros_i)
+        return w->fmt == QWI_QFMT_U8 ? (int32_t)(w->zeros_i[2 * i] | w->zeros_i[2 * i + 1] << 8)
+                                     : (int32_t)w->zeros_i[i];
+    return w->zeros ? (int32_t)w->zeros[i] : 0;
+}
+
 /* Bytes of the packed form of an fmt weight [n][k] with groups of group_k
  * input columns (codes, then scales, then zeros, each 64-byte aligned); 0 if
- * a size is not positive, group_k is odd, fmt unknown, or it overflows. */
+ * a size is not positive, group_k is odd, fmt unknown, or it overflows.
+ * scales_f16: every scale is an f16 value, so that PAIR U4/U8 stores them
+ * in 2 bytes (above); ignored by other formats and layouts. */
 size_t qwi_qpanel_bytes_for(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
-                            int64_t group_k);
+                            int64_t group_k, bool scales_f16);
 
-/* qwi_qpanel_bytes_for() of a loaded quantized weight; 0: cannot pack it
- * (method NONE, or a size as above). */
+/* qwi_qpanel_bytes_for() of a loaded quantized weight, with scales_f16
+ * when its scales tensor is F16; 0: cannot pack it (method NONE, or a size
+ * as above). */
 size_t qwi_qpanel_bytes(const qwi_qweight *w, qwi_qpanel_layout layout);
 
 /* Pack w (unpacked 16 rows at a time through qwi_qweight_unpack_rows) into
@@ -172,10 +207,12 @@ bool qwi_qpanel_pack(const qwi_qweight *w, qwi_qpanel_layout layout, void *dst, 
 
 /* The same from plain arrays: codes [n][k] (as qwi_qweight_unpack_rows
  * writes them), scales and zeros [n][ceil(k/group_k)] (zeros may be NULL
- * for E4M3). dst: 64-byte aligned, qwi_qpanel_bytes_for() bytes. */
+ * for E4M3). dst: 64-byte aligned, qwi_qpanel_bytes_for(..., scales_f16)
+ * bytes. With scales_f16, a scale that is not an f16 value fails
+ * (QW_ERR_INVALID_ARGUMENT, naming it). */
 bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
                            int64_t group_k, const uint8_t *codes, const float *scales,
-                           const float *zeros, void *dst, qwi_qpanel *out);
+                           const float *zeros, bool scales_f16, void *dst, qwi_qpanel *out);
 
 /* Where code (slot r, column kk of its block) lies inside a code block of
  * fmt in layout: *byte from the block's first byte, *shift its bit
