@@ -230,15 +230,20 @@ Q4I_FN(tile_end)(__m512i acc[6][4], int32_t *part, int last, float *tot, const q
                 _mm512_storeu_si512(part + r * 64 + q * 16, acc[r][q]);
         return;
     }
+    __m512 sc[4];   /* widened once for the tile's rows */
+    __m512i zq[4];
+    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+        sc[q] = Q4I_FN(scales)(w, e0 + q * e_stride);
+        zq[q] = sum ? Q4I_FN(zeros)(w, e0 + q * e_stride, 0) : _mm512_setzero_si512();
+    }
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
         const __m512 dr = _mm512_set1_ps(d[r * d_stride]);
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
             float *t = tot + r * 64 + q * 16;
             __m512i i = acc[r][q];
             if (sum)
-                i = _mm512_sub_epi32(i, _mm512_mullo_epi32(Q4I_FN(zeros)(w, e0 + q * e_stride, 0),
-                                                           _mm512_set1_epi32(sum[r * d_stride])));
-            const __m512 scd = _mm512_mul_ps(Q4I_FN(scales)(w, e0 + q * e_stride), dr);
+                i = _mm512_sub_epi32(i, _mm512_mullo_epi32(zq[q], _mm512_set1_epi32(sum[r * d_stride])));
+            const __m512 scd = _mm512_mul_ps(sc[q], dr);
             const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), scd, _mm512_loadu_ps(t));
             if (dst) qwi_tile_dest_put_zmm(dst, r, q, v);
             else _mm512_storeu_ps(t, v);

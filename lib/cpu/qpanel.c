@@ -79,8 +79,9 @@ double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k) {
     return (double)qwi_qpanel_c(w, n, k) * (double)qwi_qpanel_scale(w, (p * w->ngroups + g) * 16 + r);
 }
 
-/* Describe a packed weight at dst and zero its codes (pack_panel ORs the
- * fields in; interleaved panels share their bytes' range). */
+/* Describe a packed weight at dst and zero all of it (pack_panel ORs the
+ * code fields in, interleaved panels sharing their bytes' range, and
+ * leaves a last panel's padded slots at scale 0 and zero point 0). */
 static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
                      bool scales_f16, void *dst, qwi_qpanel *out) {
     size_t s_at = 0, z_at = 0, total = 0;   /* sizes() was checked by the caller */
