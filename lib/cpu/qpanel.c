@@ -97,13 +97,21 @@ static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t 
     memset(dst, 0, total);   /* codes ORed in below; padded slots' scales and zeros 0 */
 }
 
-/* *out = the f16 bits of v and true if v is an f16 value (finite), else
- * false. */
+/* *out = the f16 bits of v and true if v is an f16 value, else false.
+ * Infinities and NaN are (an F16 tensor can hold them; with
+ * QW_OPT_CHECK_WEIGHTS off they reach the kernels as they would in f32). */
 static bool f16_of(float v, uint16_t *out) {
-    if (!isfinite(v)) return false;
     uint32_t u;
     memcpy(&u, &v, sizeof u);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (isnan(v)) {
+        *out = (uint16_t)(sign | 0x7e00u);
+        return true;
+    }
+    if (isinf(v)) {
+        *out = (uint16_t)(sign | 0x7c00u);
+        return true;
+    }
     const uint32_t a = u & 0x7fffffffu;
     if (a == 0) {
         *out = sign;
@@ -120,7 +128,7 @@ static bool f16_of(float v, uint16_t *out) {
         if (m & ((1u << sh) - 1)) return false;
         *out = (uint16_t)(sign | (m >> sh));
     }
-    return qwi_f16_to_f32(*out) == v;
+    return qwi_f16_to_f32(*out) == v;   /* a second opinion on the bits */
 }
 
 /* Pack panel p from rows [16p, 16p + rows) given as codes [rows][k] and
