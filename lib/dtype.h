@@ -5,6 +5,7 @@
 #ifndef QWI_DTYPE_H
 #define QWI_DTYPE_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -60,6 +61,30 @@ static inline uint16_t qwi_f32_to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
+}
+
+/* Round-to-nearest-even f32 -> IEEE half (overflow -> inf, NaN kept). */
+static inline uint16_t qwi_f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t absu = u & 0x7fffffffu;
+    if (absu > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (absu >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (absu < 0x38800000u) {
+        /* subnormal half (or zero): value = mant * 2^-24 */
+        float a;
+        memcpy(&a, &absu, 4);
+        float m = a * 16777216.0f; /* exact scaling by 2^24 */
+        uint32_t r = (uint32_t)lrintf(m); /* default rounding mode is nearest-even */
+        return (uint16_t)(sign | r);
+    }
+    uint32_t exp = ((absu >> 23) - 127 + 15) << 10;
+    uint32_t mant = absu & 0x7fffffu;
+    uint32_t h = exp | (mant >> 13);
+    uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++; /* carry into exp is correct */
+    return (uint16_t)(sign | h);
 }
 
 static inline float qwi_f16_to_f32(uint16_t h) {

@@ -389,29 +389,6 @@ static void fill_uniform(uint64_t *state, float *dst, size_t n) {
     }
 }
 
-/* Round-to-nearest-even f32 -> IEEE half (overflow -> inf, NaN kept). */
-static uint16_t f32_to_f16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t absu = u & 0x7fffffffu;
-    if (absu > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (absu >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    if (absu < 0x38800000u) {
-        /* subnormal half (or zero): value = mant * 2^-24 */
-        float a;
-        memcpy(&a, &absu, 4);
-        float m = a * 16777216.0f; /* exact scaling by 2^24 */
-        uint32_t r = (uint32_t)lrintf(m); /* default rounding mode is nearest-even */
-        return (uint16_t)(sign | r);
-    }
-    uint32_t exp = ((absu >> 23) - 127 + 15) << 10;
-    uint32_t mant = absu & 0x7fffffu;
-    uint32_t h = exp | (mant >> 13);
-    uint32_t rest = mant & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++; /* carry into exp is correct */
-    return (uint16_t)(sign | h);
-}
 
 /* ---- writing ------------------------------------------------------------------ */
 
@@ -579,13 +556,13 @@ static void *xcalloc(size_t n, size_t sz) {
 /* v as --dtype stores it, read back: what the unquantized twin holds. */
 static float as_stored(out_dtype d, float v) {
     if (d == OUT_BF16) return qwi_bf16_to_f32(qwi_f32_to_bf16(v));
-    if (d == OUT_F16) return qwi_f16_to_f32(f32_to_f16(v));
+    if (d == OUT_F16) return qwi_f16_to_f32(qwi_f32_to_f16(v));
     return v;
 }
 
 static void store_float(out_dtype d, uint8_t *dst, size_t i, float v) {
     if (d == OUT_F32) { memcpy(dst + 4 * i, &v, 4); return; }
-    uint16_t h = d == OUT_BF16 ? qwi_f32_to_bf16(v) : f32_to_f16(v);
+    uint16_t h = d == OUT_BF16 ? qwi_f32_to_bf16(v) : qwi_f32_to_f16(v);
     memcpy(dst + 2 * i, &h, 2);
 }
 
@@ -603,7 +580,7 @@ static float *linear_weights(const options *o, const tensor *t) {
     return w;
 }
 
-static float f16_round(float v) { return qwi_f16_to_f32(f32_to_f16(v)); }
+static float f16_round(float v) { return qwi_f16_to_f32(qwi_f32_to_f16(v)); }
 
 static int clampi(double v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : (int)v; }
 
@@ -651,7 +628,7 @@ static void quant_awq(const options *o, const tensor *t, const float *w, qcache 
             for (int64_t i = 0; i < g; i++)
                 q[r * k + j * g + i] = (uint8_t)clampi(rint((double)(x[i] / s)) + zero, 0, maxq);
             z[j * n + r] = zero;
-            sc[j * n + r] = f32_to_f16(s);
+            sc[j * n + r] = qwi_f32_to_f16(s);
         }
     int64_t words = n / 8;
     uint32_t *qw = xcalloc((size_t)(k * words), 4), *qz = xcalloc((size_t)(G * words), 4);
@@ -721,7 +698,7 @@ static void quant_gptq(const options *o, const tensor *t, const float *w, qcache
             if (!o->gptq_v2 && zero < 1) zero = 1;
             sf[j] = s;
             z[j * n + r] = zero;
-            sc[j * n + r] = f32_to_f16(s);
+            sc[j * n + r] = qwi_f32_to_f16(s);
         }
         for (int64_t i = 0; i < k; i++)
             q[r * k + i] = (uint8_t)clampi(rint((double)(x[i] / sf[gi[i]])) + z[gi[i] * n + r], 0, maxq);
@@ -816,7 +793,7 @@ static int write_tensor(const options *o, const tensor *t, FILE *f, float *fbuf,
             src = obuf;
         } else if (o->dtype == OUT_F16) {
             uint16_t *h = obuf;
-            for (size_t i = 0; i < n; i++) h[i] = f32_to_f16(fbuf[i]);
+            for (size_t i = 0; i < n; i++) h[i] = qwi_f32_to_f16(fbuf[i]);
             src = obuf;
         }
         if (fwrite(src, esz, n, f) != n) return -1;

@@ -97,38 +97,13 @@ static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t 
     memset(dst, 0, total);   /* codes ORed in below; padded slots' scales and zeros 0 */
 }
 
-/* *out = the f16 bits of v and true if v is an f16 value, else false.
- * Infinities and NaN are (an F16 tensor can hold them; with
- * QW_OPT_CHECK_WEIGHTS off they reach the kernels as they would in f32). */
+/* *out = the f16 bits of v and true if v is an f16 value (it survives the
+ * round trip; infinities and NaN do: an F16 tensor can hold them, and with
+ * QW_OPT_CHECK_WEIGHTS off they reach the kernels as they would in f32),
+ * else false. */
 static bool f16_of(float v, uint16_t *out) {
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    if (isnan(v)) {
-        *out = (uint16_t)(sign | 0x7e00u);
-        return true;
-    }
-    if (isinf(v)) {
-        *out = (uint16_t)(sign | 0x7c00u);
-        return true;
-    }
-    const uint32_t a = u & 0x7fffffffu;
-    if (a == 0) {
-        *out = sign;
-        return true;
-    }
-    const int e = (int)(a >> 23) - 127;   /* f32 subnormals fall under -24 */
-    if (e > 15 || e < -24) return false;
-    const uint32_t m = (a & 0x7fffffu) | 0x800000u;   /* v = m * 2^(e - 23) */
-    if (e >= -14) {                                   /* f16 normal: 10 fraction bits */
-        if (m & 0x1fffu) return false;
-        *out = (uint16_t)(sign | (uint32_t)(e + 15) << 10 | ((m >> 13) & 0x3ffu));
-    } else {                                          /* subnormal: v = (m >> sh) * 2^-24 */
-        const int sh = -e - 1;
-        if (m & ((1u << sh) - 1)) return false;
-        *out = (uint16_t)(sign | (m >> sh));
-    }
-    return qwi_f16_to_f32(*out) == v;   /* a second opinion on the bits */
+    *out = qwi_f32_to_f16(v);
+    return qwi_f16_to_f32(*out) == v || isnan(v);
 }
 
 /* Pack panel p from rows [16p, 16p + rows) given as codes [rows][k] and
@@ -198,9 +173,11 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
     return -1;
 }
 
-/* The failure of a bad row found by pack_panel: value v of the scale or
- * zero point at (row, g) of tensor name. */
-static bool bad_entry(const char *name, qwi_qfmt fmt, int64_t row, int64_t g, bool bad_scale, float v) {
+/* Fail (returns false, with a qwi_fail message) for the bad row found by
+ * pack_panel: value v of the scale or zero point at (row, g) of tensor
+ * name. */
+static bool fail_bad_entry(const char *name, qwi_qfmt fmt, int64_t row, int64_t g, bool bad_scale,
+                           float v) {
     if (bad_scale)
         qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: %s: row %lld, group %lld: scale %g is not an "
                  "f16 value", name, (long long)row, (long long)g, (double)v);
@@ -231,7 +208,7 @@ bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, in
                                  zeros ? zeros + r0 * G : NULL, &bad_g, &bad_scale);
         if (bad >= 0) {
             const int64_t i = (r0 + bad) * G + bad_g;
-            return bad_entry("weight", fmt, r0 + bad, bad_g, bad_scale,
+            return fail_bad_entry("weight", fmt, r0 + bad, bad_g, bad_scale,
                              bad_scale ? scales[i] : zeros[i]);
         }
     }
@@ -270,7 +247,7 @@ bool qwi_qpanel_pack(const qwi_qweight *w, qwi_qpanel_layout layout, void *dst, 
                                  w->fmt == QWI_QFMT_E4M3 ? NULL : zeros, &bad_g, &bad_scale);
         if (bad >= 0) {
             const int64_t i = bad * G + bad_g;
-            ok = bad_entry(name, w->fmt, r0 + bad, bad_g, bad_scale,
+            ok = fail_bad_entry(name, w->fmt, r0 + bad, bad_g, bad_scale,
                            bad_scale ? scales[i] : zeros[i]);
         }
     }
