@@ -68,6 +68,13 @@ void qwi_qweight_unpack_rows(const qwi_qweight *w, int64_t r0, int64_t r1, uint8
 /* The dequantized element (r, c), in double (tests). */
 double qwi_qweight_get(const qwi_qweight *w, int64_t r, int64_t c);
 
+/* Whether every zero point of the AWQ/GPTQ weight w (zero_offset
+ * included) is one value, as in a symmetric GPTQ checkpoint (8 for 4 bits,
+ * 128 for 8): then true and *zero = that value. false for FP8 and NONE,
+ * and *zero untouched. Reads qzeros only (all its words equal and the
+ * fields of one word equal). Pure, thread-safe. */
+bool qwi_qweight_uniform_zero(const qwi_qweight *w, int32_t *zero);
+
 /* Parse root's "quantization_config" (absent/null -> method NONE) strictly: unknown
  * quant_method, bits, group size, FP8 fmt other than e4m3, block sizes not positive/even, GPTQ
  * checkpoint_format other than gptq/gptq_v2, AWQ version other than gemm, lm_head: true for

@@ -146,6 +146,26 @@ double qwi_qweight_get(const qwi_qweight *w, int64_t r, int64_t c) {
     return ((double)code - (double)zero_at(w, r, g)) * s;
 }
 
+/* One zero point of every row (contract in quant.h). Both formats pack
+ * whole words of zeros along n (n % (32 / bits) == 0, checked at load), so
+ * the zeros are uniform exactly when every word is the first and the
+ * first's fields (nibbles, or bytes for 8-bit GPTQ) are equal. */
+bool qwi_qweight_uniform_zero(const qwi_qweight *w, int32_t *zero) {
+    if ((w->method != QWI_QUANT_AWQ && w->method != QWI_QUANT_GPTQ) || !w->qzeros.data) return false;
+    const int bits = w->fmt == QWI_QFMT_U8 ? 8 : 4;
+    const int64_t words = qwi_qweight_groups(w) * (w->n / (32 / bits));
+    const uint8_t *z = w->qzeros.data;
+    if (words <= 0) return false;
+    const uint32_t first = ld32(z);
+    for (int64_t i = 1; i < words; i++)
+        if (ld32(z + i * 4) != first) return false;
+    const uint32_t field = first & ((1u << bits) - 1);
+    for (int sh = bits; sh < 32; sh += bits)
+        if (((first >> sh) & ((1u << bits) - 1)) != field) return false;
+    *zero = (int32_t)field + w->zero_offset;
+    return true;
+}
+
 /* ---- unpacking whole rows ---- */
 
 /* AWQ codes of rows [r0, r1): 8x8 blocks (eight input columns of one word

@@ -23,5 +23,10 @@ out=$("$b/qw-qbench" --k 256 --n 256 --ms 8,1 --seconds 0.01 --layers 2) || fail
 echo "$out" | grep -q '^mode .*M=8 .*GF/s.*M=1 GB/s' || fail "qw-qbench --ms 8,1: header out of order: $out"
 out=$("$b/qw-qbench" --k 256 --n 256 --ms 8 --seconds 0.01 --layers 2) || fail "qw-qbench --ms 8"
 echo "$out" | grep -q 'GB/s' && fail "qw-qbench --ms 8: a GB/s column with no M = 1 run: $out"
+# uniform zero points (the default) are not stored in the fast layout; varied ones are
+u=$("$b/qw-qbench" --k 256 --n 256 --ms 1 --seconds 0.01 --layers 2 | awk '$1 == "fast" && $2 == "U4" {print $3}')
+v=$("$b/qw-qbench" --k 256 --n 256 --ms 1 --seconds 0.01 --layers 2 --zeros varied | awk '$1 == "fast" && $2 == "U4" {print $3}')
+[ -n "$u" ] && [ -n "$v" ] && [ "$u" -lt "$v" ] || fail "qw-qbench fast U4 bytes: uniform zeros $u, varied $v"
+"$b/qw-qbench" --zeros some >/dev/null 2>&1 && fail "qw-qbench accepted --zeros some"
 "$b/qw-samplebench" --vocab 4096 --rows 5 >/dev/null || fail "qw-samplebench"
 echo "check_bench_tools: qw-abench, qw-qbench and qw-samplebench ran"

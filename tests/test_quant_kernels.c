@@ -9,7 +9,8 @@
  * (n0 > 0), ragged N, several groups, a partial last FP8 block, groups
  * that are not a multiple of a code block, odd K; the parallel driver
  * (qwi_cpu_matmul) at 1 and 2 threads; packing from hand-built FP8 and GPTQ
- * qwi_qweight tensors; a zero point outside the contract refused.
+ * qwi_qweight tensors; a zero point outside the contract refused; uniform
+ * (symmetric) zero points found in qzeros and packed as none.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -37,14 +38,20 @@ typedef struct qdata {
     int64_t n, k, gk, G;
     uint8_t *codes;
     float *scales, *zeros;
-    bool f16;   /* the scales are f16 values (packed as such: qpanel.h's scales_h) */
+    bool f16;       /* the scales are f16 values (packed as such: qpanel.h's scales_h) */
+    bool uniform;   /* int4/int8: every zero point is zero_all (packed as such) */
+    int32_t zero_all;
 } qdata;
 
 /* f16: int4/int8 scales that are f16 values, as GPTQ and AWQ store them
- * (else f32 values that are not). */
-static qdata make_qdata_s(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk, bool f16) {
+ * (else f32 values that are not). uniform_zero >= 0: every int4/int8 zero
+ * point is that, as in a symmetric GPTQ checkpoint (else they vary). */
+static qdata make_qdata_z(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk, bool f16,
+                          int uniform_zero) {
     qdata d = { .fmt = fmt, .n = n, .k = k, .gk = gk, .G = QWI_DIV_UP(k, gk),
-                .f16 = f16 && fmt != QWI_QFMT_E4M3 };
+                .f16 = f16 && fmt != QWI_QFMT_E4M3,
+                .uniform = uniform_zero >= 0 && fmt != QWI_QFMT_E4M3,
+                .zero_all = uniform_zero >= 0 && fmt != QWI_QFMT_E4M3 ? uniform_zero : 0 };
     d.codes = malloc((size_t)(n * k));
     d.scales = malloc((size_t)(n * d.G) * sizeof(float));
     d.zeros = malloc((size_t)(n * d.G) * sizeof(float));
@@ -59,10 +66,28 @@ static qdata make_qdata_s(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk, bool f
         d.scales[i] = d.f16 ? (float)(256 + rnd() % 768) * 0x1p-15f   /* 10 significant bits */
                             : (0.25f + 0.75f * fabsf(urand())) * (fmt == QWI_QFMT_E4M3 ? 0.004f : 0.02f);
         /* GPTQ v1 zeros reach 2^bits (stored 2^bits - 1, plus 1) */
-        d.zeros[i] = fmt == QWI_QFMT_E4M3 ? 0.0f : (float)(rnd() % (fmt == QWI_QFMT_U4 ? 17 : 257));
+        d.zeros[i] = fmt == QWI_QFMT_E4M3 ? 0.0f
+                     : d.uniform ? (float)d.zero_all
+                                 : (float)(rnd() % (fmt == QWI_QFMT_U4 ? 17 : 257));
     }
     return d;
 }
+
+static qdata make_qdata_s(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk, bool f16) {
+    return make_qdata_z(fmt, n, k, gk, f16, -1);
+}
+
+/* The symmetric zero point of fmt: 8 (int4) or 128 (int8). */
+static int sym_zero(qwi_qfmt fmt) { return fmt == QWI_QFMT_U8 ? 128 : 8; }
+
+/* What d's values let the packer narrow. */
+static qwi_qpanel_form form_of(const qdata *d) {
+    return (qwi_qpanel_form){ .scales_f16 = d->f16, .zero_uniform = d->uniform,
+                              .zero_all = d->zero_all };
+}
+
+/* Only f16 scales (qw_qpanel_form with zero points stored). */
+static qwi_qpanel_form f16_form(bool f16) { return (qwi_qpanel_form){ .scales_f16 = f16 }; }
 
 static qdata make_qdata(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk) {
     return make_qdata_s(fmt, n, k, gk, true);
@@ -83,18 +108,20 @@ static double deq(const qdata *d, int64_t n, int64_t k) {
 }
 
 static void *pack(const qdata *d, qwi_qpanel_layout layout, qwi_qpanel *qp) {
-    size_t bytes = qwi_qpanel_bytes_for(d->fmt, layout, d->n, d->k, d->gk, d->f16);
+    size_t bytes = qwi_qpanel_bytes_for(d->fmt, layout, d->n, d->k, d->gk, form_of(d));
     cr_assert(bytes > 0);
     void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     cr_assert(buf);
     memset(buf, 0xa5, bytes);   /* packing must write every byte the kernels read */
     cr_assert(qwi_qpanel_pack_codes(d->fmt, layout, d->n, d->k, d->gk, d->codes, d->scales,
-                                    d->fmt == QWI_QFMT_E4M3 ? NULL : d->zeros, d->f16, buf, qp),
+                                    d->fmt == QWI_QFMT_E4M3 ? NULL : d->zeros, form_of(d), buf, qp),
               "%s", qwi_last_error());
-    /* the integer layout keeps f16 scales and integer zero points (qpanel.h) */
+    /* the integer layout keeps f16 scales and integer zero points, none
+     * where they are uniform (qpanel.h) */
     const bool nw = d->fmt != QWI_QFMT_E4M3 && layout == QWI_QPANEL_PAIR;
     cr_assert((qp->scales_h != NULL) == (nw && d->f16) && (qp->scales != NULL) == !(nw && d->f16));
-    cr_assert((qp->zeros_i != NULL) == nw);
+    cr_assert((qp->zeros_i != NULL) == (nw && !d->uniform));
+    cr_assert_eq(qp->zero_all, nw && d->uniform ? d->zero_all : 0);
     cr_assert((qp->zeros != NULL) == (!nw && d->fmt != QWI_QFMT_E4M3));
     return buf;
 }
@@ -150,17 +177,20 @@ static int table_variants(variant *v) {
 Test(quant_kernels, layout_holds_every_code_scale_and_zero) {
     for (int f = 0; f < 3; f++)
         for (int lay = 0; lay < 2; lay++)
-        for (int f16 = 0; f16 < 2; f16++) {
+        for (int form = 0; form < 4; form++) {   /* f16 scales x uniform zeros */
             const int64_t k = fmts[f] == QWI_QFMT_E4M3 ? 45 : 48;
-            qdata d = make_qdata_s(fmts[f], 37, k, fmts[f] == QWI_QFMT_E4M3 ? 16 : 12, f16);
+            const bool f16 = form & 1;
+            /* uniform: the symmetric zero, or the contract's edges 0 and 2^bits */
+            const int uz = form < 2 ? -1 : lay ? (f == 1 ? 256 : 16) : sym_zero(fmts[f]);
+            qdata d = make_qdata_z(fmts[f], 37, k, fmts[f] == QWI_QFMT_E4M3 ? 16 : 12, f16, uz);
             qwi_qpanel qp;
             void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
             cr_assert_eq(qp.ngroups, d.G);
             for (int64_t n = 0; n < d.n; n++)
                 for (int64_t c = 0; c < d.k; c++) {
                     const double want = deq(&d, n, c), got = qwi_qpanel_get(&qp, n, c);
-                    cr_assert(want == got, "%s layout %d (%lld, %lld): %g != %g", fmt_names[fmts[f]],
-                              lay, (long long)n, (long long)c, got, want);
+                    cr_assert(want == got, "%s layout %d form %d (%lld, %lld): %g != %g",
+                              fmt_names[fmts[f]], lay, form, (long long)n, (long long)c, got, want);
                 }
             /* padded rows of the last panel are zero codes and scales */
             for (int64_t n = d.n; n < 48; n++)
@@ -173,20 +203,35 @@ Test(quant_kernels, layout_holds_every_code_scale_and_zero) {
 Test(quant_kernels, zero_point_outside_the_contract_is_refused) {
     qdata d = make_qdata(QWI_QFMT_U4, 16, 32, 16);
     d.zeros[5] = 3.5f;
-    size_t bytes = qwi_qpanel_bytes_for(d.fmt, QWI_QPANEL_SEQ, d.n, d.k, d.gk, true);
+    size_t bytes = qwi_qpanel_bytes_for(d.fmt, QWI_QPANEL_SEQ, d.n, d.k, d.gk, f16_form(true));
     void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     qwi_qpanel qp;
     for (int lay = 0; lay < 2; lay++) {
         d.zeros[5] = 3.5f;
         cr_assert_not(qwi_qpanel_pack_codes(d.fmt, (qwi_qpanel_layout)lay, d.n, d.k, d.gk, d.codes,
-                                            d.scales, d.zeros, true, buf, &qp));
+                                            d.scales, d.zeros, f16_form(true), buf, &qp));
         cr_assert(strstr(qwi_last_error(), "zero point 3.5"), "%s", qwi_last_error());
         d.zeros[5] = 17.0f;
         cr_assert_not(qwi_qpanel_pack_codes(d.fmt, (qwi_qpanel_layout)lay, d.n, d.k, d.gk, d.codes,
-                                            d.scales, d.zeros, true, buf, &qp));
+                                            d.scales, d.zeros, f16_form(true), buf, &qp));
         cr_assert(strstr(qwi_last_error(), "zero point 17"), "%s", qwi_last_error());
     }
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 32, 7, true), 0);   /* odd group */
+    /* a uniform zero point outside the contract, and a zero point that
+     * breaks the promised uniformity */
+    for (int64_t i = 0; i < d.n * d.G; i++) d.zeros[i] = 17.0f;
+    const qwi_qpanel_form u17 = { .scales_f16 = true, .zero_uniform = true, .zero_all = 17 };
+    cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_PAIR, d.n, d.k, d.gk, d.codes, d.scales,
+                                        d.zeros, u17, buf, &qp));
+    cr_assert(strstr(qwi_last_error(), "zero point 17 is not an integer in [0, 16]"), "%s",
+              qwi_last_error());
+    for (int64_t i = 0; i < d.n * d.G; i++) d.zeros[i] = 8.0f;
+    d.zeros[2 * d.G + 1] = 9.0f;
+    const qwi_qpanel_form u8z = { .scales_f16 = true, .zero_uniform = true, .zero_all = 8 };
+    cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_PAIR, d.n, d.k, d.gk, d.codes, d.scales,
+                                        d.zeros, u8z, buf, &qp));
+    cr_assert(strstr(qwi_last_error(), "row 2, group 1: zero point 9 is not the weight's uniform "
+                                       "zero point 8"), "%s", qwi_last_error());
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 32, 7, f16_form(true)), 0);   /* odd group */
     free(buf);
     free_qdata(&d);
 }
@@ -197,22 +242,30 @@ Test(quant_kernels, pair_layout_keeps_f16_scales_and_integer_zeros) {
     const int64_t n = 40, k = 256, gk = 128, np = 3, G = 2;
     const size_t codes4 = (size_t)(np * (k / 8) * 64);   /* U4: k / 8 blocks of 64 bytes a panel */
     /* U4: codes, then f16 scales and byte zero points; f32 both without the f16 promise */
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, n, k, gk, true),
+    const qwi_qpanel_form uniform = { .scales_f16 = true, .zero_uniform = true, .zero_all = 8 };
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, n, k, gk, f16_form(true)),
                  codes4 + 192 /* 3 x 2 x 16 x 2 */ + 128 /* 3 x 2 x 16 x 1, 64-aligned */);
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, n, k, gk, false),
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, n, k, gk, f16_form(false)),
                  codes4 + (size_t)(np * G * 16 * 4) + 128);
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, n, k, gk, true),
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, n, k, gk, f16_form(true)),
+                 codes4 + 2 * (size_t)(np * G * 16 * 4));
+    /* uniform zero points: none stored in PAIR; SEQ keeps its f32 zeros */
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, n, k, gk, uniform), codes4 + 192);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, n, k, gk, uniform),
                  codes4 + 2 * (size_t)(np * G * 16 * 4));
     /* U8: zero points as uint16 (256 fits), E4M3: f32 scales whatever the flag */
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, n, k, gk, true),
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, n, k, gk, f16_form(true)),
                  2 * codes4 + 192 + 192);
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, true),
-                 qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, false));
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, n, k, gk, uniform), 2 * codes4 + 192);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, f16_form(true)),
+                 qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, f16_form(false)));
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, uniform),
+                 qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, f16_form(false)));
     qdata d = make_qdata_s(QWI_QFMT_U4, n, k, gk, false);   /* f32 scales, no f16 values */
     void *buf = aligned_alloc(64, 1 << 16);
     qwi_qpanel qp;
     cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_PAIR, n, k, gk, d.codes, d.scales,
-                                        d.zeros, true, buf, &qp));
+                                        d.zeros, f16_form(true), buf, &qp));
     cr_assert(strstr(qwi_last_error(), "row 0, group 0: scale") &&
               strstr(qwi_last_error(), "is not an f16 value"), "%s", qwi_last_error());
     /* f16 values at the edges of f16's range pack and read back exactly */
@@ -233,7 +286,7 @@ Test(quant_kernels, pair_layout_keeps_f16_scales_and_integer_zeros) {
         const float keep = d.scales[0];
         d.scales[0] = bad[i];
         cr_assert_not(qwi_qpanel_pack_codes(d.fmt, QWI_QPANEL_PAIR, n, k, gk, d.codes, d.scales,
-                                            d.zeros, true, buf, &qp), "bad %zu", i);
+                                            d.zeros, f16_form(true), buf, &qp), "bad %zu", i);
         d.scales[0] = keep;
     }
     free(buf);
@@ -368,8 +421,10 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                 const shape *sh = &shapes[si];
                 if (!(sh->fmt_mask & (1 << f))) continue;
                 if (fmts[f] != QWI_QFMT_E4M3 && sh->k % sh->gk) continue;
-                /* f16 scales (the checkpoints' case) on every other shape */
-                qdata d = make_qdata_s(fmts[f], sh->n, sh->k, sh->gk, si % 2 == 0);
+                /* f16 scales (the checkpoints' case) on every other shape,
+                 * symmetric (uniform) zero points on every third */
+                qdata d = make_qdata_z(fmts[f], sh->n, sh->k, sh->gk, si % 2 == 0,
+                                       si % 3 == 0 ? sym_zero(fmts[f]) : -1);
                 const int64_t K = sh->k, N = sh->n, KP = qwi_pair_kp(K);
                 float *x = malloc(sizeof(float) * (size_t)(MMAX * K));
                 uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(MMAX * KP));
@@ -710,6 +765,57 @@ Test(quant_kernels, packs_a_gptq_int4_qweight) {
     free(h);
 }
 
+/* A symmetric checkpoint's zero points found in its qzeros (every word
+ * and every field of a word equal) and packed as none (qpanel.h). */
+Test(quant_kernels, uniform_zero_points_are_found_and_not_stored) {
+    const int64_t n = 32, k = 64, gk = 32, G = k / gk;
+    uint32_t q[64 / 4 * 32], z[2 * 32 / 4];
+    uint16_t h[2 * 32];
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) q[i] = rnd() ^ (rnd() << 16);
+    for (int64_t i = 0; i < G * n; i++) h[i] = (uint16_t)(0x1c00 + rnd() % 0x1400);
+    const struct { qwi_quant_method m; qwi_qfmt fmt; uint32_t word; int32_t offset, want; } cases[] = {
+        { QWI_QUANT_GPTQ, QWI_QFMT_U4, 0x77777777u, 1, 8 },      /* v1: stored zero - 1 */
+        { QWI_QUANT_GPTQ, QWI_QFMT_U4, 0x88888888u, 0, 8 },      /* v2 */
+        { QWI_QUANT_GPTQ, QWI_QFMT_U8, 0x7f7f7f7fu, 1, 128 },
+        { QWI_QUANT_AWQ, QWI_QFMT_U4, 0x55555555u, 0, 5 },
+        { QWI_QUANT_GPTQ, QWI_QFMT_U4, 0x77777787u, 1, -1 },     /* one field differs */
+        { QWI_QUANT_GPTQ, QWI_QFMT_U8, 0x7f7f7f7eu, 1, -1 },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int per = cases[c].fmt == QWI_QFMT_U8 ? 4 : 8;
+        const int64_t nz = G * n / per;
+        for (int64_t i = 0; i < nz; i++) z[i] = cases[c].word;
+        qwi_qweight w = { .method = cases[c].m, .fmt = cases[c].fmt, .n = n, .k = k, .group_k = gk,
+                          .group_n = 1, .zero_offset = cases[c].offset };
+        const int64_t qr = cases[c].m == QWI_QUANT_AWQ ? k : k / per, qc = cases[c].m == QWI_QUANT_AWQ ? n / 8 : n;
+        w.qweight = (qwi_tensor){ .name = "l.qweight", .dtype = QWI_DTYPE_I32, .ndim = 2,
+                                  .shape = { qr, qc }, .data = q, .nbytes = 4 * (size_t)(qr * qc) };
+        w.qzeros = (qwi_tensor){ .name = "l.qzeros", .dtype = QWI_DTYPE_I32, .ndim = 2,
+                                 .shape = { G, n / per }, .data = z, .nbytes = 4 * (size_t)nz };
+        w.scales = (qwi_tensor){ .name = "l.scales", .dtype = QWI_DTYPE_F16, .ndim = 2,
+                                 .shape = { G, n }, .data = h, .nbytes = 2 * (size_t)(G * n) };
+        for (int last = 0; last < 2; last++) {   /* last: the final word differs */
+            if (last) z[nz - 1] ^= 0x10u;
+            int32_t got = -7;
+            const bool uniform = qwi_qweight_uniform_zero(&w, &got);
+            const bool want = cases[c].want >= 0 && !last;
+            cr_assert_eq(uniform, want, "case %zu, last %d", c, last);
+            cr_assert_eq(got, want ? cases[c].want : -7, "case %zu: *zero %d", c, (int)got);
+            check_pack_matches_qweight(&w);
+            void *buf = aligned_alloc(64, qwi_qpanel_bytes(&w, QWI_QPANEL_PAIR));
+            qwi_qpanel qp;
+            cr_assert(qwi_qpanel_pack(&w, QWI_QPANEL_PAIR, buf, &qp), "%s", qwi_last_error());
+            cr_assert_eq(qp.zeros_i == NULL, want, "case %zu, last %d", c, last);
+            cr_assert_eq(qp.zero_all, want ? cases[c].want : 0);
+            free(buf);
+        }
+    }
+    qwi_qweight fp8 = { .method = QWI_QUANT_FP8, .fmt = QWI_QFMT_E4M3 };
+    int32_t got = -7;
+    cr_assert_not(qwi_qweight_uniform_zero(&fp8, &got));
+    cr_assert_eq(got, -7);
+}
+
 /* ---- the integer matmul's activation quantization (cpu/q4i.h) ----------- */
 
 Test(quant_kernels, q4i_levels_keep_the_int32_sums_exact) {
@@ -727,10 +833,10 @@ Test(quant_kernels, q4i_levels_keep_the_int32_sums_exact) {
     cr_assert_eq(qwi_q4i_qmax(70000, QWI_QFMT_U8), 0);
     cr_assert_gt(qwi_q4i_qmax(70000, QWI_QFMT_U4), 0);
     /* and such a weight cannot be packed for the fast kernels */
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, 16, 2000000, 2000000, true), 0);
-    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 2000000, 2000000, true), 0);
-    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, 16, 70000, 70000, true), 0);
-    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_SEQ, 16, 70000, 70000, true), 0);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_PAIR, 16, 2000000, 2000000, f16_form(true)), 0);
+    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 2000000, 2000000, f16_form(true)), 0);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, 16, 70000, 70000, f16_form(true)), 0);
+    cr_assert_gt(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_SEQ, 16, 70000, 70000, f16_form(true)), 0);
 }
 
 /* The byte form of int4's activations (cpu/q4i.h): each block's two words

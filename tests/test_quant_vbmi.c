@@ -77,12 +77,12 @@ Test(quant_vbmi, e4m3_decode_matches_the_f16_decode_bit_for_bit) {
         for (int64_t i = 0; i < MM * sh.k; i++) x[i] = urand();
         for (int64_t i = 0; i < sh.n; i++) bias[i] = urand();
         qwi_pair_round_rows(x, 0, MM, sh.k, xp);
-        const size_t bytes = qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, sh.n, sh.k, sh.gk, false);
+        const size_t bytes = qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, sh.n, sh.k, sh.gk, (qwi_qpanel_form){ 0 });
         void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
         cr_assert(buf);
         qwi_qpanel qp;
         cr_assert(qwi_qpanel_pack_codes(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, sh.n, sh.k, sh.gk, codes,
-                                        scales, NULL, false, buf, &qp), "%s", qwi_last_error());
+                                        scales, NULL, (qwi_qpanel_form){ 0 }, buf, &qp), "%s", qwi_last_error());
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
             for (int variant = 0; variant < 3; variant++) {
                 const int64_t M = Ms[mi];
@@ -138,12 +138,12 @@ Test(quant_vbmi, e4m3_decode_matches_generic_on_finite_codes) {
     for (int64_t i = 0; i < n * G; i++) scales[i] = (0.5f + 0.5f * fabsf(urand())) * 0.004f;
     for (int64_t i = 0; i < 2 * k; i++) x[i] = urand();
     qwi_pair_round_rows(x, 0, 2, k, xp);
-    const size_t bytes = qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, false);
+    const size_t bytes = qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, (qwi_qpanel_form){ 0 });
     void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     cr_assert(buf);
     qwi_qpanel qp;
     cr_assert(qwi_qpanel_pack_codes(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, codes, scales, NULL,
-                                    false, buf, &qp));
+                                    (qwi_qpanel_form){ 0 }, buf, &qp));
     for (int64_t M = 1; M <= 2; M++) {
         qwi_avx512vbmi_matmul_qpair(xp, M, KP, &qp, 0, n, NULL, o_new, n, 0);
         qwi_cpu_kernels_generic()->matmul_qpair(xp, M, KP, &qp, 0, n, NULL, o_gen, n, 0);

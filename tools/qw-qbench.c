@@ -10,13 +10,16 @@
  *   int8:  int4 in QW_NUMERICS_FAST_INT8 (matmul_q4i with int8 activations)
  *
  *   qw-qbench [--k N] [--n N] [--threads N] [--group N] [--layers N]
- *             [--ms 1,64,256] [--seconds S]
+ *             [--ms 1,64,256] [--seconds S] [--zeros uniform|varied]
  *
  * GEMV cycles through --layers copies of the weight (default: enough for
  * 256 MiB of bf16), as decode does through a model's layers, so the
  * weights come from memory, not cache. Best of 3 timings of --seconds each,
  * in the calling thread's CPU time with --threads 1 (the pool then runs
- * every task on the caller), else in wall time.
+ * every task on the caller), else in wall time. int4/int8 zero points are
+ * all 8, as a symmetric GPTQ checkpoint has them (the fast layout then
+ * stores none), or with --zeros varied differ per group and row, as AWQ's
+ * do (stored: qpanel.h).
  * Links the library's internals (the lib/cpu headers), as qw-bench does.
  */
 #include <stdio.h>
@@ -107,6 +110,7 @@ int main(int argc, char **argv) {
     int64_t K = 1024, N = 3072, group = 128, layers = 0, ms[16] = { 1, 64, 256, 512 };
     int nms = 4, threads = 1;
     double seconds = 0.3;
+    bool varied_zeros = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "qw-qbench: %s needs a value\n", a); return 2; }
@@ -116,6 +120,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--group")) group = atoll(v);
         else if (!strcmp(a, "--layers")) layers = atoll(v);
         else if (!strcmp(a, "--seconds")) seconds = atof(v);
+        else if (!strcmp(a, "--zeros")) {
+            if (strcmp(v, "uniform") && strcmp(v, "varied")) {
+                fprintf(stderr, "qw-qbench: --zeros takes uniform or varied\n");
+                return 2;
+            }
+            varied_zeros = !strcmp(v, "varied");
+        }
         else if (!strcmp(a, "--ms")) {
             nms = 0;
             for (char *s = (char *)v; *s && nms < 16; s++) {
@@ -151,7 +162,11 @@ int main(int argc, char **argv) {
     uint8_t *codes = xalloc((size_t)(N * K));
     float *scales = xalloc(sizeof(float) * (size_t)(N * G)), *zeros = xalloc(sizeof(float) * (size_t)(N * G));
     /* an f16 scale, as GPTQ and AWQ checkpoints store them (qpanel.h keeps those in 2 bytes) */
-    for (int64_t i = 0; i < N * G; i++) { scales[i] = 0x1p-7f; zeros[i] = 8.0f; }
+    for (int64_t i = 0; i < N * G; i++) {
+        scales[i] = 0x1p-7f;
+        zeros[i] = varied_zeros ? (float)(rnd() % 16) : 8.0f;
+    }
+    const qwi_qpanel_form form = { .scales_f16 = true, .zero_uniform = !varied_zeros, .zero_all = 8 };
     /* the int4/int8 kernels' quantized rows (cpu/q4i.h), as the engine's driver keeps them */
     uint32_t *q4q = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
     uint32_t *q4q8 = xalloc(sizeof(uint32_t) * (size_t)(mmax * QWI_Q4I_Q8_WORDS(qwi_pair_kp(K))));
@@ -203,10 +218,10 @@ int main(int argc, char **argv) {
                         codes[i] = fmt == QWI_QFMT_U4 ? c & 15 : fmt == QWI_QFMT_E4M3 && (c & 0x7f) == 0x7f ? 0 : c;
                     }
                     const qwi_qpanel_layout lay = mode ? QWI_QPANEL_PAIR : QWI_QPANEL_SEQ;
-                    bytes = qwi_qpanel_bytes_for(fmt, lay, N, K, group, true);
+                    bytes = qwi_qpanel_bytes_for(fmt, lay, N, K, group, form);
                     bufs[l] = walloc(bytes);
                     if (!qwi_qpanel_pack_codes(fmt, lay, N, K, group, codes, scales,
-                                               fmt == QWI_QFMT_E4M3 ? NULL : zeros, true, bufs[l].base,
+                                               fmt == QWI_QFMT_E4M3 ? NULL : zeros, form, bufs[l].base,
                                                &lin->qp)) {
                         fprintf(stderr, "qw-qbench: pack: %s\n", qwi_last_error());
                         return 1;

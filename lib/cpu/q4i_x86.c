@@ -70,13 +70,14 @@ void qwi_avx512vnni_matmul_q4i(const qwi_q4act *x, int64_t M, const qwi_qpanel *
 
 /* Slots 0-7 from entry e (qwi_qpanel_scale's index) of w's scales as f32
  * (f16 ones widened, exact) and of its zero points as int32 (zeros_i:
- * bytes for U4, uint16 for U8). */
+ * bytes for U4, uint16 for U8; none stored: zero_all). */
 A2_INLINE __m256 a2_scales8(const qwi_qpanel *w, int64_t e) {
     return w->scales_h ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w->scales_h + e)))
                        : _mm256_loadu_ps(w->scales + e);
 }
 
 A2_INLINE __m256i a2_zeros8(const qwi_qpanel *w, int64_t e) {
+    if (!w->zeros_i) return _mm256_set1_epi32(w->zero_all);
     return w->fmt == QWI_QFMT_U8
                ? _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w->zeros_i + 2 * e)))
                : _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w->zeros_i + e)));

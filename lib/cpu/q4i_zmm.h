@@ -55,9 +55,10 @@ Q4I_FN(scales)(const qwi_qpanel *w, int64_t e) {
 }
 
 /* The 16 zero points of entry e as int32 (zeros_i: bytes for U4, uint16
- * for U8). */
+ * for U8; none stored: zero_all). */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) __m512i
 Q4I_FN(zeros)(const qwi_qpanel *w, int64_t e, const int u8) {
+    if (!w->zeros_i) return _mm512_set1_epi32(w->zero_all);
     return u8 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w->zeros_i + 2 * e)))
               : _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w->zeros_i + e)));
 }

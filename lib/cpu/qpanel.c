@@ -22,7 +22,7 @@ static bool narrow(qwi_qfmt fmt, qwi_qpanel_layout layout) {
 
 /* Byte offsets of the scales and zeros and the total, or false on overflow. */
 static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
-                  bool scales_f16, size_t *scales_at, size_t *zeros_at, size_t *total) {
+                  qwi_qpanel_form form, size_t *scales_at, size_t *zeros_at, size_t *total) {
     if (n <= 0 || k <= 0 || group_k < 2 || group_k % 2 != 0) return false;
     if (fmt != QWI_QFMT_U4 && fmt != QWI_QFMT_U8 && fmt != QWI_QFMT_E4M3) return false;
     if (layout != QWI_QPANEL_SEQ && layout != QWI_QPANEL_PAIR) return false;
@@ -31,13 +31,14 @@ static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, 
         return false;
     const size_t np = (size_t)QWI_DIV_UP(n, QWI_QPANEL), G = (size_t)QWI_DIV_UP(k, group_k);
     const bool nw = narrow(fmt, layout);
-    const size_t sc_bytes = nw && scales_f16 ? 2 : 4;
+    const size_t sc_bytes = nw && form.scales_f16 ? 2 : 4;
     const size_t z_bytes = nw ? (size_t)qwi_qpanel_zero_bytes(fmt) : 4;
+    const bool no_zeros = fmt == QWI_QFMT_E4M3 || (nw && form.zero_uniform);
     size_t codes, sc, zs = 0;
     if (__builtin_mul_overflow(np, (size_t)qwi_qpanel_panel_bytes(fmt, k), &codes) ||
         __builtin_mul_overflow(np, G, &sc) || __builtin_mul_overflow(sc, 16 * sc_bytes, &sc))
         return false;
-    if (fmt != QWI_QFMT_E4M3 &&
+    if (!no_zeros &&
         (__builtin_mul_overflow(np, G, &zs) || __builtin_mul_overflow(zs, 16 * z_bytes, &zs)))
         return false;
     *scales_at = align64(codes);
@@ -47,17 +48,20 @@ static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, 
 }
 
 size_t qwi_qpanel_bytes_for(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
-                            int64_t group_k, bool scales_f16) {
+                            int64_t group_k, qwi_qpanel_form form) {
     size_t s, z, t;
-    return sizes(fmt, layout, n, k, group_k, scales_f16, &s, &z, &t) ? t : 0;
+    return sizes(fmt, layout, n, k, group_k, form, &s, &z, &t) ? t : 0;
 }
 
-/* A checkpoint's F16 scales are f16 values by construction (no scan). */
-static bool scales_are_f16(const qwi_qweight *w) { return w->scales.dtype == QWI_DTYPE_F16; }
+qwi_qpanel_form qwi_qpanel_form_of(const qwi_qweight *w) {
+    qwi_qpanel_form f = { .scales_f16 = w->scales.dtype == QWI_DTYPE_F16 };
+    f.zero_uniform = qwi_qweight_uniform_zero(w, &f.zero_all);
+    return f;
+}
 
 size_t qwi_qpanel_bytes(const qwi_qweight *w, qwi_qpanel_layout layout) {
     if (!w || w->method == QWI_QUANT_NONE) return 0;
-    return qwi_qpanel_bytes_for(w->fmt, layout, w->n, w->k, w->group_k, scales_are_f16(w));
+    return qwi_qpanel_bytes_for(w->fmt, layout, w->n, w->k, w->group_k, qwi_qpanel_form_of(w));
 }
 
 float qwi_qpanel_e4m3_c(uint8_t b) { return qwi_e4m3_to_f32(b) * 0x1p-8f; }
@@ -83,17 +87,19 @@ double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k) {
  * code fields in, interleaved panels sharing their bytes' range, and
  * leaves a last panel's padded slots at scale 0 and zero point 0). */
 static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
-                     bool scales_f16, void *dst, qwi_qpanel *out) {
+                     qwi_qpanel_form form, void *dst, qwi_qpanel *out) {
     size_t s_at = 0, z_at = 0, total = 0;   /* sizes() was checked by the caller */
-    sizes(fmt, layout, n, k, group_k, scales_f16, &s_at, &z_at, &total);
-    const bool nw = narrow(fmt, layout), f16 = nw && scales_f16;
+    sizes(fmt, layout, n, k, group_k, form, &s_at, &z_at, &total);
+    const bool nw = narrow(fmt, layout), f16 = nw && form.scales_f16;
+    const bool uniform = nw && form.zero_uniform;
     char *sp = (char *)dst + s_at, *zp = (char *)dst + z_at;
     *out = (qwi_qpanel){ .fmt = fmt, .layout = layout, .n = n, .k = k, .group_k = group_k,
                          .ngroups = QWI_DIV_UP(k, group_k), .codes = dst,
                          .scales = f16 ? NULL : (const float *)(void *)sp,
                          .scales_h = f16 ? (const uint16_t *)(void *)sp : NULL,
                          .zeros = fmt == QWI_QFMT_E4M3 || nw ? NULL : (const float *)(void *)zp,
-                         .zeros_i = nw ? (const uint8_t *)zp : NULL };
+                         .zeros_i = nw && !uniform ? (const uint8_t *)zp : NULL,
+                         .zero_all = uniform ? form.zero_all : 0 };
     memset(dst, 0, total);   /* codes ORed in below; padded slots' scales and zeros 0 */
 }
 
@@ -106,14 +112,20 @@ static bool f16_of(float v, uint16_t *out) {
     return qwi_f16_to_f32(*out) == v || isnan(v);
 }
 
+/* What makes an entry unpackable. */
+typedef enum bad_entry {
+    BAD_SCALE_NOT_F16,      /* a scale that scales_h cannot hold           */
+    BAD_ZERO_RANGE,         /* a zero point outside the contract           */
+    BAD_ZERO_NOT_UNIFORM    /* a zero point other than zero_all            */
+} bad_entry;
+
 /* Pack panel p from rows [16p, 16p + rows) given as codes [rows][k] and
  * scales/zeros [rows][G]; the rest of the panel is zero (describe()).
- * Returns the first bad row (>= 0) or -1: *bad_g its group, *bad_scale
- * whether its scale (not an f16 value where scales_h needs one) or its
- * zero point (outside the contract) is at fault. */
+ * Returns the first bad row (>= 0) or -1: *bad_g its group, *why what is
+ * wrong with it. */
 static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const uint8_t *codes,
                           const float *scales, const float *zeros, int64_t *bad_g,
-                          bool *bad_scale) {
+                          bad_entry *why) {
     const int64_t k = d->k, G = d->ngroups;
     uint8_t *packed = (uint8_t *)d->codes;   /* zeroed by describe() */
     const float smul = d->fmt == QWI_QFMT_E4M3 ? 0x1p8f : 1.0f;
@@ -145,7 +157,7 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
                 uint16_t h = 0;
                 if (!f16_of(sc, &h)) {
                     *bad_g = g;
-                    *bad_scale = true;
+                    *why = BAD_SCALE_NOT_F16;
                     return r;
                 }
                 ((uint16_t *)d->scales_h)[i] = h;
@@ -156,11 +168,17 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
             const float z = zeros[r * G + g];
             if (!(z >= 0.0f && z <= zmax && z == floorf(z))) {
                 *bad_g = g;
-                *bad_scale = false;
+                *why = BAD_ZERO_RANGE;
                 return r;
             }
-            if (!d->zeros_i) {
+            if (d->zeros) {
                 ((float *)d->zeros)[i] = z;
+            } else if (!d->zeros_i) {   /* uniform: none stored */
+                if (z != (float)d->zero_all) {
+                    *bad_g = g;
+                    *why = BAD_ZERO_NOT_UNIFORM;
+                    return r;
+                }
             } else if (d->fmt == QWI_QFMT_U8) {
                 uint8_t *zi = (uint8_t *)d->zeros_i + 2 * i;
                 zi[0] = (uint8_t)((int)z & 0xff);
@@ -174,42 +192,46 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
 }
 
 /* Fail (returns false, with a qwi_fail message) for the bad row found by
- * pack_panel: value v of the scale or zero point at (row, g) of tensor
- * name. */
-static bool fail_bad_entry(const char *name, qwi_qfmt fmt, int64_t row, int64_t g, bool bad_scale,
-                           float v) {
-    if (bad_scale)
+ * pack_panel: value v of the scale (BAD_SCALE_NOT_F16) or zero point at
+ * (row, g) of tensor name, packed as d. */
+static bool fail_bad_entry(const char *name, const qwi_qpanel *d, int64_t row, int64_t g,
+                           bad_entry why, float v) {
+    if (why == BAD_SCALE_NOT_F16)
         qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: %s: row %lld, group %lld: scale %g is not an "
                  "f16 value", name, (long long)row, (long long)g, (double)v);
+    else if (why == BAD_ZERO_NOT_UNIFORM)
+        qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: %s: row %lld, group %lld: zero point %g is not "
+                 "the weight's uniform zero point %d", name, (long long)row, (long long)g,
+                 (double)v, (int)d->zero_all);
     else
         qwi_fail(QW_ERR_UNSUPPORTED, "qpanel: %s: row %lld, group %lld: zero point %g is not an "
                  "integer in [0, %d]", name, (long long)row, (long long)g, (double)v,
-                 fmt == QWI_QFMT_U4 ? 16 : 256);
+                 d->fmt == QWI_QFMT_U4 ? 16 : 256);
     return false;
 }
 
 bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
                            int64_t group_k, const uint8_t *codes, const float *scales,
-                           const float *zeros, bool scales_f16, void *dst, qwi_qpanel *out) {
-    if (!qwi_qpanel_bytes_for(fmt, layout, n, k, group_k, scales_f16) ||
+                           const float *zeros, qwi_qpanel_form form, void *dst, qwi_qpanel *out) {
+    if (!qwi_qpanel_bytes_for(fmt, layout, n, k, group_k, form) ||
         (fmt != QWI_QFMT_E4M3 && !zeros)) {
         qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: cannot pack a [%lld, %lld] weight of format "
                  "%d with groups of %lld", (long long)n, (long long)k, (int)fmt, (long long)group_k);
         return false;
     }
     qwi_qpanel d;
-    describe(fmt, layout, n, k, group_k, scales_f16, dst, &d);
+    describe(fmt, layout, n, k, group_k, form, dst, &d);
     const int64_t G = d.ngroups;
     for (int64_t p = 0; p * QWI_QPANEL < n; p++) {
         const int64_t r0 = p * QWI_QPANEL, rows = QWI_MIN((int64_t)QWI_QPANEL, n - r0);
         int64_t bad_g = 0;
-        bool bad_scale = false;
+        bad_entry why = BAD_ZERO_RANGE;
         int64_t bad = pack_panel(&d, p, rows, codes + r0 * k, scales + r0 * G,
-                                 zeros ? zeros + r0 * G : NULL, &bad_g, &bad_scale);
+                                 zeros ? zeros + r0 * G : NULL, &bad_g, &why);
         if (bad >= 0) {
             const int64_t i = (r0 + bad) * G + bad_g;
-            return fail_bad_entry("weight", fmt, r0 + bad, bad_g, bad_scale,
-                             bad_scale ? scales[i] : zeros[i]);
+            return fail_bad_entry("weight", &d, r0 + bad, bad_g, why,
+                                  why == BAD_SCALE_NOT_F16 ? scales[i] : zeros[i]);
         }
     }
     *out = d;
@@ -235,20 +257,20 @@ bool qwi_qpanel_pack(const qwi_qweight *w, qwi_qpanel_layout layout, void *dst, 
     }
     float *scales = sz, *zeros = sz + QWI_QPANEL * G;
     qwi_qpanel d;
-    describe(w->fmt, layout, n, k, w->group_k, scales_are_f16(w), dst, &d);
+    describe(w->fmt, layout, n, k, w->group_k, qwi_qpanel_form_of(w), dst, &d);
     bool ok = true;
     for (int64_t p = 0; p * QWI_QPANEL < n && ok; p++) {
         const int64_t r0 = p * QWI_QPANEL, rows = QWI_MIN((int64_t)QWI_QPANEL, n - r0);
         for (int64_t i = 0; i < rows * G; i++) zeros[i] = 0.0f;
         qwi_qweight_unpack_rows(w, r0, r0 + rows, codes, scales, zeros);
         int64_t bad_g = 0;
-        bool bad_scale = false;
+        bad_entry why = BAD_ZERO_RANGE;
         int64_t bad = pack_panel(&d, p, rows, codes, scales,
-                                 w->fmt == QWI_QFMT_E4M3 ? NULL : zeros, &bad_g, &bad_scale);
+                                 w->fmt == QWI_QFMT_E4M3 ? NULL : zeros, &bad_g, &why);
         if (bad >= 0) {
             const int64_t i = bad * G + bad_g;
-            ok = fail_bad_entry(name, w->fmt, r0 + bad, bad_g, bad_scale,
-                           bad_scale ? scales[i] : zeros[i]);
+            ok = fail_bad_entry(name, &d, r0 + bad, bad_g, why,
+                                why == BAD_SCALE_NOT_F16 ? scales[i] : zeros[i]);
         }
     }
     free(codes);

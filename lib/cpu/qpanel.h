@@ -62,12 +62,16 @@
  * zeros (U4/U8): SEQ: zeros, [panel][group][16] f32 in slot order; PAIR:
  *   zeros_i, the same as integers, a byte each (U4) or a little-endian
  *   uint16 each (U8, whose zero point may be 256). NULL where unused.
+ *   PAIR whose zero points are all one value (zero_uniform at packing: a
+ *   symmetric GPTQ checkpoint's 8 or 128, qwi_qweight_uniform_zero):
+ *   none stored, zeros_i NULL and zero_all that value.
  *   Zero points must be integers in [0, 2^bits] (GPTQ v1 adds 1 to a
  *   stored zero): packing refuses anything else.
  *   Why PAIR keeps them narrow: batch-1 decode reads a group's scales and
  *   zero points with its codes, and as two f32 per slot they were 128 of
  *   the 1152 bytes an int4 group of 128 columns costs a panel; f16 scales
- *   and byte zeros make that 48 (7% fewer bytes per decode step). The
+ *   and byte zeros make that 48 (7% fewer bytes per decode step), and a
+ *   symmetric checkpoint's 32 (1.5% fewer again; int8: 64 of 2112). The
  *   values are the same, so the contract's bits do not change.
  *
  * Arithmetic contract (every table, every M, N, thread split): per output
@@ -113,7 +117,18 @@ typedef struct qwi_qpanel {            /* a qwi_qweight repacked into 16-output 
     const float *zeros;                /* SEQ U4/U8: [panel][group][16]; else NULL  */
     const uint8_t *zeros_i;            /* PAIR U4/U8: [panel][group][16] integers of
                                           qwi_qpanel_zero_bytes each; else NULL      */
+    int32_t zero_all;                  /* PAIR U4/U8 with zeros_i NULL: every zero point;
+                                          else 0                                     */
 } qwi_qpanel;
+
+/* What a weight's values let PAIR U4/U8 store narrower than an f32 per
+ * slot (above); {0} stores every scale and zero point. Other formats and
+ * layouts ignore it. */
+typedef struct qwi_qpanel_form {
+    bool scales_f16;      /* every scale is an f16 value: scales_h           */
+    bool zero_uniform;    /* every zero point is zero_all: none stored       */
+    int32_t zero_all;
+} qwi_qpanel_form;
 
 #define QWI_QPANEL 16
 #define QWI_QPANEL_GROUP 4   /* panels interleaved line by line (PAIR layout) */
@@ -182,20 +197,24 @@ static inline int32_t qwi_qpanel_zero(const qwi_qpanel *w, int64_t i) {
     if (w->zeros_i)
         return w->fmt == QWI_QFMT_U8 ? (int32_t)(w->zeros_i[2 * i] | w->zeros_i[2 * i + 1] << 8)
                                      : (int32_t)w->zeros_i[i];
-    return w->zeros ? (int32_t)w->zeros[i] : 0;
+    return w->zeros ? (int32_t)w->zeros[i] : w->zero_all;
 }
 
 /* Bytes of the packed form of an fmt weight [n][k] with groups of group_k
  * input columns (codes, then scales, then zeros, each 64-byte aligned); 0 if
  * a size is not positive, group_k is odd, fmt unknown, or it overflows.
- * scales_f16: every scale is an f16 value, so that PAIR U4/U8 stores them
- * in 2 bytes (above); ignored by other formats and layouts. */
+ * form: what PAIR U4/U8 may store narrower (above). */
 size_t qwi_qpanel_bytes_for(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
-                            int64_t group_k, bool scales_f16);
+                            int64_t group_k, qwi_qpanel_form form);
 
-/* qwi_qpanel_bytes_for() of a loaded quantized weight, with scales_f16
- * when its scales tensor is F16; 0: cannot pack it (method NONE, or a size
- * as above). */
+/* The form a loaded quantized weight packs in: scales_f16 when its scales
+ * tensor is F16 (by construction, no scan), zero_uniform when
+ * qwi_qweight_uniform_zero says so (a scan of its qzeros). Pure. */
+qwi_qpanel_form qwi_qpanel_form_of(const qwi_qweight *w);
+
+/* qwi_qpanel_bytes_for() of a loaded quantized weight in
+ * qwi_qpanel_form_of(w); 0: cannot pack it (method NONE, or a size as
+ * above). */
 size_t qwi_qpanel_bytes(const qwi_qweight *w, qwi_qpanel_layout layout);
 
 /* Pack w (unpacked 16 rows at a time through qwi_qweight_unpack_rows) into
@@ -207,12 +226,13 @@ bool qwi_qpanel_pack(const qwi_qweight *w, qwi_qpanel_layout layout, void *dst, 
 
 /* The same from plain arrays: codes [n][k] (as qwi_qweight_unpack_rows
  * writes them), scales and zeros [n][ceil(k/group_k)] (zeros may be NULL
- * for E4M3). dst: 64-byte aligned, qwi_qpanel_bytes_for(..., scales_f16)
- * bytes. With scales_f16, a scale that is not an f16 value fails
- * (QW_ERR_INVALID_ARGUMENT, naming it). */
+ * for E4M3). dst: 64-byte aligned, qwi_qpanel_bytes_for(..., form) bytes.
+ * Where the layout narrows them, a scale that is not an f16 value
+ * (form.scales_f16) or a zero point other than form.zero_all
+ * (form.zero_uniform) fails (QW_ERR_INVALID_ARGUMENT, naming it). */
 bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k,
                            int64_t group_k, const uint8_t *codes, const float *scales,
-                           const float *zeros, bool scales_f16, void *dst, qwi_qpanel *out);
+                           const float *zeros, qwi_qpanel_form form, void *dst, qwi_qpanel *out);
 
 /* Where code (slot r, column kk of its block) lies inside a code block of
  * fmt in layout: *byte from the block's first byte, *shift its bit
