@@ -41,6 +41,7 @@ typedef struct qdata {
     bool f16;       /* the scales are f16 values (packed as such: qpanel.h's scales_h) */
     bool uniform;   /* int4/int8: every zero point is zero_all (packed as such) */
     int32_t zero_all;
+    bool per_panel;   /* E4M3: the rows of each 16-row panel share their scales (packed so) */
 } qdata;
 
 /* f16: int4/int8 scales that are f16 values, as GPTQ and AWQ store them
@@ -77,13 +78,22 @@ static qdata make_qdata_s(qwi_qfmt fmt, int64_t n, int64_t k, int64_t gk, bool f
     return make_qdata_z(fmt, n, k, gk, f16, -1);
 }
 
+/* E4M3: give every row its 16-row panel's first row's scales, as FP8
+ * blocks of a multiple of 16 rows do (packed as one a panel). */
+static void share_panel_scales(qdata *d) {
+    if (d->fmt != QWI_QFMT_E4M3) return;
+    for (int64_t r = 0; r < d->n; r++)
+        for (int64_t g = 0; g < d->G; g++) d->scales[r * d->G + g] = d->scales[(r / 16 * 16) * d->G + g];
+    d->per_panel = true;
+}
+
 /* The symmetric zero point of fmt: 8 (int4) or 128 (int8). */
 static int sym_zero(qwi_qfmt fmt) { return fmt == QWI_QFMT_U8 ? 128 : 8; }
 
 /* What d's values let the packer narrow. */
 static qwi_qpanel_form form_of(const qdata *d) {
     return (qwi_qpanel_form){ .scales_f16 = d->f16, .zero_uniform = d->uniform,
-                              .zero_all = d->zero_all };
+                              .zero_all = d->zero_all, .scales_per_panel = d->per_panel };
 }
 
 /* Only f16 scales (qw_qpanel_form with zero points stored). */
@@ -122,6 +132,7 @@ static void *pack(const qdata *d, qwi_qpanel_layout layout, qwi_qpanel *qp) {
     cr_assert((qp->scales_h != NULL) == (nw && d->f16) && (qp->scales != NULL) == !(nw && d->f16));
     cr_assert((qp->zeros_i != NULL) == (nw && !d->uniform));
     cr_assert_eq(qp->zero_all, nw && d->uniform ? d->zero_all : 0);
+    cr_assert_eq(qp->scale_per_panel, layout == QWI_QPANEL_PAIR && d->per_panel);
     cr_assert((qp->zeros != NULL) == (!nw && d->fmt != QWI_QFMT_E4M3));
     return buf;
 }
@@ -183,6 +194,7 @@ Test(quant_kernels, layout_holds_every_code_scale_and_zero) {
             /* uniform: the symmetric zero, or the contract's edges 0 and 2^bits */
             const int uz = form < 2 ? -1 : lay ? (f == 1 ? 256 : 16) : sym_zero(fmts[f]);
             qdata d = make_qdata_z(fmts[f], 37, k, fmts[f] == QWI_QFMT_E4M3 ? 16 : 12, f16, uz);
+            if (form >= 2) share_panel_scales(&d);   /* E4M3: one scale a panel */
             qwi_qpanel qp;
             void *buf = pack(&d, (qwi_qpanel_layout)lay, &qp);
             cr_assert_eq(qp.ngroups, d.G);
@@ -232,6 +244,19 @@ Test(quant_kernels, zero_point_outside_the_contract_is_refused) {
     cr_assert(strstr(qwi_last_error(), "row 2, group 1: zero point 9 is not the weight's uniform "
                                        "zero point 8"), "%s", qwi_last_error());
     cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U4, QWI_QPANEL_SEQ, 16, 32, 7, f16_form(true)), 0);   /* odd group */
+    /* one E4M3 scale a panel promised, a row of the second panel breaks it */
+    qdata e = make_qdata(QWI_QFMT_E4M3, 40, 32, 16);
+    share_panel_scales(&e);
+    e.scales[21 * e.G + 1] *= 2.0f;
+    const qwi_qpanel_form panel = { .scales_per_panel = true };
+    void *ebuf = aligned_alloc(64, qwi_qpanel_bytes_for(e.fmt, QWI_QPANEL_PAIR, e.n, e.k, e.gk, panel));
+    cr_assert_not(qwi_qpanel_pack_codes(e.fmt, QWI_QPANEL_PAIR, e.n, e.k, e.gk, e.codes, e.scales,
+                                        NULL, panel, ebuf, &qp));
+    cr_assert(strstr(qwi_last_error(), "row 21, group 1: scale") &&
+              strstr(qwi_last_error(), "differs from its 16-row panel's first"), "%s",
+              qwi_last_error());
+    free(ebuf);
+    free_qdata(&e);
     free(buf);
     free_qdata(&d);
 }
@@ -261,6 +286,14 @@ Test(quant_kernels, pair_layout_keeps_f16_scales_and_integer_zeros) {
                  qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, f16_form(false)));
     cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, uniform),
                  qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, f16_form(false)));
+    /* E4M3 with one scale a panel: 4 bytes a panel and group (SEQ keeps 16) */
+    const qwi_qpanel_form panel = { .scales_per_panel = true };
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_PAIR, n, k, gk, panel),
+                 2 * codes4 + 64 /* 3 x 2 x 4 = 24, 64-aligned */);
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_E4M3, QWI_QPANEL_SEQ, n, k, gk, panel),
+                 2 * codes4 + (size_t)(np * G * 16 * 4));
+    cr_assert_eq(qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, n, k, gk, panel),
+                 qwi_qpanel_bytes_for(QWI_QFMT_U8, QWI_QPANEL_PAIR, n, k, gk, f16_form(false)));
     qdata d = make_qdata_s(QWI_QFMT_U4, n, k, gk, false);   /* f32 scales, no f16 values */
     void *buf = aligned_alloc(64, 1 << 16);
     qwi_qpanel qp;
@@ -425,6 +458,7 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                  * symmetric (uniform) zero points on every third */
                 qdata d = make_qdata_z(fmts[f], sh->n, sh->k, sh->gk, si % 2 == 0,
                                        si % 3 == 0 ? sym_zero(fmts[f]) : -1);
+                if (si % 3 == 0) share_panel_scales(&d);   /* E4M3: one scale a panel */
                 const int64_t K = sh->k, N = sh->n, KP = qwi_pair_kp(K);
                 float *x = malloc(sizeof(float) * (size_t)(MMAX * K));
                 uint32_t *xp = malloc(sizeof(uint32_t) * (size_t)(MMAX * KP));
@@ -704,25 +738,37 @@ static void check_pack_matches_qweight(const qwi_qweight *w) {
     }
 }
 
+/* Blocks of 16 and 32 rows hold whole panels (one scale a panel and group
+ * in the fast layout, qpanel.h); blocks of 8 do not. */
 Test(quant_kernels, packs_an_fp8_block_scaled_qweight) {
-    const int64_t n = 40, k = 72, bn = 16, bk = 32;   /* partial last blocks both ways */
-    const int64_t sn = QWI_DIV_UP(n, bn), sk = QWI_DIV_UP(k, bk);
-    uint8_t *q = malloc((size_t)(n * k));
-    float *s = malloc(sizeof(float) * (size_t)(sn * sk));
-    for (int64_t i = 0; i < n * k; i++) {
-        q[i] = (uint8_t)rnd();
-        if (qwi_e4m3_is_nan(q[i])) q[i] = 0x01;
+    const int64_t n = 40, k = 72, bk = 32;   /* partial last blocks both ways */
+    const int64_t bns[] = { 16, 8, 32 };
+    for (size_t b = 0; b < sizeof bns / sizeof bns[0]; b++) {
+        const int64_t bn = bns[b], sn = QWI_DIV_UP(n, bn), sk = QWI_DIV_UP(k, bk);
+        uint8_t *q = malloc((size_t)(n * k));
+        float *s = malloc(sizeof(float) * (size_t)(sn * sk));
+        for (int64_t i = 0; i < n * k; i++) {
+            q[i] = (uint8_t)rnd();
+            if (qwi_e4m3_is_nan(q[i])) q[i] = 0x01;
+        }
+        for (int64_t i = 0; i < sn * sk; i++) s[i] = 0.001f + 0.01f * fabsf(urand());
+        qwi_qweight w = { .method = QWI_QUANT_FP8, .fmt = QWI_QFMT_E4M3, .n = n, .k = k,
+                          .group_k = bk, .group_n = bn };
+        w.qweight = (qwi_tensor){ .name = "l.weight", .dtype = QWI_DTYPE_F8_E4M3, .ndim = 2,
+                                  .shape = { n, k }, .data = q, .nbytes = (size_t)(n * k) };
+        w.scales = (qwi_tensor){ .name = "l.weight_scale_inv", .dtype = QWI_DTYPE_F32, .ndim = 2,
+                                 .shape = { sn, sk }, .data = s,
+                                 .nbytes = sizeof(float) * (size_t)(sn * sk) };
+        check_pack_matches_qweight(&w);
+        cr_assert_eq(qwi_qpanel_form_of(&w).scales_per_panel, bn % 16 == 0);
+        void *buf = aligned_alloc(64, qwi_qpanel_bytes(&w, QWI_QPANEL_PAIR));
+        qwi_qpanel qp;
+        cr_assert(qwi_qpanel_pack(&w, QWI_QPANEL_PAIR, buf, &qp), "%s", qwi_last_error());
+        cr_assert_eq(qp.scale_per_panel, bn % 16 == 0, "block rows %lld", (long long)bn);
+        free(buf);
+        free(q);
+        free(s);
     }
-    for (int64_t i = 0; i < sn * sk; i++) s[i] = 0.001f + 0.01f * fabsf(urand());
-    qwi_qweight w = { .method = QWI_QUANT_FP8, .fmt = QWI_QFMT_E4M3, .n = n, .k = k,
-                      .group_k = bk, .group_n = bn };
-    w.qweight = (qwi_tensor){ .name = "l.weight", .dtype = QWI_DTYPE_F8_E4M3, .ndim = 2,
-                              .shape = { n, k }, .data = q, .nbytes = (size_t)(n * k) };
-    w.scales = (qwi_tensor){ .name = "l.weight_scale_inv", .dtype = QWI_DTYPE_F32, .ndim = 2,
-                             .shape = { sn, sk }, .data = s, .nbytes = sizeof(float) * (size_t)(sn * sk) };
-    check_pack_matches_qweight(&w);
-    free(q);
-    free(s);
 }
 
 /* GPTQ int4 with its scales tensor in F32 and in F16 (the usual case: the

@@ -19,7 +19,8 @@
  * every task on the caller), else in wall time. int4/int8 zero points are
  * all 8, as a symmetric GPTQ checkpoint has them (the fast layout then
  * stores none), or with --zeros varied differ per group and row, as AWQ's
- * do (stored: qpanel.h).
+ * do (stored: qpanel.h). E4M3 scales are one a 16-row panel, as FP8
+ * blocks of 128 rows give them (the fast layout stores one).
  * Links the library's internals (the lib/cpu headers), as qw-bench does.
  */
 #include <stdio.h>
@@ -166,7 +167,9 @@ int main(int argc, char **argv) {
         scales[i] = 0x1p-7f;
         zeros[i] = varied_zeros ? (float)(rnd() % 16) : 8.0f;
     }
-    const qwi_qpanel_form form = { .scales_f16 = true, .zero_uniform = !varied_zeros, .zero_all = 8 };
+    /* E4M3: one scale a panel, as Qwen's 128 x 128 blocks give */
+    const qwi_qpanel_form form = { .scales_f16 = true, .zero_uniform = !varied_zeros, .zero_all = 8,
+                                   .scales_per_panel = true };
     /* the int4/int8 kernels' quantized rows (cpu/q4i.h), as the engine's driver keeps them */
     uint32_t *q4q = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
     uint32_t *q4q8 = xalloc(sizeof(uint32_t) * (size_t)(mmax * QWI_Q4I_Q8_WORDS(qwi_pair_kp(K))));

@@ -102,7 +102,9 @@ void qwr_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP, const qwi_qpanel
                         for (int s = 0; s < 16; s++) acc[r][s] = acc[r][s] + xe * ce[s];
                     }
                 }
-                const float *sc = w->scales + (p * G + g) * 16;
+                float scb[16];
+                int64_t scs;
+                const float *sc = qwi_qpanel_group_scales(w, p, g, 1, scb, &scs);
                 for (int r = 0; r < mr; r++)
                     for (int s = 0; s < 16; s++) tot[r][s] = fmaf(acc[r][s], sc[s], tot[r][s]);
             }

@@ -222,6 +222,7 @@ A_INLINE void pair_chunked(const uint32_t *x, const float *xw, int64_t M, int64_
                            float *out, int64_t ldo, int accumulate, const int wide) {
     float buf[A_KP * 32] __attribute__((aligned(32)));
     float part[A_MB * 16] __attribute__((aligned(32))), tot[A_MB * 16] __attribute__((aligned(32)));
+    float scb[64] __attribute__((aligned(32)));   /* one panel's scales, where expanded */
     const int64_t G = w->ngroups, gk = w->group_k;
     for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int64_t p = (n0 + j0) / 16;
@@ -230,7 +231,8 @@ A_INLINE void pair_chunked(const uint32_t *x, const float *xw, int64_t M, int64_
             memset(tot, 0, sizeof(float) * 16 * (size_t)mb);
             for (int64_t g = 0; g < G; g++) {
                 const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
-                const float *sc = w->scales + (p * G + g) * 16;
+                int64_t scs;
+                const float *sc = qwi_qpanel_group_scales(w, p, g, 1, scb, &scs);
                 for (int64_t c0 = js; c0 < je; c0 += A_KP) {
                     const int64_t c1 = QWI_MIN(je, c0 + A_KP);
                     pair_decode_chunk(w, p, c0, c1, buf);
@@ -264,6 +266,7 @@ A_INLINE void pair_gemv(const uint32_t *xp, int64_t KP, const qwi_qpanel *w, int
                         float *res, const int mr, const int np) {
     const int64_t G = w->ngroups, gk = w->group_k, ls = qwi_qpanel_line_stride(w, p0);
     const uint8_t *pc = w->codes + qwi_qpanel_block_at(w, p0, 0);
+    float scb[64] __attribute__((aligned(32)));   /* the panels' scales, where expanded */
     memset(res, 0, sizeof(float) * 64 * (size_t)mr);
     for (int64_t g = 0; g < G; g++) {
         const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);
@@ -286,8 +289,10 @@ A_INLINE void pair_gemv(const uint32_t *xp, int64_t KP, const qwi_qpanel *w, int
                 }
             }
         }
+        int64_t scs;
+        const float *sc0 = qwi_qpanel_group_scales(w, p0, g, np, scb, &scs);
         _Pragma("GCC unroll 4") for (int q = 0; q < np; q++) {
-            const float *sc = w->scales + ((p0 + q) * G + g) * 16;
+            const float *sc = sc0 + q * scs;
             _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++)
                 _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                     float *t = res + r * 64 + q * 16 + 8 * h;

@@ -171,6 +171,13 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) _mm512_storeu_ps(res + r * 64 + q * 16, tot[r][q]);
 }
 
+/* The 16 f32 scales of group g of PAIR E4M3 panel p: one broadcast where
+ * the layout keeps one a panel (qpanel.h), else the panel's 16. */
+Q_INLINE __m512 pair_scales16(const qwi_qpanel *w, int64_t p, int64_t g) {
+    return w->scale_per_panel ? _mm512_set1_ps(w->scales[p * w->ngroups + g])
+                              : _mm512_loadu_ps(w->scales + (p * w->ngroups + g) * 16);
+}
+
 /* The same for PAIR E4M3 weights (one pair per 32-byte block) and bf16
  * pair rows; bf16: vdpbf16ps, else the FMA emulation (odd product first,
  * both exact). */
@@ -194,7 +201,7 @@ Q_INLINE void seq_direct(const float *x, int64_t K, const qwi_qpanel *w, int64_t
                 STEP(blk, j);                                                                    \
             }                                                                                    \
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {                               \
-                const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);         \
+                const __m512 sc = pair_scales16(w, p0 + q, g);                                   \
                 _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                             \
                     tot[r][q] = _mm512_fmadd_ps(acc[r][q], sc, tot[r][q]);                       \
             }                                                                                    \
@@ -493,6 +500,7 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
 #define PAIR_CHUNKED(TMR, DECODE, TILE)                                                   \
     do {                                                                                  \
         const int64_t np_all = QWI_DIV_UP(N, 16), G = w->ngroups, gk = w->group_k;        \
+        float scb[64] __attribute__((aligned(64)));   /* scales, where expanded */         \
         for (int64_t pq = 0, np; pq < np_all; pq += np) {                                 \
             np = qwi_qpanel_run(w, P0 + pq, QWI_MIN((int64_t)4, np_all - pq));            \
             for (int64_t m0 = 0; m0 < M; m0 += QMB) {                                     \
@@ -503,7 +511,8 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
                 memset(tot, 0, sizeof(float) * (size_t)mb * 64);                          \
                 for (int64_t g = 0; g < G; g++) {                                         \
                     const int64_t js = g * gk / 2, je = QWI_MIN(KP, (g + 1) * gk / 2);    \
-                    const float *sc = w->scales + ((P0 + pq) * G + g) * 16;               \
+                    int64_t scs;                                                          \
+                    const float *sc = qwi_qpanel_group_scales(w, P0 + pq, g, (int)np, scb, &scs); \
                     for (int64_t j0 = js; j0 < je; j0 += QKC / 2) {                       \
                         const int64_t j1 = QWI_MIN(je, j0 + QKC / 2);                     \
                         DECODE(g, j0, j1);                                                \
@@ -530,10 +539,10 @@ void qwi_avx512_matmul_qf32(const float *x, int64_t M, int64_t K, const qwi_qpan
         float *pr_ = part + r_t * 64, *tr_ = tot + r_t * 64;                              \
         const uint32_t *xr_ = xb + r_t * KP + j0;                                         \
         switch (np) {                                                                     \
-        case 4: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, G * 16, dst_t, MR, 4); break; \
-        case 3: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, G * 16, dst_t, MR, 3); break; \
-        case 2: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, G * 16, dst_t, MR, 2); break; \
-        default: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, G * 16, dst_t, MR, 1); break; \
+        case 4: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, scs, dst_t, MR, 4); break; \
+        case 3: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, scs, dst_t, MR, 3); break; \
+        case 2: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, scs, dst_t, MR, 2); break; \
+        default: FN(xr_, KP, buf, j1 - j0, pr_, j0 == js, j1 == je, tr_, sc, scs, dst_t, MR, 1); break; \
         }                                                                                 \
     } while (0)
 
@@ -730,7 +739,7 @@ QV_INLINE void e4m3_direct_vbmi(const uint32_t *x, int64_t KP, const qwi_qpanel 
         if (j < je) E4M3_ONE(j);
 #undef E4M3_ONE
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
-            const __m512 sc = _mm512_loadu_ps(w->scales + ((p0 + q) * G + g) * 16);
+            const __m512 sc = pair_scales16(w, p0 + q, g);
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
                 tot[r][q] = _mm512_fmadd_ps(acc[r][q], sc, tot[r][q]);
         }

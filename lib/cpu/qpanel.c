@@ -20,6 +20,11 @@ static bool narrow(qwi_qfmt fmt, qwi_qpanel_layout layout) {
     return fmt != QWI_QFMT_E4M3 && layout == QWI_QPANEL_PAIR;
 }
 
+/* Whether the weight keeps one scale a panel and group (qpanel.h). */
+static bool per_panel(qwi_qfmt fmt, qwi_qpanel_layout layout, qwi_qpanel_form form) {
+    return fmt == QWI_QFMT_E4M3 && layout == QWI_QPANEL_PAIR && form.scales_per_panel;
+}
+
 /* Byte offsets of the scales and zeros and the total, or false on overflow. */
 static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
                   qwi_qpanel_form form, size_t *scales_at, size_t *zeros_at, size_t *total) {
@@ -32,11 +37,12 @@ static bool sizes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, 
     const size_t np = (size_t)QWI_DIV_UP(n, QWI_QPANEL), G = (size_t)QWI_DIV_UP(k, group_k);
     const bool nw = narrow(fmt, layout);
     const size_t sc_bytes = nw && form.scales_f16 ? 2 : 4;
+    const size_t sc_slots = per_panel(fmt, layout, form) ? 1 : 16;
     const size_t z_bytes = nw ? (size_t)qwi_qpanel_zero_bytes(fmt) : 4;
     const bool no_zeros = fmt == QWI_QFMT_E4M3 || (nw && form.zero_uniform);
     size_t codes, sc, zs = 0;
     if (__builtin_mul_overflow(np, (size_t)qwi_qpanel_panel_bytes(fmt, k), &codes) ||
-        __builtin_mul_overflow(np, G, &sc) || __builtin_mul_overflow(sc, 16 * sc_bytes, &sc))
+        __builtin_mul_overflow(np, G, &sc) || __builtin_mul_overflow(sc, sc_slots * sc_bytes, &sc))
         return false;
     if (!no_zeros &&
         (__builtin_mul_overflow(np, G, &zs) || __builtin_mul_overflow(zs, 16 * z_bytes, &zs)))
@@ -54,7 +60,9 @@ size_t qwi_qpanel_bytes_for(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, i
 }
 
 qwi_qpanel_form qwi_qpanel_form_of(const qwi_qweight *w) {
-    qwi_qpanel_form f = { .scales_f16 = w->scales.dtype == QWI_DTYPE_F16 };
+    qwi_qpanel_form f = { .scales_f16 = w->scales.dtype == QWI_DTYPE_F16,
+                          .scales_per_panel = w->fmt == QWI_QFMT_E4M3 && w->group_n > 0 &&
+                                              w->group_n % QWI_QPANEL == 0 };
     f.zero_uniform = qwi_qweight_uniform_zero(w, &f.zero_all);
     return f;
 }
@@ -97,6 +105,7 @@ static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t 
                          .ngroups = QWI_DIV_UP(k, group_k), .codes = dst,
                          .scales = f16 ? NULL : (const float *)(void *)sp,
                          .scales_h = f16 ? (const uint16_t *)(void *)sp : NULL,
+                         .scale_per_panel = per_panel(fmt, layout, form),
                          .zeros = fmt == QWI_QFMT_E4M3 || nw ? NULL : (const float *)(void *)zp,
                          .zeros_i = nw && !uniform ? (const uint8_t *)zp : NULL,
                          .zero_all = uniform ? form.zero_all : 0 };
@@ -116,7 +125,8 @@ static bool f16_of(float v, uint16_t *out) {
 typedef enum bad_entry {
     BAD_SCALE_NOT_F16,      /* a scale that scales_h cannot hold           */
     BAD_ZERO_RANGE,         /* a zero point outside the contract           */
-    BAD_ZERO_NOT_UNIFORM    /* a zero point other than zero_all            */
+    BAD_ZERO_NOT_UNIFORM,   /* a zero point other than zero_all            */
+    BAD_SCALE_NOT_PANEL     /* a scale other than its panel's first row's  */
 } bad_entry;
 
 /* Pack panel p from rows [16p, 16p + rows) given as codes [rows][k] and
@@ -153,7 +163,15 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
         for (int64_t g = 0; g < G; g++) {
             const int64_t i = (p * G + g) * 16 + r;
             const float sc = scales[r * G + g] * smul;
-            if (d->scales_h) {
+            if (d->scale_per_panel) {   /* row 0 stores it, the others must match */
+                float *one = (float *)d->scales + p * G + g;
+                if (r == 0) *one = sc;
+                else if (memcmp(one, &sc, sizeof sc) != 0) {
+                    *bad_g = g;
+                    *why = BAD_SCALE_NOT_PANEL;
+                    return r;
+                }
+            } else if (d->scales_h) {
                 uint16_t h = 0;
                 if (!f16_of(sc, &h)) {
                     *bad_g = g;
@@ -199,6 +217,10 @@ static bool fail_bad_entry(const char *name, const qwi_qpanel *d, int64_t row, i
     if (why == BAD_SCALE_NOT_F16)
         qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: %s: row %lld, group %lld: scale %g is not an "
                  "f16 value", name, (long long)row, (long long)g, (double)v);
+    else if (why == BAD_SCALE_NOT_PANEL)
+        qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: %s: row %lld, group %lld: scale %g differs "
+                 "from its 16-row panel's first (one scale a panel was promised)", name,
+                 (long long)row, (long long)g, (double)v);
     else if (why == BAD_ZERO_NOT_UNIFORM)
         qwi_fail(QW_ERR_INVALID_ARGUMENT, "qpanel: %s: row %lld, group %lld: zero point %g is not "
                  "the weight's uniform zero point %d", name, (long long)row, (long long)g,
@@ -230,8 +252,8 @@ bool qwi_qpanel_pack_codes(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, in
                                  zeros ? zeros + r0 * G : NULL, &bad_g, &why);
         if (bad >= 0) {
             const int64_t i = (r0 + bad) * G + bad_g;
-            return fail_bad_entry("weight", &d, r0 + bad, bad_g, why,
-                                  why == BAD_SCALE_NOT_F16 ? scales[i] : zeros[i]);
+            const bool scale = why == BAD_SCALE_NOT_F16 || why == BAD_SCALE_NOT_PANEL;
+            return fail_bad_entry("weight", &d, r0 + bad, bad_g, why, scale ? scales[i] : zeros[i]);
         }
     }
     *out = d;
@@ -269,8 +291,8 @@ bool qwi_qpanel_pack(const qwi_qweight *w, qwi_qpanel_layout layout, void *dst, 
                                  w->fmt == QWI_QFMT_E4M3 ? NULL : zeros, &bad_g, &why);
         if (bad >= 0) {
             const int64_t i = bad * G + bad_g;
-            ok = fail_bad_entry(name, &d, r0 + bad, bad_g, why,
-                                why == BAD_SCALE_NOT_F16 ? scales[i] : zeros[i]);
+            const bool scale = why == BAD_SCALE_NOT_F16 || why == BAD_SCALE_NOT_PANEL;
+            ok = fail_bad_entry(name, &d, r0 + bad, bad_g, why, scale ? scales[i] : zeros[i]);
         }
     }
     free(codes);
