@@ -13,7 +13,9 @@
  * one pass (the same layout serves GEMV and GEMM: batched == alone). The
  * scales and zero points are stored per panel lane at packing (f32, or
  * f16 and integers in the integer layout, below), so the kernels load them
- * as vectors.
+ * as vectors; where a weight's values repeat (symmetric zero points, FP8
+ * blocks of whole panels) the fast layout stores one and the kernels
+ * broadcast it.
  *
  * Layout of an [N][K] weight: ceil(N/16) panels, panel p = rows 16p..16p+15
  * (slot r = row 16p + r; rows past N have code 0, scale 0, zero 0). Each
