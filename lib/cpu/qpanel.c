@@ -93,7 +93,9 @@ double qwi_qpanel_get(const qwi_qpanel *w, int64_t n, int64_t k) {
 
 /* Describe a packed weight at dst and zero all of it (pack_panel ORs the
  * code fields in, interleaved panels sharing their bytes' range, and
- * leaves a last panel's padded slots at scale 0 and zero point 0). */
+ * leaves a last panel's padded slots at scale 0 and zero point 0; a
+ * uniform zero point or one scale a panel they share, against scale 0 or
+ * codes 0, so their products stay 0). */
 static void describe(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, int64_t k, int64_t group_k,
                      qwi_qpanel_form form, void *dst, qwi_qpanel *out) {
     size_t s_at = 0, z_at = 0, total = 0;   /* sizes() was checked by the caller */
@@ -210,8 +212,8 @@ static int64_t pack_panel(const qwi_qpanel *d, int64_t p, int64_t rows, const ui
 }
 
 /* Fail (returns false, with a qwi_fail message) for the bad row found by
- * pack_panel: value v of the scale (BAD_SCALE_NOT_F16) or zero point at
- * (row, g) of tensor name, packed as d. */
+ * pack_panel: value v of the scale (BAD_SCALE_*) or zero point
+ * (BAD_ZERO_*) at (row, g) of tensor name, packed as d. */
 static bool fail_bad_entry(const char *name, const qwi_qpanel *d, int64_t row, int64_t g,
                            bad_entry why, float v) {
     if (why == BAD_SCALE_NOT_F16)
