@@ -67,9 +67,15 @@ qwi_qpanel_form qwi_qpanel_form_of(const qwi_qweight *w) {
     return f;
 }
 
+/* w's form where the layout narrows anything (PAIR); SEQ ignores the form,
+ * so it is not computed (qwi_qpanel_form_of scans qzeros). */
+static qwi_qpanel_form form_for(const qwi_qweight *w, qwi_qpanel_layout layout) {
+    return layout == QWI_QPANEL_PAIR ? qwi_qpanel_form_of(w) : (qwi_qpanel_form){ 0 };
+}
+
 size_t qwi_qpanel_bytes(const qwi_qweight *w, qwi_qpanel_layout layout) {
     if (!w || w->method == QWI_QUANT_NONE) return 0;
-    return qwi_qpanel_bytes_for(w->fmt, layout, w->n, w->k, w->group_k, qwi_qpanel_form_of(w));
+    return qwi_qpanel_bytes_for(w->fmt, layout, w->n, w->k, w->group_k, form_for(w, layout));
 }
 
 float qwi_qpanel_e4m3_c(uint8_t b) { return qwi_e4m3_to_f32(b) * 0x1p-8f; }
@@ -281,7 +287,7 @@ bool qwi_qpanel_pack(const qwi_qweight *w, qwi_qpanel_layout layout, void *dst, 
     }
     float *scales = sz, *zeros = sz + QWI_QPANEL * G;
     qwi_qpanel d;
-    describe(w->fmt, layout, n, k, w->group_k, qwi_qpanel_form_of(w), dst, &d);
+    describe(w->fmt, layout, n, k, w->group_k, form_for(w, layout), dst, &d);
     bool ok = true;
     for (int64_t p = 0; p * QWI_QPANEL < n && ok; p++) {
         const int64_t r0 = p * QWI_QPANEL, rows = QWI_MIN((int64_t)QWI_QPANEL, n - r0);

@@ -240,9 +240,10 @@ size_t qwi_qpanel_bytes_for(qwi_qfmt fmt, qwi_qpanel_layout layout, int64_t n, i
 
 /* The form a loaded quantized weight packs in: scales_f16 when its scales
  * tensor is F16 (by construction, no scan), zero_uniform when
- * qwi_qweight_uniform_zero says so (a scan of its qzeros),
- * scales_per_panel for FP8 blocks of a multiple of 16 rows (by
- * construction). Pure. */
+ * qwi_qweight_uniform_zero says so (a scan of its qzeros, G x n/8 words:
+ * qwi_qpanel_bytes and qwi_qpanel_pack each make it for PAIR, next to the
+ * pack's unpacking of n x k codes), scales_per_panel for FP8 blocks of a
+ * multiple of 16 rows (by construction). Pure. */
 qwi_qpanel_form qwi_qpanel_form_of(const qwi_qweight *w);
 
 /* qwi_qpanel_bytes_for() of a loaded quantized weight in
