@@ -248,13 +248,16 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
     if (bf16_pair && M > 6 && M <= 48)
         while (cols < 256 && total_n >= 8 * 2 * cols * (int64_t)cx->nthreads) cols *= 2;
     /* Packed weights at M <= 2 (batch-1 decode): the call streams each
-     * weight once, and tasks are handed out in turn, so each task is a new
-     * stream for the hardware prefetchers to ramp up on. 64 columns of an
-     * int4 weight with K = 1024 are 32 KiB, about a microsecond: on a Zen 4
-     * such tasks read 27-35 GB/s where 256-column ones read 37-47
-     * (qw-qbench --k 1024 --n 6144 --threads 2, U4, interleaved panels).
-     * So tasks grow to about 128 KiB of weights (bf16 at K >= 1024 already
-     * is), while every thread keeps at least 8 of them. */
+     * weight once. When tasks were handed out in turn from one counter,
+     * each was a new stream for the hardware prefetchers to ramp up on: 64
+     * columns of an int4 weight with K = 1024 are 32 KiB, about a
+     * microsecond, and on a Zen 4 such tasks read 27-35 GB/s where
+     * 256-column ones read 37-47 (qw-qbench --k 1024 --n 6144 --threads
+     * 2, U4, interleaved panels). So tasks grow to about 128 KiB of weights
+     * (bf16 at K >= 1024 already is), while every thread keeps at least 8
+     * of them for the balance at the end. The pool now hands each thread a
+     * contiguous share (threadpool.c), which keeps a thread's tasks one
+     * stream; the larger tasks were kept (no difference measured). */
     if (packed && M <= 2)
         while (2 * cols * col_bytes <= 131072 && total_n >= 8 * 2 * cols * (int64_t)cx->nthreads)
             cols *= 2;

@@ -4,9 +4,11 @@
  * (default 200 us), then sleep on a condition variable (threadpool.c says
  * why and how no wake-up is lost).
  *
- * Tasks are handed out dynamically (an atomic counter), so which thread runs
- * a task is unspecified: a task must compute its outputs from its index
- * alone, which is what keeps results independent of the thread count.
+ * Each thread starts on its own contiguous share of the tasks, in order,
+ * and then takes what the others have not yet taken (threadpool.c says
+ * why), so which thread runs a task is unspecified: a task must compute its
+ * outputs from its index alone, which is what keeps results independent of
+ * the thread count.
  */
 #ifndef QWI_CPU_THREADPOOL_H
 #define QWI_CPU_THREADPOOL_H
