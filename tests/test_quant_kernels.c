@@ -328,7 +328,8 @@ Test(quant_kernels, pair_layout_keeps_f16_scales_and_integer_zeros) {
 
 /* The quantized activation rows of cpu/q4i.h for rows [0, M) of x with
  * Q = qmax, and their byte form where Q <= 127 (QW_NUMERICS_FAST_INT8's
- * int4), owned by the caller: free_q4act. */
+ * int4), else their split byte form (the AVX-512 batch-1 kernels read it at
+ * M <= 2 and ignore it above), owned by the caller: free_q4act. */
 static qwi_q4act make_q4act_q(const float *x, int64_t M, int64_t K, int64_t gk, int32_t qmax) {
     const int64_t KP = qwi_pair_kp(K), G = QWI_DIV_UP(K, gk);
     uint32_t *q = malloc(sizeof(uint32_t) * (size_t)(M * KP));
@@ -343,8 +344,14 @@ static qwi_q4act make_q4act_q(const float *x, int64_t M, int64_t K, int64_t gk, 
         cr_assert(q8);
         qwi_q4i_bytes_rows(q, 0, M, KP, q8);
     }
+    uint32_t *q8s = NULL;
+    if (qmax > 127) {
+        q8s = malloc(sizeof(uint32_t) * (size_t)(M * 2 * QWI_Q4I_Q8_WORDS(KP)));
+        cr_assert(q8s);
+        qwi_q4i_split_bytes_rows(q, 0, M, KP, q8s);
+    }
     return (qwi_q4act){ .q = q, .d = dd, .sum = sum, .KP = KP, .G = G, .group_k = gk, .qmax = qmax,
-                        .q8 = q8 };
+                        .q8 = q8, .q8s = q8s };
 }
 
 /* The same with the default Q of weights of fmt (U4/U8: qwi_q4i_qmax;
@@ -356,6 +363,7 @@ static qwi_q4act make_q4act(const float *x, int64_t M, int64_t K, int64_t gk, qw
 static void free_q4act(qwi_q4act *a) {
     free((void *)a->q);
     free((void *)a->q8);
+    free((void *)a->q8s);
     free((void *)a->d);
     free((void *)a->sum);
 }
@@ -396,7 +404,8 @@ static void run(const qwi_cpu_kernels *kt, const qwi_qpanel *qp, const float *x,
 static qwi_q4act q4_row(const qwi_q4act *a, int64_t m) {
     return (qwi_q4act){ .q = a->q + m * a->KP, .d = a->d + m * a->G, .sum = a->sum + m * a->G,
                         .KP = a->KP, .G = a->G, .group_k = a->group_k, .qmax = a->qmax,
-                        .q8 = a->q8 ? a->q8 + m * QWI_Q4I_Q8_WORDS(a->KP) : NULL };
+                        .q8 = a->q8 ? a->q8 + m * QWI_Q4I_Q8_WORDS(a->KP) : NULL,
+                        .q8s = a->q8s ? a->q8s + m * 2 * QWI_Q4I_Q8_WORDS(a->KP) : NULL };
 }
 
 typedef struct shape {
@@ -488,16 +497,20 @@ Test(quant_kernels, every_table_matches_generic_and_float64, .timeout = 120) {
                         cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
                                   "%s %s%s layout %d shape %zu M %lld: differs from generic", vs[t].name,
                                   fmt_names[fmts[f]], int8 ? " int8" : "", lay, si, (long long)M);
-                        /* int4: the kernels that read the byte form give the
+                        /* int4: the kernels that read the byte form (form 0)
+                         * or the split byte form (form 1; M <= 2) give the
                          * same bits without it (from the int16 pairs) */
-                        if (a.q8 && fmts[f] == QWI_QFMT_U4 && lay == QWI_QPANEL_PAIR) {
+                        for (int form = 0; form < 2; form++) {
+                            if (!(form ? a.q8s : a.q8) || fmts[f] != QWI_QFMT_U4 || lay != QWI_QPANEL_PAIR)
+                                continue;
                             qwi_q4act a16 = a;
-                            a16.q8 = NULL;
+                            if (form) a16.q8s = NULL;
+                            else a16.q8 = NULL;
                             memcpy(o_one, init, sizeof(float) * (size_t)(M * N));
                             kt->matmul_q4i(&a16, M, &qp, 0, N, bs, o_one, N, acc);
                             cr_assert(memcmp(o_one, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
-                                      "%s shape %zu M %lld: without the byte form differs",
-                                      vs[t].name, si, (long long)M);
+                                      "%s shape %zu M %lld: without the %s differs", vs[t].name, si,
+                                      (long long)M, form ? "split byte form" : "byte form");
                         }
                         /* float64 reference of the dequantized weights (x as
                          * the kernel saw it: bf16, or int4/int8's q * d, in the
@@ -910,11 +923,40 @@ Test(quant_kernels, q4i_byte_form_follows_the_block_order) {
                     k < K ? (int16_t)(k & 1 ? q[m * KP + k / 2] >> 16 : q[m * KP + k / 2] & 0xffff) : 0;
                 cr_assert_eq(got, want, "row %lld block %lld byte %d", (long long)m, (long long)b, i);
             }
+    /* The split form at the default Q, with the edges of its bytes in row
+     * 0 (-Q, -257, -256, -255, -1, 0, 1, 255, 256, Q): the low bytes (as
+     * unsigned) and 256 times the high bytes (as signed) add up to q, in
+     * the same places. */
+    static const int16_t EDGE[10] = { -32767, -257, -256, -255, -1, 0, 1, 255, 256, 32767 };
+    uint32_t q8s[2 * 2 * 6];
+    qwi_q4i_quantize_rows(x, 0, M, K, gk, 32767, q, d, sum);
+    for (int e = 0; e < 10; e++) {
+        const uint32_t v = (uint16_t)EDGE[e];
+        q[e] = e % 2 ? (q[e] & 0xffff0000u) | v : (q[e] & 0xffffu) | (v << 16);
+    }
+    memset(q8s, 0xa5, sizeof q8s);
+    qwi_q4i_split_bytes_rows(q, 0, M, KP, q8s);
+    int edges_seen = 0;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < W / 2; b++)
+            for (int i = 0; i < 8; i++) {
+                const int64_t k = 8 * b + COL[i];
+                const uint32_t lo = q8s[m * 2 * W + 2 * b + i / 4], hi = q8s[m * 2 * W + W + 2 * b + i / 4];
+                const int32_t got = (int32_t)(uint8_t)(lo >> (8 * (i % 4))) +
+                                    256 * (int32_t)(int8_t)(hi >> (8 * (i % 4)));
+                const int16_t want =
+                    k < K ? (int16_t)(k & 1 ? q[m * KP + k / 2] >> 16 : q[m * KP + k / 2] & 0xffff) : 0;
+                cr_assert_eq(got, want, "split: row %lld block %lld byte %d", (long long)m, (long long)b, i);
+                for (int e = 0; e < 10; e++) edges_seen += m == 0 && k < K && want == EDGE[e];
+            }
+    cr_assert_geq(edges_seen, 10);
 }
 
 /* The int4 kernels' largest sums: every code 15 (zero 0) against every
- * activation at +Q or -Q, in groups long enough for whole runs of blocks
- * (vpmaddubsw's int16 sums and their 4-block runs at their bounds), at 1-2
+ * activation at +Q or -Q, Q = 127 (the byte form) and 32767 (the split
+ * byte form: low bytes 1 or 255, high bytes 127 or -128), in groups long
+ * enough for whole runs of blocks (vpmaddubsw's int16 sums and their
+ * 4-block runs at their bounds), at 1-2
  * rows (the direct kernels) and 5 (the decoded chunks: a 4-row tile and
  * a 1-row one): each table gives the generic table's bits, and the exact
  * value. */
@@ -937,25 +979,28 @@ Test(quant_kernels, q4i_int4_extreme_sums_stay_exact) {
         void *buf = pack(&d, QWI_QPANEL_PAIR, &qp);
         for (int sign = -1; sign <= 1; sign += 2) {
             for (int64_t i = 0; i < MX * K; i++) x[i] = (float)sign * ((i / K) % 2 ? 0.5f : 3.0f);
-            qwi_q4act a = make_q4act_q(x, MX, K, gks[gi], QWI_Q4I_QMAX_INT8);
-            cr_assert(a.q8 && a.qmax == QWI_Q4I_QMAX_INT8);
-            for (int64_t M = 1; M <= MX; M += M == 2 ? 3 : 1) {
-                vs[0].kt.matmul_q4i(&a, M, &qp, 0, N, NULL, o_gen, N, 0);
-                for (int64_t m = 0; m < M; m++)
-                    for (int64_t n = 0; n < N; n++) {
-                        /* 15 * 127 * K, times d = amax / 127 */
-                        const double want = (double)sign * 15.0 * K * (m % 2 ? 0.5 : 3.0);
-                        cr_assert(fabs(o_gen[m * N + n] - want) <= 1e-6 * fabs(want),
-                                  "gk %lld: %g vs %g", (long long)gks[gi], (double)o_gen[m * N + n], want);
+            for (int qi = 0; qi < 2; qi++) {   /* int8 activations (the byte form); the split form */
+                const int32_t Q = qi ? qwi_q4i_qmax(gks[gi], QWI_QFMT_U4) : QWI_Q4I_QMAX_INT8;
+                qwi_q4act a = make_q4act_q(x, MX, K, gks[gi], Q);
+                cr_assert(qi ? a.q8s != NULL && Q == 32767 : a.q8 != NULL);
+                for (int64_t M = 1; M <= MX; M += M == 2 ? 3 : 1) {
+                    vs[0].kt.matmul_q4i(&a, M, &qp, 0, N, NULL, o_gen, N, 0);
+                    for (int64_t m = 0; m < M; m++)
+                        for (int64_t n = 0; n < N; n++) {
+                            /* 15 * Q * K, times d = amax / Q */
+                            const double want = (double)sign * 15.0 * K * (m % 2 ? 0.5 : 3.0);
+                            cr_assert(fabs(o_gen[m * N + n] - want) <= 1e-6 * fabs(want),
+                                      "gk %lld: %g vs %g", (long long)gks[gi], (double)o_gen[m * N + n], want);
+                        }
+                    for (int t = 1; t < nv; t++) {
+                        vs[t].kt.matmul_q4i(&a, M, &qp, 0, N, NULL, o_tab, N, 0);
+                        cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
+                                  "%s gk %lld sign %d Q %d M %lld: differs from generic", vs[t].name,
+                                  (long long)gks[gi], sign, Q, (long long)M);
                     }
-                for (int t = 1; t < nv; t++) {
-                    vs[t].kt.matmul_q4i(&a, M, &qp, 0, N, NULL, o_tab, N, 0);
-                    cr_assert(memcmp(o_gen, o_tab, sizeof(float) * (size_t)(M * N)) == 0,
-                              "%s gk %lld sign %d M %lld: differs from generic", vs[t].name,
-                              (long long)gks[gi], sign, (long long)M);
                 }
+                free_q4act(&a);
             }
-            free_q4act(&a);
         }
         free(buf);
         free_qdata(&d);

@@ -173,6 +173,7 @@ int main(int argc, char **argv) {
     /* the int4/int8 kernels' quantized rows (cpu/q4i.h), as the engine's driver keeps them */
     uint32_t *q4q = xalloc(sizeof(uint32_t) * (size_t)(mmax * qwi_pair_kp(K)));
     uint32_t *q4q8 = xalloc(sizeof(uint32_t) * (size_t)(mmax * QWI_Q4I_Q8_WORDS(qwi_pair_kp(K))));
+    uint32_t *q4q8s = xalloc(sizeof(uint32_t) * (size_t)(2 * 2 * QWI_Q4I_Q8_WORDS(qwi_pair_kp(K))));
     float *q4d = xalloc(sizeof(float) * (size_t)(mmax * G));
     int32_t *q4s = xalloc(sizeof(int32_t) * (size_t)(mmax * G));
 
@@ -234,7 +235,8 @@ int main(int argc, char **argv) {
             }
             bench b = { .cx = { .pool = pool, .kt = kt, .nthreads = qwi_cpu_pool_size(pool),
                                 .xpair = xpair, .xwide = xwide, .q4_q = q4q, .q4_d = q4d,
-                                .q4_sum = q4s, .q4_q8 = mode == 2 ? q4q8 : NULL },
+                                .q4_sum = q4s, .q4_q8 = mode == 2 ? q4q8 : NULL,
+                                .q4_q8s = kt->q4i_reads_split ? q4q8s : NULL },
                         .x = x, .K = K, .lins = lins, .nl = (int)layers, .out = out };
             printf("%-6s %-5s %12zu", mode == 2 ? "int8" : mode ? "fast" : "exact", fnames[f], bytes);
             fflush(stdout);
@@ -250,6 +252,6 @@ int main(int argc, char **argv) {
             free(lins);
         }
     qwi_cpu_pool_destroy(pool);
-    free(x); free(xpair); free(xwide); free(q4q); free(q4q8); free(q4d); free(q4s); free(out); free(wf); free(codes); free(scales); free(zeros);
+    free(x); free(xpair); free(xwide); free(q4q); free(q4q8); free(q4q8s); free(q4d); free(q4s); free(out); free(wf); free(codes); free(scales); free(zeros);
     return 0;
 }

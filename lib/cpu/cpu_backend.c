@@ -87,6 +87,7 @@ typedef struct cpu_backend {
     /* fast mode, U4/U8 weights: quantized matmul inputs (cpu/q4i.h), rows = max(T, logit_rows) */
     uint32_t *q4_q;                /* [rows][ceil(max_k / 2)] int16 pairs                */
     uint32_t *q4_q8;               /* [rows][QWI_Q4I_Q8_WORDS(ceil(max_k / 2))] int8     */
+    uint32_t *q4_q8s;              /* [2][2 * QWI_Q4I_Q8_WORDS(...)] split bytes, or NULL */
     float *q4_d;                   /* [rows][groups]                                     */
     int32_t *q4_sum;               /* [rows][groups]                                     */
     float **attn_buf;              /* [nthreads]                                  */
@@ -197,6 +198,7 @@ static void cpu_destroy(qwi_backend *base) {
     free(b->xwide);
     free(b->q4_q);
     free(b->q4_q8);
+    free(b->q4_q8s);
     free(b->q4_d);
     free(b->q4_sum);
     free(b->attn_buf);
@@ -630,10 +632,13 @@ static qw_status setup_scratch(cpu_backend *b) {
             if (b->bc.numerics == QW_NUMERICS_FAST_INT8)   /* int4's int8 activations */
                 b->q4_q8 = (uint32_t *)alloc_floats(
                     rows, (size_t)QWI_Q4I_Q8_WORDS(qwi_pair_kp((int64_t)max_k)));
+            if (qwi_cpu_kernels_select()->q4i_reads_split)   /* batch-1 calls only: 2 rows */
+                b->q4_q8s = (uint32_t *)alloc_floats(
+                    2, 2 * (size_t)QWI_Q4I_Q8_WORDS(qwi_pair_kp((int64_t)max_k)));
             b->q4_d = alloc_floats(rows, (size_t)int_groups);
             b->q4_sum = (int32_t *)alloc_floats(rows, (size_t)int_groups);
             if (!b->q4_q || (b->bc.numerics == QW_NUMERICS_FAST_INT8 && !b->q4_q8) || !b->q4_d ||
-                !b->q4_sum)
+                !b->q4_sum || (qwi_cpu_kernels_select()->q4i_reads_split && !b->q4_q8s))
                 return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4/int8 activation scratch allocation "
                                 "failed (max_num_batched_tokens %zu)", T);
         }
@@ -660,6 +665,7 @@ static qw_status setup_scratch(cpu_backend *b) {
     b->cx.xwide = b->xwide;
     b->cx.q4_q = b->q4_q;
     b->cx.q4_q8 = b->q4_q8;
+    b->cx.q4_q8s = b->q4_q8s;
     b->cx.q4_d = b->q4_d;
     b->cx.q4_sum = b->q4_sum;
     b->cx.act_exp = fast_mode(b) ? qwi_cpu_kv_bf16_for(b->cx.kt) : NULL;

@@ -337,10 +337,12 @@ static void build_full(void) {
          * instruction for vpmaddwd + vpaddd, exact integer sums either way.
          * On one Zen 4 thread (table forced, qw-qbench --k 1024 --n 3072)
          * int4 prefill ran 158 -> 203 GFLOP/s and its GEMV 33 -> 44 GB/s. */
-        if (__builtin_cpu_supports("avx512bw"))
+        if (__builtin_cpu_supports("avx512bw")) {
             full_avx512.matmul_q4i = __builtin_cpu_supports("avx512vnni")
                                          ? qwi_avx512vnni_matmul_q4i
                                          : qwi_avx512_matmul_q4i;
+            full_avx512.q4i_reads_split = true;
+        }
         have_avx512 = true;
         if (qwi_bf16dot_have_avx512bf16()) {
             full_avx512bf16 = full_avx512;

@@ -125,7 +125,8 @@ typedef void (*qwr_matmul_qpair_wide_fn)(const float *xw, int64_t M, int64_t KP,
  * the arithmetic contract, bit-identical between tables): x the call's
  * quantized activation rows (row 0 = the call's first row; x->group_k ==
  * w->group_k, x->qmax <= qwi_q4i_qmax(group_k, w->fmt); x->q8 their byte
- * form or NULL, which kernels may read instead of x->q), w a U4 or U8
+ * form and x->q8s their split byte form, each NULL or filled, which
+ * kernels may read instead of x->q), w a U4 or U8
  * weight in the PAIR layout, n0, N, bias, out, ldo and accumulate as for
  * matmul_qpair. */
 struct qwi_q4act;
@@ -156,6 +157,10 @@ typedef struct qwi_cpu_kernels {
     qwr_matmul_qpair_fn matmul_qpair;
     qwr_matmul_qpair_wide_fn matmul_qpair_wide;   /* as matmul_pair_wide; NULL but in avx2 */
     qwr_matmul_q4i_fn matmul_q4i;     /* fast mode, U4/U8 weights (cpu/q4i.h) */
+    /* Whether matmul_q4i reads x->q8s (the split byte form of cpu/q4i.h)
+     * at M <= 2 when it is given: a context for this table then fills it
+     * (cpu/ops.h, q4_q8s). */
+    bool q4i_reads_split;
     float (*dot)(const float *a, const float *b, int64_t n);
     /* o[i] += s * v[i] for i in [0, n): element-wise, so the result of an
      * element never depends on n or its index (attention's P.V). */

@@ -118,6 +118,7 @@ static void q4_task(void *p, int64_t t, int thread) {
     qwi_q4i_quantize_rows(c->x, m0, m1, c->K, c->a->group_k, c->a->qmax, (uint32_t *)c->a->q,
                           (float *)c->a->d, (int32_t *)c->a->sum);
     if (c->a->q8) qwi_q4i_bytes_rows(c->a->q, m0, m1, c->a->KP, (uint32_t *)c->a->q8);
+    if (c->a->q8s) qwi_q4i_split_bytes_rows(c->a->q, m0, m1, c->a->KP, (uint32_t *)c->a->q8s);
 }
 
 /* The job's kernel is the integer one (U4/U8 codes, cpu/q4i.h). */
@@ -190,6 +191,7 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
                  .wide = (x_ready & X_WIDE) != 0 };
     int64_t total_n = 0, q4_gk = 0, col_bytes = INT64_MAX;
     int32_t q4_qmax = 0;
+    bool q4_u4 = false;
     size_t esize = 4;
     bool panel = false, bf16_pair = true, packed = true;
     for (int j = 0; j < njobs; j++) {
@@ -207,6 +209,7 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
             }
             q4_gk = l->qp.group_k;
             q4_qmax = qm;
+            q4_u4 |= l->qp.fmt == QWI_QFMT_U4;
         }
         total_n += l->n;
         if (l->quant) esize = 1;   /* 0.5-1 byte per weight: the block math below */
@@ -221,6 +224,8 @@ static void matmul_run(const qwi_cpu_ctx *cx, const float *x, int64_t M, int64_t
                             .KP = qwi_pair_kp(K), .G = QWI_DIV_UP(K, q4_gk), .group_k = q4_gk,
                             .qmax = q4_qmax,
                             .q8 = q4_qmax <= QWI_Q4I_QMAX_INT8 ? cx->q4_q8 : NULL };
+        /* batch-1 U4 jobs at Q > 127 on a table that reads the split form */
+        if (!c.q4.q8 && M <= 2 && q4_u4) c.q4.q8s = cx->q4_q8s;
         q4_ctx r = { .x = x, .a = &c.q4, .M = M, .K = K,
                      .rows = QWI_MAX((int64_t)1, QWI_DIV_UP(M, 2 * (int64_t)cx->nthreads)) };
         qwi_cpu_pool_run(cx->pool, QWI_DIV_UP(M, r.rows), q4_task, &r);

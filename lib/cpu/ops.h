@@ -50,9 +50,13 @@ typedef struct qwi_cpu_ctx {
      * QW_NUMERICS_FAST_INT8: U4 weights meet int8 activations
      * (QWI_Q4I_QMAX_INT8, cpu/q4i.h), and this is room for the byte form
      * of q4_q's rows (QWI_Q4I_Q8_WORDS words per row) that such calls
-     * fill. */
+     * fill. q4_q8s: NULL, or room for 2 rows of the split byte form
+     * (2 * QWI_Q4I_Q8_WORDS words per row), which batch-1 calls with U4
+     * weights fill when q4_q8 is not used (a table whose matmul_q4i reads
+     * it: kernels.h, q4i_reads_split). */
     uint32_t *q4_q;
     uint32_t *q4_q8;
+    uint32_t *q4_q8s;
     float *q4_d;
     int32_t *q4_sum;
     /* Fast numerics: the bf16-KV table whose vexp the SiLU uses

@@ -27,9 +27,10 @@ int32_t qwi_q4i_qmax(int64_t group_k, qwi_qfmt fmt) {
     return (int32_t)QWI_MIN(q, (int64_t)32767);
 }
 
+/* column t of a block goes to byte POS[t] of its two words (q4i.h) */
+static const int POS[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
+
 void qwi_q4i_bytes_rows(const uint32_t *q, int64_t m0, int64_t m1, int64_t KP, uint32_t *q8) {
-    /* column t of a block goes to byte POS[t] of its two words (q4i.h) */
-    static const int POS[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
     const int64_t W = QWI_Q4I_Q8_WORDS(KP);
     for (int64_t m = m0; m < m1; m++) {
         const i16_alias *qr = (const i16_alias *)(q + m * KP);
@@ -37,6 +38,21 @@ void qwi_q4i_bytes_rows(const uint32_t *q, int64_t m0, int64_t m1, int64_t KP, u
         memset(out, 0, (size_t)W * 4);
         for (int64_t k = 0; k < 2 * KP; k++)
             out[(k / 8) * 8 + POS[k % 8]] = (uint8_t)(int8_t)qr[k];
+    }
+}
+
+void qwi_q4i_split_bytes_rows(const uint32_t *q, int64_t m0, int64_t m1, int64_t KP,
+                              uint32_t *q8s) {
+    const int64_t W = QWI_Q4I_Q8_WORDS(KP);
+    for (int64_t m = m0; m < m1; m++) {
+        const i16_alias *qr = (const i16_alias *)(q + m * KP);
+        uint8_t *lo = (uint8_t *)(q8s + m * 2 * W), *hi = lo + W * 4;
+        memset(lo, 0, (size_t)W * 8);
+        for (int64_t k = 0; k < 2 * KP; k++) {
+            const int32_t v = qr[k], l = (int32_t)((uint32_t)v & 255u);
+            lo[(k / 8) * 8 + POS[k % 8]] = (uint8_t)l;
+            hi[(k / 8) * 8 + POS[k % 8]] = (uint8_t)(int8_t)((v - l) / 256);   /* floor(v / 256) */
+        }
     }
 }
 

@@ -77,6 +77,20 @@
  * the order in which a U4 block lane's bytes hold its codes after a mask
  * (low nibbles) and after a shift by 4 and a mask (high nibbles); columns
  * past K are 0. Row stride: QWI_Q4I_Q8_WORDS(KP) words.
+ *
+ * The split byte form (q8s, for the AVX-512 batch-1 kernels at Q > 127,
+ * the default fast mode): q = 256 * hi + lo with lo = q & 255 (0..255) and
+ * hi = q >> 8 (floor, -128..127 for |q| <= 32767); per row, the low bytes
+ * in the byte form's word order (QWI_Q4I_Q8_WORDS(KP) words), then the high
+ * bytes the same way. Why: vpdpbusd multiplies unsigned by signed bytes,
+ * 4 to a lane, and a U4 block lane's codes are bytes after a mask (and a
+ * shift), so sum(code * lo) (lo unsigned, the codes signed) and
+ * sum(code * hi) (the codes unsigned, hi signed) are two dots per pair of
+ * nibble halves where the int16 pairs need a shift and a mask per pair and
+ * twice the dots' count of lanes: 7 vector operations per 64 code bytes
+ * and row against 11. 256 * sum(code * hi) + sum(code * lo) is
+ * sum(code * q) exactly (the contract's integer, well inside int32 as
+ * 2^4 * Q * group_k is), so the bits do not change.
  */
 #ifndef QWI_CPU_Q4I_H
 #define QWI_CPU_Q4I_H
@@ -96,6 +110,10 @@ typedef struct qwi_q4act {
     const uint32_t *q8;       /* [M][QWI_Q4I_Q8_WORDS(KP)] the byte form, or
                                  NULL (then kernels read q only); only with
                                  qmax <= 127                                   */
+    const uint32_t *q8s;      /* [M][2 * QWI_Q4I_Q8_WORDS(KP)] the split byte
+                                 form, or NULL; only with qmax > 127, M <= 2
+                                 and q8 NULL (kernels may read it instead of
+                                 q for U4 weights)                              */
 } qwi_q4act;
 
 /* U4's Q in QW_NUMERICS_FAST_INT8 (above). */
@@ -124,6 +142,12 @@ void qwi_q4i_quantize_rows(const float *x, int64_t m0, int64_t m1, int64_t K, in
  * qwi_q4i_quantize_rows wrote them with qmax <= 127) into q8 (row m at
  * q8 + m * QWI_Q4I_Q8_WORDS(KP)). Rows are independent. */
 void qwi_q4i_bytes_rows(const uint32_t *q, int64_t m0, int64_t m1, int64_t KP, uint32_t *q8);
+
+/* The split byte form (above) of rows [m0, m1) of q (any qmax up to 32767)
+ * into q8s (row m at q8s + m * 2 * QWI_Q4I_Q8_WORDS(KP): the low bytes'
+ * words, then the high bytes'). Rows are independent. */
+void qwi_q4i_split_bytes_rows(const uint32_t *q, int64_t m0, int64_t m1, int64_t KP,
+                              uint32_t *q8s);
 
 /* The portable loop of qwi_q4i_quantize_rows, whatever the CPU (tests). */
 void qwi_q4i_quantize_rows_portable(const float *x, int64_t m0, int64_t m1, int64_t K,

@@ -29,7 +29,13 @@
  * Q4I_DOT and 5 shifts and masks; the zero term returns to the epilogue
  * (code - zero is no unsigned byte). With vpdpbusd that is 64 products
  * per instruction against vpdpwssd's 32.
- * Integer sums are exact, so both paths (and any tile) give the contract's
+ * U4 at M <= 2 with the split byte form of x (x->q8s: the default fast
+ * mode's Q of 32767 as 256 * high byte + low byte, cpu/q4i.h) takes the
+ * same bytes twice (b8 = 2): per block and panel 4 Q4I_DOTB per row and
+ * 3 shifts and masks, where the int16 pairs take 4 Q4I_DOT per row and 6
+ * shifts and masks (one pair of each 16-bit field at a time). The high
+ * bytes' sums are shifted left by 8 and added before the epilogue.
+ * Integer sums are exact, so every path (and any tile) give the contract's
  * bits; only the per-group epilogue is float, and it is the same code.
  */
 
@@ -71,11 +77,24 @@ Q4I_FN(epilogue)(__m512i acc, __m512i zero, __m512 sc, int32_t sum, float d, __m
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(sc, _mm512_set1_ps(d)), tot);
 }
 
+/* The np panels' lines of one code block (panel q at blk + q * 64) into
+ * v, each with a prefetch pf bytes ahead: decoding keeps the core busy
+ * enough that the hardware prefetchers alone leave the loads waiting on
+ * memory. */
+static inline __attribute__((always_inline, target(Q4I_TARGET))) void
+Q4I_FN(load_block)(const uint8_t *blk, int64_t pf, const int np, __m512i v[4]) {
+    _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
+        _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
+        v[q] = _mm512_loadu_si512(blk + q * 64);
+    }
+}
+
 /* M <= 2: MR rows x NP panels from panel p0 (all in p0's group of
  * interleaved panels, qwi_qpanel_run), all groups, totals to
- * res[r*64 + q*16]. x's rows start at the call's first row. b8 (U4 with
- * x->q8): the whole blocks of a group that starts on a block multiply
- * bytes (Q4I_DOTB); the pairs outside whole blocks take the int16 step. */
+ * res[r*64 + q*16]. x's rows start at the call's first row. b8 = 1 (U4
+ * with x->q8) or 2 (U4 with x->q8s): the whole blocks of a group that
+ * starts on a block multiply bytes (Q4I_DOTB); the pairs outside whole
+ * blocks take the int16 step. */
 static inline __attribute__((always_inline, target(Q4I_TARGET))) void
 Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, const int mr,
                const int np, const int u8, const int b8) {
@@ -102,14 +121,35 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
             _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc[r][q] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc_odd[q] = _mm512_setzero_si512();
         int64_t j = js;
-        if (b8 && js % 4 == 0)
+        if (b8 == 2 && js % 4 == 0) {
+            /* the split byte form: x's low bytes (unsigned) times the codes
+             * (signed) into acc, the codes (unsigned) times its high bytes
+             * (signed) into acc_hi, which counts 256 times (q4i.h) */
+            __m512i acc_hi[2][4];
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) acc_hi[r][q] = _mm512_setzero_si512();
             for (; j + 4 <= je; j += 4) {
-                const uint8_t *blk = pc + (j / 4) * bs;
                 __m512i v[4];
+                Q4I_FN(load_block)(pc + (j / 4) * bs, pf, np, v);
                 _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
-                    _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
-                    v[q] = _mm512_loadu_si512(blk + q * 64);
+                    const __m512i lo = _mm512_and_si512(v[q], nib);
+                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v[q], 4), nib);
+                    _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++) {
+                        const uint32_t *xs = x->q8s + r * 2 * W8 + j / 2;
+                        acc[r][q] = Q4I_DOTB(Q4I_DOTB(acc[r][q], _mm512_set1_epi32((int)xs[0]), lo),
+                                             _mm512_set1_epi32((int)xs[1]), hi);
+                        acc_hi[r][q] = Q4I_DOTB(Q4I_DOTB(acc_hi[r][q], lo, _mm512_set1_epi32((int)xs[W8])),
+                                                hi, _mm512_set1_epi32((int)xs[W8 + 1]));
+                    }
                 }
+            }
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++)
+                    acc[r][q] = _mm512_add_epi32(acc[r][q], _mm512_slli_epi32(acc_hi[r][q], 8));
+        } else if (b8 == 1 && js % 4 == 0)
+            for (; j + 4 <= je; j += 4) {
+                __m512i v[4];
+                Q4I_FN(load_block)(pc + (j / 4) * bs, pf, np, v);
                 __m512i xl[2], xh[2];
                 _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++) {
                     xl[r] = _mm512_set1_epi32((int)x->q8[r * W8 + j / 2]);
@@ -130,14 +170,8 @@ Q4I_FN(direct)(const qwi_q4act *x, const qwi_qpanel *w, int64_t p0, float *res, 
             }
         else if (js % PB == 0)
             for (; j + PB <= je; j += PB) {
-                const uint8_t *blk = pc + (j / PB) * bs;
                 __m512i v[4];
-                _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) {
-                    /* decoding keeps the core busy enough that the hardware
-                     * prefetchers alone leave the loads waiting on memory */
-                    _mm_prefetch((const char *)(blk + q * 64 + pf), _MM_HINT_T0);
-                    v[q] = _mm512_loadu_si512(blk + q * 64);
-                }
+                Q4I_FN(load_block)(pc + (j / PB) * bs, pf, np, v);
                 _Pragma("GCC unroll 8") for (int jj = 0; jj < PB; jj++) {
                     __m512i c[4];
                     _Pragma("GCC unroll 8") for (int q = 0; q < np; q++) c[q] = Q4I_CODE(v[q], jj, cm, u8);
@@ -406,10 +440,12 @@ __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int6
                                                         int accumulate) {
     if (M <= 0 || N <= 0) return;
     const int u8 = w->fmt == QWI_QFMT_U8;
-    const int b8 = !u8 && x->q8;
+    /* 1: int4 on int8 activations (the byte form); 2: int4 on the split
+     * byte form (batch-1 only, where decoding is not amortized over rows) */
+    const int b8 = u8 ? 0 : x->q8 ? 1 : x->q8s && M <= 2 ? 2 : 0;
     if (M > 2) {
         if (u8) Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 1, 0);
-        else if (b8 && w->group_k % 8 == 0)
+        else if (b8 == 1 && w->group_k % 8 == 0)
             Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 0, 1);
         else Q4I_FN(chunked)(x, M, w, n0, N, bias, out, ldo, accumulate, 0, 0);
         return;
@@ -423,9 +459,12 @@ __attribute__((target(Q4I_TARGET))) void Q4I_FN(matmul)(const qwi_q4act *x, int6
         if (u8) {                                                                               \
             if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 1, 0);                        \
             else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 1, 0);                               \
-        } else if (b8) {                                                                        \
+        } else if (b8 == 1) {                                                                   \
             if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 0, 1);                        \
             else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 0, 1);                               \
+        } else if (b8 == 2) {                                                                   \
+            if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 0, 2);                        \
+            else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 0, 2);                               \
         } else {                                                                                \
             if (M == 1) Q4I_FN(direct)(x, w, P0 + pq, res, 1, NP, 0, 0);                        \
             else Q4I_FN(direct)(x, w, P0 + pq, res, 2, NP, 0, 0);                               \
