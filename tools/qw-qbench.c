@@ -5,8 +5,10 @@
  * batched GEMM in GFLOP/s, through the backend's parallel driver
  * (qwi_cpu_matmul) and kernel table, in both numerics modes:
  *   exact: matmul_qf32 (SEQ)   vs the bf16 panel kernel (matmul_bf16_panel)
- *   fast:  matmul_qpair (PAIR; int4/int8: matmul_q4i, cpu/q4i.h) vs the bf16
- *          pair kernel (matmul_pair)
+ *   fast:  matmul_qpair (PAIR; int4/int8: matmul_q4i, cpu/q4i.h, which at
+ *          M <= 2 reads int4's activations in the split byte form on the
+ *          AVX-512 tables, as the engine does) vs the bf16 pair kernel
+ *          (matmul_pair)
  *   int8:  int4 in QW_NUMERICS_FAST_INT8 (matmul_q4i with int8 activations)
  *
  *   qw-qbench [--k N] [--n N] [--threads N] [--group N] [--layers N]

@@ -341,7 +341,11 @@ static void build_full(void) {
             full_avx512.matmul_q4i = __builtin_cpu_supports("avx512vnni")
                                          ? qwi_avx512vnni_matmul_q4i
                                          : qwi_avx512_matmul_q4i;
-            full_avx512.q4i_reads_split = true;
+            /* batch-1 int4 on split activation bytes (cpu/q4i.h): 4 vpdpbusd
+             * where the int16 pairs take 4 vpdpwssd and 3 more shifts and
+             * masks; without VNNI each byte dot is 3 instructions
+             * (vpmaddubsw, vpmaddwd, vpaddd), no fewer than the pairs' */
+            full_avx512.q4i_reads_split = __builtin_cpu_supports("avx512vnni");
         }
         have_avx512 = true;
         if (qwi_bf16dot_have_avx512bf16()) {

@@ -158,8 +158,9 @@ typedef struct qwi_cpu_kernels {
     qwr_matmul_qpair_wide_fn matmul_qpair_wide;   /* as matmul_pair_wide; NULL but in avx2 */
     qwr_matmul_q4i_fn matmul_q4i;     /* fast mode, U4/U8 weights (cpu/q4i.h) */
     /* Whether matmul_q4i reads x->q8s (the split byte form of cpu/q4i.h)
-     * at M <= 2 when it is given: a context for this table then fills it
-     * (cpu/ops.h, q4_q8s). */
+     * at M <= 2 when it is given and is faster for it (the AVX-512 tables
+     * with AVX512_VNNI): a context for this table then fills it (cpu/ops.h,
+     * q4_q8s). */
     bool q4i_reads_split;
     float (*dot)(const float *a, const float *b, int64_t n);
     /* o[i] += s * v[i] for i in [0, n): element-wise, so the result of an

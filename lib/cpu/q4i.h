@@ -78,8 +78,8 @@
  * (low nibbles) and after a shift by 4 and a mask (high nibbles); columns
  * past K are 0. Row stride: QWI_Q4I_Q8_WORDS(KP) words.
  *
- * The split byte form (q8s, for the AVX-512 batch-1 kernels at Q > 127,
- * the default fast mode): q = 256 * hi + lo with lo = q & 255 (0..255) and
+ * The split byte form (q8s, for the AVX-512 batch-1 kernels with VNNI at
+ * Q > 127, the default fast mode): q = 256 * hi + lo with lo = q & 255 (0..255) and
  * hi = q >> 8 (floor, -128..127 for |q| <= 32767); per row, the low bytes
  * in the byte form's word order (QWI_Q4I_Q8_WORDS(KP) words), then the high
  * bytes the same way. Why: vpdpbusd multiplies unsigned by signed bytes,
