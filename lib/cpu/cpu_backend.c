@@ -488,7 +488,8 @@ static qw_status pack_weights(cpu_backend *b) {
     qwi_model_evict_all(b->model);
     /* Tensors are packed in parallel on the backend's pool (load time: the
      * packing and the kernel's zeroing of the copy's pages are most of it),
-     * one task each, handed out in order (threadpool.h). The source pages of
+     * one task each; the calling thread takes task 0 first (each thread
+     * starts on its own share of a run, threadpool.h). The source pages of
      * each tensor are released right after it is packed, so that the peak is
      * the copy plus the tensors being packed, not two copies of the weights;
      * and the lm_head, the largest tensor (a quarter of the 0.6B shape) and

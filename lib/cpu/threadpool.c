@@ -36,9 +36,9 @@
  * (docs/benchmarks.md, "tasks in shares"): the int4 batch-1 GEMV at
  * K 2048, N 1024 (qw-qbench, 2 threads) 30.1 -> 32.4 GB/s (medians, a
  * slow memory phase; 29-35 -> 42-44 in a faster one), the 0.6B int4
- * decode step 5-9% shorter. The counters can overshoot
- * their share's end (a thief and the owner both fetch past it); that is
- * harmless, as every claim is checked against the end.
+ * decode step 5-9% shorter. The counters can overshoot their share's end
+ * (a thief and the owner both fetch past it); that is harmless, as every
+ * claim is checked against the end.
  */
 #include <errno.h>
 #include <pthread.h>
