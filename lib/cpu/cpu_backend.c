@@ -633,13 +633,14 @@ static qw_status setup_scratch(cpu_backend *b) {
             if (b->bc.numerics == QW_NUMERICS_FAST_INT8)   /* int4's int8 activations */
                 b->q4_q8 = (uint32_t *)alloc_floats(
                     rows, (size_t)QWI_Q4I_Q8_WORDS(qwi_pair_kp((int64_t)max_k)));
-            if (qwi_cpu_kernels_select()->q4i_reads_split)   /* batch-1 calls only: 2 rows */
+            const bool split = qwi_cpu_kernels_select()->q4i_reads_split;
+            if (split)   /* batch-1 calls only: 2 rows */
                 b->q4_q8s = (uint32_t *)alloc_floats(
                     2, 2 * (size_t)QWI_Q4I_Q8_WORDS(qwi_pair_kp((int64_t)max_k)));
             b->q4_d = alloc_floats(rows, (size_t)int_groups);
             b->q4_sum = (int32_t *)alloc_floats(rows, (size_t)int_groups);
             if (!b->q4_q || (b->bc.numerics == QW_NUMERICS_FAST_INT8 && !b->q4_q8) || !b->q4_d ||
-                !b->q4_sum || (qwi_cpu_kernels_select()->q4i_reads_split && !b->q4_q8s))
+                !b->q4_sum || (split && !b->q4_q8s))
                 return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cpu: int4/int8 activation scratch allocation "
                                 "failed (max_num_batched_tokens %zu)", T);
         }
