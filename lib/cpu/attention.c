@@ -190,12 +190,25 @@ static void pv_f32(const qwi_cpu_attn *a, const qwi_cpu_kernels *kt, int32_t g, 
 /* The tile rows of the bf16 or fp8 cache: k[i] and v[i] (k8/v8 for
  * fp8) point at the K (its element of dim 0 in head g's K plane of the
  * block, dims block_size apart) and the V row of kv head g at position
- * t0 + i, i < t1 - t0, each prefetched. One block-table hop per block
- * instead of a division per position (a decode step forms these pointers for every (sequence, kv
- * head) task). */
+ * t0 + i, i < t1 - t0, each prefetched when prefetch is set. One
+ * block-table hop per block instead of a division per position (a decode
+ * step forms these pointers for every (sequence, kv head) task).
+ *
+ * Prefetching the whole tile at its start (up to 1024 lines) makes the
+ * core wait for the burst to drain before the tile's arithmetic starts.
+ * A block of several rows (a prefill chunk) computes long enough per tile
+ * to hide that and keeps the prefetch (without it, a 2048-token prefill
+ * measured the same within the noise). A single row (decode) does not
+ * hide it and goes without: the tile's K planes and V
+ * rows are runs of block_size * head_dim elements (4 KiB at the 0.6B
+ * shape's bf16), one page each, which the hardware prefetchers follow.
+ * Without the burst, qw-abench's batch-1 4K-context decode read 12.5
+ * instead of 9 GB/s of K+V on one thread (docs/benchmarks.md);
+ * prefetches spread through the score and P.V loops, a pass ahead,
+ * measured no better than none. */
 static void tile_rows(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32_t t0,
                       int32_t t1, const uint16_t **k, const uint16_t **v, const uint8_t **k8,
-                      const uint8_t **v8) {
+                      const uint8_t **v8, bool prefetch) {
     const int32_t bs = a->block_size;
     const int64_t kv_stride = (int64_t)a->num_kv_heads * a->head_dim;
     const int64_t ke = (int64_t)g * a->head_dim;   /* head g's first element in a K row */
@@ -211,16 +224,17 @@ static void tile_rows(const qwi_cpu_attn *a, const int32_t *bt, int32_t g, int32
          * elements, contiguous; prefetched once, at the tile's first
          * position in the block */
         const bool new_plane = i == 0 || o == 0;
+        const void *kr, *vr;
         if (a->k_fp8) {
-            k8[i] = a->k_fp8 + koff;
-            v8[i] = a->v_fp8 + voff;
-            if (new_plane) prefetch_slice(k8[i] - o, bytes * (size_t)bs);
-            prefetch_slice(v8[i], bytes);
+            kr = k8[i] = a->k_fp8 + koff;
+            vr = v8[i] = a->v_fp8 + voff;
         } else {
-            k[i] = a->k_bf16 + koff;
-            v[i] = a->v_bf16 + voff;
-            if (new_plane) prefetch_slice(k[i] - o, bytes * (size_t)bs);
-            prefetch_slice(v[i], bytes);
+            kr = k[i] = a->k_bf16 + koff;
+            vr = v[i] = a->v_bf16 + voff;
+        }
+        if (prefetch) {
+            if (new_plane) prefetch_slice((const char *)kr - (size_t)o * elem, bytes * (size_t)bs);
+            prefetch_slice(vr, bytes);
         }
         if (++o == bs) {
             o = 0;
@@ -336,8 +350,8 @@ static void dot_pv(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t t0, i
 }
 
 /* The bf16 or fp8 cache, rows s[0..n) of one run of one sequence, kv
- * head g: for each context tile, its V rows are prefetched and the scores
- * of every (row, head) pair still attending come from one pass over the K
+ * head g: for each context tile, the scores of every (row, head) pair
+ * still attending come from one pass over the K
  * planes (direct) or over ktile, the planes widened once into
  * [head_dim][TILE]; the online softmax runs per pair (the table's exp_sum), and the
  * P.V pass adds every pair's positions with the V vectors shared across
@@ -377,7 +391,7 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
          * planes (ktile: [hd][TILE] f32, a contiguous copy per (cache
          * block, dim)); either way every row's scores come with positions
          * as SIMD lanes. The V rows stay bf16 / fp8, widened in pv */
-        tile_rows(a, bt, g, t0, t1, kp, vp, kp8, vp8);
+        tile_rows(a, bt, g, t0, t1, kp, vp, kp8, vp8, n > 1);
         if (dot) {
             /* nothing to widen */
         } else if (!direct && fp8)
