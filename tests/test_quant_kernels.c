@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "cpu/pairpanel.h"
@@ -162,7 +163,7 @@ static void avx2_qpair_via_wide(const uint32_t *x, int64_t M, int64_t KP, const 
                                                        accumulate);
     free(xw);
 }
-#define MAX_VARIANTS 8
+#define MAX_VARIANTS 10
 
 static int table_variants(variant *v) {
     int n = 0;
@@ -180,6 +181,17 @@ static int table_variants(variant *v) {
     if (a5 && __builtin_cpu_supports("avx512bw") && a5->matmul_q4i != qwi_avx512_matmul_q4i) {
         v[n] = (variant){ "avx512 (vpmaddwd)", *a5 };
         v[n++].kt.matmul_q4i = qwi_avx512_matmul_q4i;
+    }
+    /* the avx2 table's int4/int8 on VNNI dot products: the AVX-VNNI
+     * instance where the core has it (then it is the table's own), and
+     * its arithmetic in AVX512_VNNI's EVEX encoding where that runs */
+    if (a2 && qwi_cpu_has_avxvnni() && a2->matmul_q4i != qwi_avxvnni_matmul_q4i) {
+        v[n] = (variant){ "avx2 (AVX-VNNI)", *a2 };
+        v[n++].kt.matmul_q4i = qwi_avxvnni_matmul_q4i;
+    }
+    if (a2 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+        v[n] = (variant){ "avx2 (VNNI, EVEX)", *a2 };
+        v[n++].kt.matmul_q4i = qwi_avxvnni_evex_matmul_q4i;
     }
 #endif
     return n;
@@ -435,6 +447,22 @@ Test(quant_kernels, avx512_table_takes_vnni_where_the_cpu_has_it) {
         cr_assert(a5->matmul_q4i == qwi_avx512vnni_matmul_q4i);
     else
         cr_assert(a5->matmul_q4i == qwi_avx512_matmul_q4i);
+#else
+    cr_skip_test("not x86-64");
+#endif
+}
+
+/* The avx2 table's int4/int8 kernel: the AVX-VNNI instance where CPUID
+ * reports AVX-VNNI (Alder Lake and later Intel client cores), else
+ * vpmaddwd / vpmaddubsw. */
+Test(quant_kernels, avx2_table_takes_avxvnni_where_the_cpu_has_it) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const qwi_cpu_kernels *a2 = qwi_cpu_kernels_by_name("avx2");
+    if (!a2) cr_skip_test("no AVX2 here");
+    if (qwi_cpu_has_avxvnni())
+        cr_assert(a2->matmul_q4i == qwi_avxvnni_matmul_q4i);
+    else
+        cr_assert(a2->matmul_q4i == qwi_avx2_matmul_q4i);
 #else
     cr_skip_test("not x86-64");
 #endif

@@ -13,6 +13,7 @@
  *
  *   qw-qbench [--k N] [--n N] [--threads N] [--group N] [--layers N]
  *             [--ms 1,64,256] [--seconds S] [--zeros uniform|varied]
+ *             [--q4i-vnni-ymm]
  *
  * GEMV cycles through --layers copies of the weight (default: enough for
  * 256 MiB of bf16), as decode does through a model's layers, so the
@@ -23,6 +24,11 @@
  * stores none), or with --zeros varied differ per group and row, as AWQ's
  * do (stored: qpanel.h). E4M3 scales are one a 16-row panel, as FP8
  * blocks of 128 rows give them (the fast layout stores one).
+ * --q4i-vnni-ymm (x86-64 with AVX512VL and AVX512_VNNI): the int4/int8
+ * rows run the avx2 table's kernel on VNNI dot products in their EVEX
+ * encoding (q4i_avxvnni_evex.c), the arithmetic of its AVX-VNNI instance,
+ * for measuring that instance where no AVX-VNNI core is at hand; use it
+ * with QWINFER_CPU_KERNELS=avx2.
  * Links the library's internals (the lib/cpu headers), as qw-bench does.
  */
 #include <stdio.h>
@@ -113,9 +119,13 @@ int main(int argc, char **argv) {
     int64_t K = 1024, N = 3072, group = 128, layers = 0, ms[16] = { 1, 64, 256, 512 };
     int nms = 4, threads = 1;
     double seconds = 0.3;
-    bool varied_zeros = false;
+    bool varied_zeros = false, vnni_ymm = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--q4i-vnni-ymm")) {   /* the one flag without a value */
+            vnni_ymm = true;
+            continue;
+        }
         if (!v) { fprintf(stderr, "qw-qbench: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--k")) K = atoll(v);
         else if (!strcmp(a, "--n")) N = atoll(v);
@@ -149,7 +159,20 @@ int main(int argc, char **argv) {
 
     qwi_cpu_pool *pool = NULL;
     if (qwi_cpu_pool_create(threads, &pool) != QW_OK) { fprintf(stderr, "qw-qbench: pool\n"); return 1; }
-    const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
+    qwi_cpu_kernels table = *qwi_cpu_kernels_select();
+    if (vnni_ymm) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (!__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512vnni")) {
+            fprintf(stderr, "qw-qbench: --q4i-vnni-ymm needs AVX512VL and AVX512_VNNI\n");
+            return 2;
+        }
+        table.matmul_q4i = qwi_avxvnni_evex_matmul_q4i;
+#else
+        fprintf(stderr, "qw-qbench: --q4i-vnni-ymm needs x86-64\n");
+        return 2;
+#endif
+    }
+    const qwi_cpu_kernels *kt = &table;
     if (qwi_cpu_pool_size(pool) == 1) clock_id = CLOCK_THREAD_CPUTIME_ID;
     float *x = xalloc(sizeof(float) * (size_t)(mmax * K));
     for (int64_t i = 0; i < mmax * K; i++) x[i] = (float)(rnd() % 2001) / 1000.0f - 1.0f;

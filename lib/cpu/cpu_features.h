@@ -35,6 +35,18 @@ static inline bool qwi_cpu_has_f16c(void) {
     return v != 0;
 }
 
+/* True when CPUID leaf 7 subleaf 1 reports AVX-VNNI (EAX bit 4: vpdpwssd
+ * and vpdpbusd on ymm, VEX encoded; Intel cores from Alder Lake, AMD's
+ * from Zen 5). clang 14 rejects "avxvnni" in __builtin_cpu_supports, as
+ * it does "f16c". CPUID each call: for once-per-process use (the kernel
+ * tables are built once). Callers check "avx2" through the builtin too. */
+static inline bool qwi_cpu_has_avxvnni(void) {
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a >> 4) & 1;
+}
+
 /* Whether CPUID's vendor is "AuthenticAMD", and the family of leaf 1 (the
  * extended family added where the base one is 0xF: Zen 3/4 are 0x19, Zen 5
  * 0x1A). CPUID each call (a VM exit in a guest): for once-per-process use. */
@@ -51,6 +63,7 @@ static inline void qwi_cpu_vendor_family(bool *amd, int *family) {
 }
 #else
 static inline bool qwi_cpu_has_f16c(void) { return false; }
+static inline bool qwi_cpu_has_avxvnni(void) { return false; }
 static inline void qwi_cpu_vendor_family(bool *amd, int *family) {
     *amd = false;
     *family = 0;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 
 #define L QWR_LANES
@@ -326,6 +327,11 @@ static void build_full(void) {
         full_avx2 = *a2;
         full_avx2.matmul_pair = qwi_bf16dot_matmul_avx2;
         full_avx2.matmul_pair_wide = qwi_bf16dot_matmul_avx2_wide;
+        /* int4/int8 on AVX-VNNI where the core has it (Intel client cores
+         * from Alder Lake on run this table: they have no AVX-512):
+         * vpdpwssd for vpmaddwd + vpaddd, vpdpbusd for vpmaddubsw +
+         * vpmaddwd + vpaddd; the same integer sums, so the same bits */
+        if (qwi_cpu_has_avxvnni()) full_avx2.matmul_q4i = qwi_avxvnni_matmul_q4i;
         have_avx2 = true;
     }
     if (a5 && a2) {

@@ -321,8 +321,10 @@ void qwi_avx512vbmi_matmul_qpair(const uint32_t *x, int64_t M, int64_t KP,
                                  const float *bias, float *out, int64_t ldo, int accumulate);
 
 /* The int4/int8 matmuls (see qwr_matmul_q4i_fn): portable (q4i.c), AVX2,
- * AVX-512 with AVX512BW, and with AVX512BW + AVX512_VNNI (q4i_x86.c; call
- * each only where the CPU has those). */
+ * AVX-512 with AVX512BW, and with AVX512BW + AVX512_VNNI (q4i_x86.c), the
+ * AVX2 one with AVX-VNNI (q4i_avxvnni.c) and with AVX512_VNNI + AVX512VL
+ * on ymm (q4i_avxvnni_evex.c: for tests and benchmarks); call each only
+ * where the CPU has those. All give the same bits. */
 void qwr_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w, int64_t n0,
                     int64_t N, const float *bias, float *out, int64_t ldo, int accumulate);
 void qwi_avx2_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w,
@@ -334,6 +336,12 @@ void qwi_avx512_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qw
 void qwi_avx512vnni_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w,
                                int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
                                int accumulate);
+void qwi_avxvnni_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w,
+                            int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                            int accumulate);
+void qwi_avxvnni_evex_matmul_q4i(const struct qwi_q4act *x, int64_t M, const struct qwi_qpanel *w,
+                                 int64_t n0, int64_t N, const float *bias, float *out, int64_t ldo,
+                                 int accumulate);
 
 /* Convert n elements of dtype dt at src to f32 in dst (exact for all three). */
 void qwr_to_f32(qwi_dtype dt, const void *src, int64_t n, float *dst);
