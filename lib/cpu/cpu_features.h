@@ -43,6 +43,8 @@ static inline bool qwi_cpu_has_f16c(void) {
 static inline bool qwi_cpu_has_avxvnni(void) {
     unsigned a, b, c, d;
     if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (a < 1) return false;   /* leaf 7's largest subleaf: 1 must exist */
     __cpuid_count(7, 1, a, b, c, d);
     return (a >> 4) & 1;
 }

@@ -10,8 +10,8 @@
  * machines this project is built and tested on, where no AVX-VNNI core is
  * at hand, and check the arithmetic the VEX instance shares with them. The
  * instances differ only in A2_DPWSSD / A2_DPBUSD and the target string;
- * each lives in its own translation unit (q4i_avxvnni_evex.c) because
- * cpu/q4i_ymm.h's helpers are static.
+ * the EVEX one lives in its own translation unit (q4i_avxvnni_evex.c)
+ * because cpu/q4i_ymm.h's helpers are static.
  */
 #include <string.h>
 

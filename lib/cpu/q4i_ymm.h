@@ -4,12 +4,14 @@
  * so each instance lives in its own file):
  *   q4i_x86.c      AVX2: vpmaddwd + vpaddd for the int16 pairs, vpmaddubsw
  *                  into int16 sums widened by vpmaddwd by 1 for bytes;
- *   q4i_avxvnni.c  AVX-VNNI (Alder Lake and later Intel client cores,
- *                  Zen 5): the same with vpdpwssd and vpdpbusd on ymm, VEX
- *                  encoded; and the same source with the EVEX encodings of
- *                  AVX512_VNNI + AVX512VL, which runs the identical
- *                  arithmetic on AVX-512 CPUs so that the tests check it
- *                  where no AVX-VNNI core is at hand.
+ *   q4i_avxvnni.c  AVX-VNNI: the same with vpdpwssd and vpdpbusd on ymm,
+ *                  VEX encoded, for the Intel client cores from Alder
+ *                  Lake on (AVX-VNNI without AVX-512: they run the avx2
+ *                  table);
+ *   q4i_avxvnni_evex.c  the same instructions in AVX512_VNNI + AVX512VL's
+ *                  EVEX encoding: the identical arithmetic on AVX-512
+ *                  CPUs, so that the tests check it where no AVX-VNNI
+ *                  core is at hand.
  * The includer defines A2_TARGET_ATTR (its __attribute__((target(...))),
  * spelled out in the .c file, where the Makefile looks for kernel files),
  * A2_ENTRY (the exported function's name, qwr_matmul_q4i_fn's contract),
@@ -34,7 +36,6 @@
 #else
 #define A2_DOT(acc, c, x) _mm256_add_epi32((acc), _mm256_madd_epi16((c), (x)))
 #endif
-
 
 /* One ymm = half a panel (slots 0-7: block bytes 0-31, slots 8-15: 32-63).
  * M <= 2: 1 row x 4 panels or 2 rows x 2 panels decoded in registers
