@@ -182,13 +182,10 @@ static int table_variants(variant *v) {
         v[n] = (variant){ "avx512 (vpmaddwd)", *a5 };
         v[n++].kt.matmul_q4i = qwi_avx512_matmul_q4i;
     }
-    /* the avx2 table's int4/int8 on VNNI dot products: the AVX-VNNI
-     * instance where the core has it (then it is the table's own), and
-     * its arithmetic in AVX512_VNNI's EVEX encoding where that runs */
-    if (a2 && qwi_cpu_has_avxvnni() && a2->matmul_q4i != qwi_avxvnni_matmul_q4i) {
-        v[n] = (variant){ "avx2 (AVX-VNNI)", *a2 };
-        v[n++].kt.matmul_q4i = qwi_avxvnni_matmul_q4i;
-    }
+    /* the avx2 table's int4/int8 on VNNI dot products: where the core has
+     * AVX-VNNI the table runs them itself (avx2_table_takes_avxvnni_...);
+     * elsewhere their arithmetic in AVX512_VNNI's EVEX encoding, where
+     * that runs */
     if (a2 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
         v[n] = (variant){ "avx2 (VNNI, EVEX)", *a2 };
         v[n++].kt.matmul_q4i = qwi_avxvnni_evex_matmul_q4i;
