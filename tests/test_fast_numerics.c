@@ -382,7 +382,8 @@ Test(fast_numerics, avx512_extreme) { extreme("avx512"); }
 Test(fast_numerics, avx512bf16_extreme) { extreme("avx512bf16"); }
 
 /* The table named "avx512bf16" exists exactly when CPUID has AVX512_BF16,
- * and the process's choice prefers it. */
+ * and the process's choice prefers it (the amx table is taken by name
+ * only: kernels.c). */
 Test(fast_numerics, selection_prefers_vdpbf16ps) {
     const qwi_cpu_kernels *t = qwi_cpu_kernels_by_name("avx512bf16");
     cr_assert_eq(t != NULL, qwi_bf16dot_have_avx512bf16());

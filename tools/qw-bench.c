@@ -645,7 +645,13 @@ __attribute__((target("avx2,fma"), noinline)) static float peak_loop_fma256(long
 #undef PEAK_12
 #endif
 
-typedef enum peak_kind { PEAK_BF16_DOT, PEAK_FMA512, PEAK_FMA256 } peak_kind;
+/* PEAK_AMX: tdpbf16ps on register-held tiles (lib/cpu/pair_amx.c), where
+ * the amx kernel table can run. */
+typedef enum peak_kind { PEAK_BF16_DOT, PEAK_FMA512, PEAK_FMA256, PEAK_AMX } peak_kind;
+
+/* One AMX tile op does the work of 256 vdpbf16ps zmm and takes ~16 cycles
+ * where those take ~128: 1/8 of the iterations runs about as long. */
+#define PEAK_AMX_ITERS (PEAK_ITERS / 8)
 
 typedef struct peak_job {
     peak_kind kind;
@@ -662,6 +668,7 @@ static void *peak_thread(void *p) {
 #if defined(__x86_64__) || defined(__i386__)
     if (j->kind == PEAK_BF16_DOT) j->sink = peak_loop_bf16(j->iters, 1.0f);
     else if (j->kind == PEAK_FMA512) j->sink = peak_loop_fma512(j->iters, 1.0f);
+    else if (j->kind == PEAK_AMX) j->sink = qwi_pair_amx_peak_loop(j->iters);
     else j->sink = peak_loop_fma256(j->iters, 1.0f);
 #endif
     j->clk->t_end = now_s();
@@ -671,8 +678,13 @@ static void *peak_thread(void *p) {
 /* FLOP/s of kind's loop on nthreads threads at once, best of reps, over
  * the span the workers time themselves (probe_clock). */
 static double measure_peak(peak_kind kind, int nthreads, int reps) {
-    const double flop_per_insn = kind == PEAK_BF16_DOT ? 64.0 : kind == PEAK_FMA512 ? 32.0 : 16.0;
-    const double chains = kind == PEAK_FMA256 ? 12.0 : 16.0;   /* instructions per iteration */
+    const double flop_per_insn = kind == PEAK_AMX        ? 16384.0
+                                 : kind == PEAK_BF16_DOT ? 64.0
+                                 : kind == PEAK_FMA512   ? 32.0
+                                                         : 16.0;
+    /* instructions per iteration */
+    const double chains = kind == PEAK_FMA256 ? 12.0 : kind == PEAK_AMX ? 4.0 : 16.0;
+    const long iters = kind == PEAK_AMX ? PEAK_AMX_ITERS : PEAK_ITERS;
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, (unsigned)nthreads);
     peak_job *jobs = xcalloc((size_t)nthreads, sizeof *jobs);
@@ -681,11 +693,11 @@ static double measure_peak(peak_kind kind, int nthreads, int reps) {
     double best = 0;
     for (int r = 0; r < reps; r++) {
         for (int t = 0; t < nthreads; t++) {
-            jobs[t] = (peak_job){ kind, PEAK_ITERS, 0, &bar, &clk[t] };
+            jobs[t] = (peak_job){ kind, iters, 0, &bar, &clk[t] };
             pthread_create(&th[t], NULL, peak_thread, &jobs[t]);
         }
         for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
-        double f = flop_per_insn * chains * (double)PEAK_ITERS * nthreads / probe_span(clk, nthreads);
+        double f = flop_per_insn * chains * (double)iters * nthreads / probe_span(clk, nthreads);
         if (f > best) best = f;
     }
     pthread_barrier_destroy(&bar);
@@ -1211,14 +1223,18 @@ typedef struct limits {
     double fma_1, fma_n;         /* f32 FMA peak FLOP/s of the table's vector width: zmm
                                     for the AVX-512 tables, else ymm; NAN: absent       */
     int bf16_dot;                /* the matmuls run on vdpbf16ps: avx512bf16, fast mode */
+    double amx_1, amx_n;         /* AMX tile peak FLOP/s, 1 thread and all; NAN: not run */
+    int amx_tiles;               /* the bf16 matmuls run on AMX: the amx table, fast mode */
     const char *fma_isa;
 } limits;
 
 /* The compute limit prefill and batched decode are judged against: the
- * bf16 dot-product peak where the matmuls run on it (the avx512bf16 table
- * in fast numerics), else the f32 FMA peak of the table's vector width, so
- * a forced avx2 table reads as on an AVX2-only machine. */
+ * AMX tile peak where the bf16 matmuls run on tiles (the amx table in
+ * fast numerics), the bf16 dot-product peak where they run on vdpbf16ps
+ * (the avx512bf16 table), else the f32 FMA peak of the table's vector
+ * width, so a forced avx2 table reads as on an AVX2-only machine. */
 static double compute_peak(const limits *L, const char **name) {
+    if (L->amx_tiles && !isnan(L->amx_n) && L->amx_n > 0) { *name = "AMX tile peak"; return L->amx_n; }
     if (L->bf16_dot && !isnan(L->bf16_n) && L->bf16_n > 0) { *name = "bf16 dot peak"; return L->bf16_n; }
     *name = "FMA peak";
     return L->fma_n;
@@ -1818,12 +1834,18 @@ int main(int argc, char **argv) {
                  .panel = fast ? LAYOUT_PAIR
                                : qwi_cpu_weights_copied((size_t)b.mi.weight_bytes) ? LAYOUT_PANEL : LAYOUT_ROWS,
                  .cpu = detect_cpu(), .bf16_1 = NAN, .bf16_n = NAN, .fma_1 = NAN, .fma_n = NAN,
+                 .amx_1 = NAN, .amx_n = NAN,
                  .fma_isa = "none" };
     const char *numerics = b.a.numerics ? b.a.numerics : "fast (engine default)";
     L.bf16_dot = strcmp(L.kernels, "avx512bf16") == 0 && fast;
+    L.amx_tiles = strcmp(L.kernels, "amx") == 0 && fast;
     if (b.a.limits && !cuda) {
         /* raw compute peaks: the limit the prefill and batched-decode GEMMs
-         * can approach (AMX tiles are not measured: no machine to test on) */
+         * can approach */
+        if (qwi_pair_amx_usable()) {
+            L.amx_1 = measure_peak(PEAK_AMX, 1, PEAK_REPS);
+            L.amx_n = threads > 1 ? measure_peak(PEAK_AMX, threads, PEAK_REPS) : L.amx_1;
+        }
         if (L.cpu.avx512_bf16) {
             L.bf16_1 = measure_peak(PEAK_BF16_DOT, 1, PEAK_REPS);
             L.bf16_n = threads > 1 ? measure_peak(PEAK_BF16_DOT, threads, PEAK_REPS) : L.bf16_1;
@@ -1924,6 +1946,9 @@ int main(int argc, char **argv) {
                    "  \"fma_peak_flops_per_s_1thread\": %.6g,\n  \"fma_peak_flops_per_s\": %.6g,\n",
                    isnan(L.bf16_1) ? 0 : L.bf16_1, isnan(L.bf16_n) ? 0 : L.bf16_n,
                    isnan(L.fma_1) ? 0 : L.fma_1, isnan(L.fma_n) ? 0 : L.fma_n);
+        if (L.measured && !cuda && !isnan(L.amx_n))
+            printf("  \"amx_peak_flops_per_s_1thread\": %.6g,\n  \"amx_peak_flops_per_s\": %.6g,\n",
+                   L.amx_1, L.amx_n);
         printf("  \"mode\": \"%s\",\n  \"scenario\": \"%s\",\n", b.a.mode, b.a.scenario);
         if (L.measured)
             printf("  \"read_bandwidth_bytes_per_s\": %.6g,\n  \"copy_bandwidth_bytes_per_s\": %.6g,\n"
@@ -1946,9 +1971,16 @@ int main(int argc, char **argv) {
                    threads, L.cpu.avx512_bf16 ? "" : " (no AVX512_BF16)");
             fmt_num(c1, sizeof c1, L.fma_1 / 1e9, "%.1f");
             fmt_num(c2, sizeof c2, L.fma_n / 1e9, "%.1f");
-            printf("f32 FMA peak (%s) %s GFLOP/s on 1 thread, %s on %d; AMX: %s\n", L.fma_isa, c1, c2,
-                   threads, L.cpu.amx_bf16 && L.cpu.amx_tile ? "AMX-BF16 present (tile peak not measured)"
-                                                              : "not present");
+            printf("f32 FMA peak (%s) %s GFLOP/s on 1 thread, %s on %d; ", L.fma_isa, c1, c2, threads);
+            if (!isnan(L.amx_n)) {
+                fmt_num(c1, sizeof c1, L.amx_1 / 1e9, "%.1f");
+                fmt_num(c2, sizeof c2, L.amx_n / 1e9, "%.1f");
+                printf("AMX tile peak (tdpbf16ps) %s GFLOP/s on 1 thread, %s on %d\n", c1, c2, threads);
+            } else {
+                printf("AMX: %s\n", L.cpu.amx_bf16 && L.cpu.amx_tile
+                                        ? "AMX-BF16 present, but this process may not use it"
+                                        : "not present");
+            }
         }
         if (L.measured)
             printf("machine: read bandwidth %.2f GB/s, copy %.2f GB/s (read+write), "

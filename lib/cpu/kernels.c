@@ -371,6 +371,26 @@ static void build_full(void) {
 #endif
 }
 
+/* The amx table: avx512bf16 (every CPU with AMX-BF16 has AVX512_BF16)
+ * with the tile matmul_pair for bf16 weights, built apart from the others
+ * because looking it up asks Linux for the process's AMX permission,
+ * which a process that forces another table should not be asked for. The
+ * int4/int8/fp8 matmuls stay avx512bf16's: their weights are decoded in
+ * registers, which tiles cannot take without a trip through memory. */
+static qwi_cpu_kernels full_amx;
+static bool have_amx;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void build_amx(void) {
+    pthread_once(&full_once, build_full);
+    if (!have_avx512bf16 || !qwi_pair_amx_usable()) return;
+    full_amx = full_avx512bf16;
+    full_amx.name = "amx";
+    full_amx.matmul_pair = qwi_pair_amx_matmul;
+    full_amx.matmul_pair_wide = NULL;
+    have_amx = true;
+}
+
 const qwi_cpu_kernels *qwi_cpu_kernels_by_name(const char *name) {
     if (!name) return NULL;
     pthread_once(&full_once, build_full);
@@ -378,6 +398,10 @@ const qwi_cpu_kernels *qwi_cpu_kernels_by_name(const char *name) {
     if (strcmp(name, "avx2") == 0) return have_avx2 ? &full_avx2 : NULL;
     if (strcmp(name, "avx512") == 0) return have_avx512 ? &full_avx512 : NULL;
     if (strcmp(name, "avx512bf16") == 0) return have_avx512bf16 ? &full_avx512bf16 : NULL;
+    if (strcmp(name, "amx") == 0) {
+        pthread_once(&amx_once, build_amx);
+        return have_amx ? &full_amx : NULL;
+    }
     return NULL;
 }
 
@@ -388,6 +412,10 @@ static void select_table(void) {
     /* The override exists for benchmarks and for bisecting a numerical
      * difference between tables; it is read once, like the CPUID answer. */
     const qwi_cpu_kernels *t = qwi_cpu_kernels_by_name(getenv("QWINFER_CPU_KERNELS"));
+    /* not "amx" until its kernel has run on a CPU with AMX: it has run
+     * only over the C model of the tiles so far (pair_amx_model.c); where
+     * the CPU has AMX the tests run it, and QWINFER_CPU_KERNELS=amx
+     * selects it */
     if (!t) t = qwi_cpu_kernels_by_name("avx512bf16");
     if (!t) t = qwi_cpu_kernels_by_name("avx512");
     if (!t) t = qwi_cpu_kernels_by_name("avx2");

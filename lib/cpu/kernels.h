@@ -183,12 +183,14 @@ typedef struct qwi_cpu_kernels {
 } qwi_cpu_kernels;
 
 /* The kernel table of this process: the widest variant the CPU supports
- * (avx512bf16, then avx512, avx2, generic), unless the environment variable
- * QWINFER_CPU_KERNELS names one (generic|avx2|avx512|avx512bf16; an
- * unavailable or unknown name falls back to the automatic choice).
- * "avx512bf16" is the avx512 table with the vdpbf16ps matmul_pair; the
- * avx512 table emulates it with zmm FMAs, avx2 with ymm FMAs, generic in
- * C (all bit-identical). Decided on the first
+ * (avx512bf16, then avx512, avx2, generic), unless the environment
+ * variable QWINFER_CPU_KERNELS names one (generic|avx2|avx512|avx512bf16|
+ * amx; an unavailable or unknown name falls back to the automatic
+ * choice). "avx512bf16" is the avx512 table with the vdpbf16ps
+ * matmul_pair; the avx512 table emulates it with zmm FMAs, avx2 with ymm
+ * FMAs, generic in C (all bit-identical). "amx" is avx512bf16 with the
+ * AMX matmul_pair (its last bits its own), chosen only by name until its
+ * kernel has run on a CPU with AMX (kernels.c). Decided on the first
  * call and fixed for the life of the process, so every engine and every op
  * agree. Thread-safe. Static storage; never NULL. */
 const qwi_cpu_kernels *qwi_cpu_kernels_select(void);
@@ -228,9 +230,10 @@ void qwi_avx512_matmul_bf16_panel(const float *x, int64_t M, int64_t K, const ui
                                   int64_t N, const float *bias, float *out, int64_t ldo,
                                   int accumulate);
 
-/* The table named name ("generic", "avx2", "avx512", "avx512bf16"), with
- * its matmul_pair, or NULL if unknown or not available here. Static
- * storage. */
+/* The table named name ("generic", "avx2", "avx512", "avx512bf16",
+ * "amx"), with its matmul_pair, or NULL if unknown or not available here.
+ * Static storage. The first lookup of "amx" asks Linux for the process's
+ * AMX permission (qwi_pair_amx_usable). */
 const qwi_cpu_kernels *qwi_cpu_kernels_by_name(const char *name);
 
 /* o[i] += s * v[i] (the portable axpy: a multiply, then an add). */
@@ -283,6 +286,32 @@ void qwi_bf16dot_matmul_avx512(const uint32_t *x, int64_t M, int64_t KP, const u
                                int accumulate);
 /* Whether this CPU (CPUID) and build can run vdpbf16ps (AVX512F + AVX512_BF16). */
 bool qwi_bf16dot_have_avx512bf16(void);
+
+/* The "amx" table's matmul_pair (pair_amx.c; cpu/pair_tiles.h has the
+ * tiling): AMX tile ops of 16 pairs, one per chunk in order. Each output
+ * is bit-identical for any M, N, tile and thread, like every table's; but
+ * not to the other tables: how one tdpbf16ps sums its 32 products is the
+ * hardware's (within f32 rounding of the chain above). Call only where
+ * qwi_pair_amx_usable(). */
+void qwi_pair_amx_matmul(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w, int64_t N,
+                         const float *bias, float *out, int64_t ldo, int accumulate);
+/* The same tiling over a C model of the tiles whose tile op takes the
+ * chain above (pair_amx_model.c): bit-identical to qwr_matmul_pair, on any
+ * CPU. For the tests; aborts on a tile configuration the hardware would
+ * refuse. */
+void qwi_pair_amx_model_matmul(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *w,
+                               int64_t N, const float *bias, float *out, int64_t ldo,
+                               int accumulate);
+/* Whether this CPU has AMX-TILE and AMX-BF16, the operating system has
+ * enabled their state, and this process has Linux's permission to use it
+ * (asked for on the first call: arch_prctl ARCH_REQ_XCOMP_PERM). False on
+ * other systems and builds. Thread-safe; the answer is fixed after the
+ * first call. */
+bool qwi_pair_amx_usable(void);
+/* iters x 4 tile ops of 16 x 16 x 32 bf16 products (16384 FLOP each) on
+ * tiles held in the registers: qw-bench's AMX peak. Returns one result
+ * value (a sink). Call only where qwi_pair_amx_usable(). */
+float qwi_pair_amx_peak_loop(long iters);
 
 /* The quantized matmuls (kernels_quant*.c; see qwr_matmul_qf32_fn):
  * portable C (fmaf), AVX2+FMA+F16C and AVX-512F (x86-64 builds; call only
