@@ -412,10 +412,11 @@ static void select_table(void) {
     /* The override exists for benchmarks and for bisecting a numerical
      * difference between tables; it is read once, like the CPUID answer. */
     const qwi_cpu_kernels *t = qwi_cpu_kernels_by_name(getenv("QWINFER_CPU_KERNELS"));
-    /* not "amx" until its kernel has run on a CPU with AMX: it has run
-     * only over the C model of the tiles so far (pair_amx_model.c); where
-     * the CPU has AMX the tests run it, and QWINFER_CPU_KERNELS=amx
-     * selects it */
+    /* not "amx" until its kernel has run on a CPU with AMX, and been
+     * timed there against this table: so far it has run over the C model
+     * of the tiles (pair_amx_model.c) and on Bochs' emulated Sapphire
+     * Rapids (tests/emulator), whose speed means nothing; where the CPU
+     * has AMX the tests run it, and QWINFER_CPU_KERNELS=amx selects it */
     if (!t) t = qwi_cpu_kernels_by_name("avx512bf16");
     if (!t) t = qwi_cpu_kernels_by_name("avx512");
     if (!t) t = qwi_cpu_kernels_by_name("avx2");

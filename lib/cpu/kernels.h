@@ -190,7 +190,7 @@ typedef struct qwi_cpu_kernels {
  * matmul_pair; the avx512 table emulates it with zmm FMAs, avx2 with ymm
  * FMAs, generic in C (all bit-identical). "amx" is avx512bf16 with the
  * AMX matmul_pair (its last bits its own), chosen only by name until its
- * kernel has run on a CPU with AMX (kernels.c). Decided on the first
+ * kernel has run and been timed on a CPU with AMX (kernels.c). Decided on the first
  * call and fixed for the life of the process, so every engine and every op
  * agree. Thread-safe. Static storage; never NULL. */
 const qwi_cpu_kernels *qwi_cpu_kernels_select(void);
