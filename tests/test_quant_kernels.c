@@ -460,6 +460,13 @@ Test(quant_kernels, avx2_table_takes_avxvnni_where_the_cpu_has_it) {
         cr_assert(a2->matmul_q4i == qwi_avxvnni_matmul_q4i);
     else
         cr_assert(a2->matmul_q4i == qwi_avx2_matmul_q4i);
+    /* and the benchmarks' reports say which one runs */
+    cr_assert_str_eq(qwi_cpu_kernels_q4i_isa(a2), qwi_cpu_has_avxvnni() ? "avx-vnni" : "avx2");
+    cr_assert_str_eq(qwi_cpu_kernels_q4i_isa(qwi_cpu_kernels_generic()), "portable");
+    const qwi_cpu_kernels *a5 = qwi_cpu_kernels_by_name("avx512");
+    if (a5 && __builtin_cpu_supports("avx512bw"))
+        cr_assert_str_eq(qwi_cpu_kernels_q4i_isa(a5),
+                         __builtin_cpu_supports("avx512vnni") ? "avx512-vnni" : "avx512bw");
 #else
     cr_skip_test("not x86-64");
 #endif

@@ -1929,6 +1929,8 @@ int main(int argc, char **argv) {
     if (b.a.json) {
         printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"threads\": %d,\n  \"kernels\": \"%s\",\n",
                b.a.model, b.a.device, threads, L.kernels);
+        if (!cuda)
+            printf("  \"q4i_kernel\": \"%s\",\n", qwi_cpu_kernels_q4i_isa(qwi_cpu_kernels_select()));
         printf("  \"numerics\": \"%s\",\n  \"kv_cache_dtype\": \"%s\",\n  \"temperature\": %g,\n",
                b.a.numerics ? b.a.numerics : "fast", b.a.kv_dtype ? b.a.kv_dtype : "auto", b.a.temperature);
         printf("  \"top_p\": %g,\n  \"repetition_penalty\": %g,\n  \"presence_penalty\": %g,\n"
@@ -1955,11 +1957,12 @@ int main(int argc, char **argv) {
                    "  \"peak_gemm_flops_per_s\": %.6g,\n", L.read_bw, L.copy_bw, isnan(L.gemm) ? 0 : L.gemm);
     } else {
         printf("qw-bench: model %s (%.2f GB of weights, %.2f GB read per decode step, %.0fM matmul "
-               "params/token), device %s, %d threads, kernel table %s, numerics %s, KV cache %s, "
+               "params/token), device %s, %d threads, kernel table %s%s%s%s, numerics %s, KV cache %s, "
                "loaded in %.2f s\n",
                b.a.model, b.mi.weight_bytes / 1e9, b.mi.stream_bytes / 1e9, b.mi.params_per_token / 1e6,
-               b.a.device, threads,
-               L.kernels, numerics, b.a.kv_dtype ? b.a.kv_dtype : "auto", tl);
+               b.a.device, threads, L.kernels, cuda ? "" : " (int4/int8 on ",
+               cuda ? "" : qwi_cpu_kernels_q4i_isa(qwi_cpu_kernels_select()), cuda ? "" : ")",
+               numerics, b.a.kv_dtype ? b.a.kv_dtype : "auto", tl);
         printf("memory: RSS after load %.2f GB (%.2fx the weights), peak during load %.2f GB (%.2fx)%s\n",
                rss_load / 1e9, rss_load / b.mi.weight_bytes, hwm_load / 1e9, hwm_load / b.mi.weight_bytes,
                hwm_clean ? "" : " (peak includes the limit buffers: /proc/self/clear_refs unavailable)");

@@ -202,8 +202,10 @@ int main(int argc, char **argv) {
     float *q4d = xalloc(sizeof(float) * (size_t)(mmax * G));
     int32_t *q4s = xalloc(sizeof(int32_t) * (size_t)(mmax * G));
 
-    printf("qw-qbench: K %lld, N %lld, group %lld, %d thread(s), table %s, %lld layers, %s time\n",
+    printf("qw-qbench: K %lld, N %lld, group %lld, %d thread(s), table %s (int4/int8 on %s), "
+           "%lld layers, %s time\n",
            (long long)K, (long long)N, (long long)group, qwi_cpu_pool_size(pool), kt->name,
+           qwi_cpu_kernels_q4i_isa(kt),
            (long long)layers, clock_id == CLOCK_MONOTONIC ? "wall" : "CPU");
     /* one column per --ms entry, in its order: GB/s for M = 1, GFLOP/s else */
     printf("%-6s %-5s %12s", "mode", "fmt", "bytes/layer");

@@ -405,6 +405,17 @@ const qwi_cpu_kernels *qwi_cpu_kernels_by_name(const char *name) {
     return NULL;
 }
 
+const char *qwi_cpu_kernels_q4i_isa(const qwi_cpu_kernels *kt) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (kt->matmul_q4i == qwi_avxvnni_matmul_q4i) return "avx-vnni";
+    if (kt->matmul_q4i == qwi_avxvnni_evex_matmul_q4i) return "avx-vnni (evex stand-in)";
+    if (kt->matmul_q4i == qwi_avx512vnni_matmul_q4i) return "avx512-vnni";
+    if (kt->matmul_q4i == qwi_avx512_matmul_q4i) return "avx512bw";
+    if (kt->matmul_q4i == qwi_avx2_matmul_q4i) return "avx2";
+#endif
+    return "portable";
+}
+
 static const qwi_cpu_kernels *selected;
 static pthread_once_t select_once = PTHREAD_ONCE_INIT;
 

@@ -195,6 +195,13 @@ typedef struct qwi_cpu_kernels {
  * agree. Thread-safe. Static storage; never NULL. */
 const qwi_cpu_kernels *qwi_cpu_kernels_select(void);
 
+/* Which instructions kt's int4/int8 matmul (matmul_q4i) runs on:
+ * "avx-vnni", "avx512-vnni", "avx512bw", "avx2" or "portable" (or the
+ * tests' and qw-qbench's "avx-vnni (evex stand-in)"). The avx2
+ * and avx512 tables pick theirs by CPUID, so the table's name alone does
+ * not tell (for the benchmarks' reports). Static storage. */
+const char *qwi_cpu_kernels_q4i_isa(const qwi_cpu_kernels *kt);
+
 /* Whether kt has a kernel that reads x widened (matmul_pair_wide or
  * matmul_qpair_wide), i.e. whether a context for it needs cx->xwide
  * (cpu/ops.h): the backend and the benchmarks size their scratch by it. */

@@ -20,6 +20,12 @@ mbh:
     .globl start32
 start32:
     cli
+    cld
+    mov $_load_end, %edi      /* zero .bss ourselves: not every loader does */
+    mov $_bss_end, %ecx
+    sub %edi, %ecx
+    xor %eax, %eax
+    rep stosb
     mov $stack_top, %esp
     /* page tables: PML4[0] -> PDPT; PDPT[0..3] -> PD0..3; 2 MiB pages identity, 4 GiB */
     mov $pdpt, %eax
