@@ -57,8 +57,9 @@ static problem make_problem(int64_t M, int64_t N, int64_t K, int64_t ldo) {
         for (int64_t n = 0; n < N; n++) {
             double s = 0;
             for (int64_t k = 0; k < K; k++) {
+                const uint32_t pair = p.x[m * p.kp + k / 2];
+                const uint32_t u = k & 1 ? pair & 0xffff0000u : pair << 16;
                 float xr;
-                uint32_t u = (k & 1 ? p.x[m * p.kp + k / 2] & 0xffff0000u : p.x[m * p.kp + k / 2] << 16);
                 memcpy(&xr, &u, 4);
                 s += fabs((double)xr * qwi_pairpanel_get(p.w, K, n, k));
             }

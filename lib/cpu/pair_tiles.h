@@ -128,7 +128,8 @@ PT_ATTR void PT_ENTRY(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *
                     const int64_t kc = QWI_MIN((int64_t)PT_PAIRS, KP - j);
                     int64_t s0, s1;
                     const uint32_t *a0 = pt_a_operand(x, KP, m, 16, R, j, kc, a_stage[0], &s0);
-                    const uint32_t *a1 = pt_a_operand(x, KP, m + 16, mb1, R, j, kc, a_stage[1], &s1);
+                    const uint32_t *a1 =
+                        pt_a_operand(x, KP, m + 16, mb1, R, j, kc, a_stage[1], &s1);
                     PT_LOAD(4, a0, s0);
                     PT_LOAD(5, a1, s1);
                     PT_LOAD(6, pt_b_operand(w, KP, p0, j, kc, &b_tail[0][0][0]), 64);
