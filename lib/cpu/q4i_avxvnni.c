@@ -11,7 +11,8 @@
  * at hand, and check the arithmetic the VEX instance shares with them. The
  * instances differ only in A2_DPWSSD / A2_DPBUSD and the target string;
  * the EVEX one lives in its own translation unit (q4i_avxvnni_evex.c)
- * because cpu/q4i_ymm.h's helpers are static.
+ * because cpu/q4i_ymm.h's helpers are static. The VEX instance itself is
+ * checked on an emulated Arrow Lake by tests/emulator/run.sh q4i.
  */
 #include <string.h>
 

@@ -5,7 +5,7 @@
  * system an emulator must otherwise boot (tests/emulator/README.md says
  * why and how). Linked freestanding with lib/cpu/pair_amx.c,
  * kernels_bf16dot.c (qwr_matmul_pair, the chain of kernels.h) and
- * pairpanel.c; the few C library functions they call are defined here.
+ * pairpanel.c; bare.c stands in for the C library and Linux.
  *
  * Output goes to COM1 and to the emulator's port 0xE9. It passes when, for
  * every shape: a row alone gives the bits of the same row in the batch; any
@@ -22,73 +22,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bare.h"
 #include "cpu/kernels.h"
 #include "cpu/pairpanel.h"
-
-static inline void outb(uint16_t port, uint8_t v) { __asm__ volatile("outb %0, %1" ::"a"(v), "Nd"(port)); }
-static void put_c(char c) {
-    outb(0x3f8, (uint8_t)c);
-    outb(0xe9, (uint8_t)c);
-}
-static void put_s(const char *s) {
-    while (*s) put_c(*s++);
-}
-static void put_u(uint64_t v) {
-    char b[24];
-    int n = 0;
-    do b[n++] = (char)('0' + v % 10); while (v /= 10);
-    while (n) put_c(b[--n]);
-}
-
-/* ---- what the library objects need of a C library and of Linux ---------- */
-
-void *memcpy(void *d, const void *s, size_t n) {
-    char *a = d;
-    const char *b = s;
-    while (n--) *a++ = *b++;
-    return d;
-}
-void *memset(void *d, int c, size_t n) {
-    char *a = d;
-    while (n--) *a++ = (char)c;
-    return d;
-}
-void *memmove(void *d, const void *s, size_t n) {
-    char *a = d;
-    const char *b = s;
-    if (a < b)
-        while (n--) *a++ = *b++;
-    else
-        while (n--) a[n] = b[n];
-    return d;
-}
-int memcmp(const void *x, const void *y, size_t n) {
-    const unsigned char *a = x, *b = y;
-    for (; n; n--, a++, b++)
-        if (*a != *b) return *a - *b;
-    return 0;
-}
-int strcmp(const char *x, const char *y) {
-    while (*x && *x == *y) x++, y++;
-    return (unsigned char)*x - (unsigned char)*y;
-}
-int pthread_once(int *once, void (*fn)(void)) {
-    if (!*once) {
-        *once = 1;
-        fn();
-    }
-    return 0;
-}
-/* arch_prctl: no operating system here, so the tile state is the image's
- * (boot.S enabled it in XCR0): grant and report it as Linux would */
-long syscall(long nr, long op, long arg) {
-    if (nr == 158 && op == 0x1023) return 0;
-    if (nr == 158 && op == 0x1022) {
-        *(unsigned long *)arg = 0x600e7;
-        return 0;
-    }
-    return -1;
-}
 
 /* ---- the checks ------------------------------------------------------------ */
 
