@@ -59,9 +59,12 @@ typedef struct {
 #define PT_PAIRS 16   /* pairs per tile row: one tile op's k chunk */
 
 /* The A operand of rows [m, m + mb) and pairs [j, j + kc): x itself when
- * that is a whole R x 16 tile, else the rows copied into stage
- * zero-padded to 16 x 16. Returns the tile's address; *stride gets its
- * row stride in bytes. */
+ * that is a whole R x 16 tile, else the rows copied into stage, each
+ * zero-padded to 16 pairs. Rows mb.. of stage keep whatever they held:
+ * each tile row's sums depend on its own A row only, and the C rows past
+ * mb are never stored to the output, so only the caller's one clearing
+ * of stage (no uninitialised reads) is needed, not one per chunk.
+ * Returns the tile's address; *stride gets its row stride in bytes. */
 PT_ATTR static const uint32_t *pt_a_operand(const uint32_t *x, int64_t KP, int64_t m, int64_t mb,
                                             int R, int64_t j, int64_t kc,
                                             uint32_t stage[PT_PAIRS][PT_PAIRS], int64_t *stride) {
@@ -69,8 +72,10 @@ PT_ATTR static const uint32_t *pt_a_operand(const uint32_t *x, int64_t KP, int64
         *stride = KP * 4;
         return x + m * KP + j;
     }
-    memset(stage, 0, sizeof(uint32_t) * PT_PAIRS * PT_PAIRS);
-    for (int64_t r = 0; r < mb; r++) memcpy(stage[r], x + (m + r) * KP + j, (size_t)kc * 4);
+    for (int64_t r = 0; r < mb; r++) {
+        memcpy(stage[r], x + (m + r) * KP + j, (size_t)kc * 4);
+        if (kc < PT_PAIRS) memset(stage[r] + kc, 0, (size_t)(PT_PAIRS - kc) * 4);
+    }
     *stride = PT_PAIRS * 4;
     return &stage[0][0];
 }
@@ -106,6 +111,7 @@ PT_ATTR void PT_ENTRY(const uint32_t *x, int64_t M, int64_t KP, const uint32_t *
 
     _Alignas(64) float c[16][16];
     _Alignas(64) uint32_t a_stage[2][PT_PAIRS][PT_PAIRS];
+    memset(a_stage, 0, sizeof a_stage);   /* once: see pt_a_operand */
     _Alignas(64) uint32_t b_tail[4][PT_PAIRS][16];
     const int64_t panels = (N + 15) / 16, ktail = KP % PT_PAIRS;
     const int64_t group = M > 16 ? 2 : 4;
