@@ -8,7 +8,10 @@
 # RSS does not include the probe's 512 MiB buffer. The bytes a decode step
 # reads (stream_bytes) are every tensor's bytes, less an untied model's
 # embedding (only its rows are gathered): checked against the safetensors
-# headers of a tied and an untied model.
+# headers of a tied and an untied model. --probe-every N: a probe before
+# every N decode steps and one after the last, each stretch's fraction in
+# run order, the median of those reported, the probe's buffer outside the
+# peak RSS; refused for CUDA, the serving form and N < 0.
 #   tests/check_bench_bandwidth.sh BUILD
 set -eu
 b=${1:-build}/bin
@@ -56,3 +59,27 @@ for m, untied in (("m", False), ("u", True)):
     ok = ok and got == want
 sys.exit(0 if ok else 1)
 PY
+"$b/qw-bench" --model "$dir/m" --threads 1 --num-requests 2 --input-len 8 --output-len 16 \
+    --temperature 0 --no-limits --probe-every 4 --json >"$dir/pp.json" 2>"$dir/err" || fail "qw-bench --probe-every: $(cat "$dir/err")"
+python3 - "$dir/pp.json" <<'PY' || fail "--probe-every: see above"
+import json, math, sys
+run = json.load(open(sys.argv[1]))["runs"][0]
+probes = run["paired_probe_read_bytes_per_s"]
+fr = run["paired_probe_stretch_fractions"]
+steps = run["decode_steps"]
+print(f"check_bench_bandwidth: --probe-every 4 over {steps} decode steps: {len(probes)} probes, "
+      f"stretches {fr}, median {run['decode_fraction_of_paired_probes']}, peak RSS {run['peak_rss_bytes'] / 2**20:.1f} MiB")
+ok = steps == 15 and len(probes) == math.ceil(steps / 4) + 1 and all(p > 0 for p in probes)
+ok = ok and len(fr) == len(probes) - 1 and run["paired_probe_stretches"] == len(fr) and all(f > 0 for f in fr)
+s = sorted(fr)
+ok = ok and run["decode_fraction_of_paired_probes"] == s[math.ceil(len(s) / 2) - 1]
+ok = ok and run["decode_fraction_of_paired_probes_min"] == s[0] and run["decode_fraction_of_paired_probes_max"] == s[-1]
+ok = ok and run["paired_probe_seconds"] > 0 and run["peak_rss_bytes"] < 128 * 2**20   # the probe maps 256 MiB
+sys.exit(0 if ok else 1)
+PY
+for bad in "--probe-every -1" "--probe-every 4 --device cuda:0"; do
+    "$b/qw-bench" --model "$dir/m" --num-requests 1 --no-limits $bad >/dev/null 2>&1 && fail "qw-bench accepted $bad"
+done
+"$b/qw-bench" --model "$dir/m" --prompts /dev/null --request-rate inf --probe-every 4 >/dev/null 2>&1 &&
+    fail "qw-bench accepted --probe-every in the serving form"
+echo "check_bench_bandwidth: --probe-every checked"

@@ -33,7 +33,10 @@
  * non-first token. Decode is reported as bytes read per step (weights + the
  * KV of every sequence's context) / step time / measured read bandwidth
  * (probed before the runs and again after each; the larger is the limit,
- * since a VM's memory swings between phases within seconds); prefill as
+ * since a VM's memory swings between phases within seconds; with
+ * --probe-every N also by a short probe before every N decode steps, each
+ * stretch judged against the probes on either side of it, which fall in
+ * the same phase); prefill as
  * (2 * params * tokens + attention FLOPs) / step time / measured peak GEMM
  * FLOP/s, and against the raw bf16 dot-product (vdpbf16ps) and
  * f32 FMA peaks of the cores, measured with tight register-only loops.
@@ -163,6 +166,7 @@ typedef struct args {
                                                          0: --fixed-schedule      */
     int fixed_schedule;                               /* arrivals from FILE      */
     const char *prompts;                              /* --prompts FILE          */
+    int probe_every;                                  /* --probe-every N; 0: off */
 } args;
 
 /* The qw_kv_cache_dtype of a --kv-cache-dtype word, or -1. */
@@ -184,7 +188,7 @@ static void usage(void) {
             "  [--max-batched-tokens N] [--kv-blocks N] [--seed N] [--numerics fast|exact|fast-int8]\n"
             "  [--kv-cache-dtype auto|f32|bf16|fp8]\n"
             "  [--no-limits] [--repetition-penalty R] [--presence-penalty P]\n"
-            "  [--frequency-penalty F] [--logprobs N]\n"
+            "  [--frequency-penalty F] [--logprobs N] [--probe-every N]\n"
             "   or: qw-bench --model DIR --prompts FILE (--request-rate R|inf | --fixed-schedule)\n"
             "  [--num-prompts N] [--input-len N] [--output-len N] [--seed N] [--json] [engine options]\n"
             "offline: all requests at once; serve: Poisson arrivals at --rate (or a fixed\n"
@@ -194,7 +198,8 @@ static void usage(void) {
             "the engine's, fast). --no-limits skips measuring bandwidth and the GEMM, bf16\n"
             "dot-product and FMA peaks (bandwidth is probed again after each run; decode\n"
             "is judged against the larger probe). The penalties and --logprobs (QW_REQ_*)\n"
-            "are off unless given.\n"
+            "are off unless given. --probe-every N: a short read-bandwidth probe before every\n"
+            "N decode steps, each stretch judged against the probes on either side of it.\n"
             "--request-rate: the HTTP serving benchmark's workload in-process: FILE has one\n"
             "prompt per line (plain text, or JSONL with \"text\" or \"prompt\"), each cut or\n"
             "padded (with the next lines' tokens) to --input-len tokens; --output-len tokens\n"
@@ -229,6 +234,7 @@ static void parse(int argc, char **argv, args *a) {
         DBL("--rate", rate) DBL("--temperature", temperature) DBL("--top-p", top_p)
         DBL("--repetition-penalty", rep_penalty) DBL("--presence-penalty", pres_penalty)
         DBL("--frequency-penalty", freq_penalty) INT("--logprobs", logprobs)
+        INT("--probe-every", probe_every)
 #undef STR
 #undef INT
 #undef DBL
@@ -255,7 +261,12 @@ static void parse(int argc, char **argv, args *a) {
         strcmp(a->numerics, "fast-int8"))
         usage();
     if (a->kv_dtype && kv_dtype_value(a->kv_dtype) < 0) usage();
-    if (a->num_requests <= 0 || a->input_len <= 0 || a->output_len <= 0) usage();
+    if (a->num_requests <= 0 || a->input_len <= 0 || a->output_len <= 0 || a->probe_every < 0) usage();
+    if (a->probe_every > 0 && (a->rate_mode || strncmp(a->device, "cpu", 3))) {
+        fprintf(stderr, "qw-bench: --probe-every is for the offline and serve forms on the CPU (it probes "
+                        "host memory between decode steps)\n");
+        exit(2);
+    }
     if (strcmp(a->len_dist, "fixed") && strcmp(a->len_dist, "uniform") && strcmp(a->len_dist, "lognormal"))
         usage();
     if (a->scenario[0] && strcmp(a->scenario, "mixed-long") && strcmp(a->scenario, "shared-prefix") &&
@@ -439,17 +450,12 @@ static qwi_page_map probe_buffer(size_t bytes) {
     return m;
 }
 
-/* Best of `reps` passes over a buffer far larger than any cache, with
+/* Best of `reps` passes over src (and dst for a copy), `bytes` each, with
  * nthreads threads each on its own slice; bytes moved per second (a copy
  * counts its read and its write), over the span the workers time
- * themselves (probe_clock). */
-static double measure_bandwidth(int nthreads, int copy, int reps) {
-    const size_t bytes = (size_t)512 << 20;
-    qwi_page_map src_map = probe_buffer(bytes), dst_map = { 0 };
-    if (copy) dst_map = probe_buffer(bytes);
-    uint64_t *src = (uint64_t *)(void *)src_map.base, *dst = (uint64_t *)(void *)dst_map.base;
-    memset(src, 1, bytes);
-    if (dst) memset(dst, 0, bytes);
+ * themselves (probe_clock). The buffers stay the caller's. */
+static double bandwidth_passes(const uint64_t *src, uint64_t *dst, size_t bytes, int nthreads, int reps) {
+    const int copy = dst != NULL;
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, (unsigned)nthreads);
     bw_job *jobs = xcalloc((size_t)nthreads, sizeof *jobs);
@@ -471,6 +477,19 @@ static double measure_bandwidth(int nthreads, int copy, int reps) {
     free(jobs);
     free(clk);
     free(th);
+    return best;
+}
+
+/* Best of `reps` passes over a buffer far larger than any cache
+ * (bandwidth_passes over 512 MiB per direction). */
+static double measure_bandwidth(int nthreads, int copy, int reps) {
+    const size_t bytes = (size_t)512 << 20;
+    qwi_page_map src_map = probe_buffer(bytes), dst_map = { 0 };
+    if (copy) dst_map = probe_buffer(bytes);
+    uint64_t *src = (uint64_t *)(void *)src_map.base, *dst = (uint64_t *)(void *)dst_map.base;
+    memset(src, 1, bytes);
+    if (dst) memset(dst, 0, bytes);
+    double best = bandwidth_passes(src, dst, bytes, nthreads, reps);
     qwi_page_map_release(&src_map);
     qwi_page_map_release(&dst_map);
     return best;
@@ -790,7 +809,23 @@ typedef struct bench {
     int have_stats;
     double t_start, t_end;
     double rss_base;             /* VmRSS before the engine was created           */
+    /* --probe-every: the probe's buffer (allocated and touched before the
+     * engine, so the RSS figures, taken as growth over rss_base, exclude
+     * it), its threads, and the probes of the current run */
+    qwi_page_map probe_map;
+    int probe_threads;
+    struct paired_probe *probes;
+    size_t nprobes, capprobes;
+    int since_probe;             /* decode steps since the last probe             */
+    double probe_seconds;        /* wall time the current run spent in probes     */
 } bench;
+
+/* One probe of --probe-every: taken just before step index `step` of
+ * bench.steps, reading at read_bw bytes/s. */
+typedef struct paired_probe {
+    size_t step;
+    double read_bw;
+} paired_probe;
 
 static int get_engine_stats(qw_engine *e, qw_engine_stats *s) {
     memset(s, 0, sizeof *s);
@@ -874,6 +909,31 @@ static void record_step(bench *b, step_rec s) {
     b->steps[b->nsteps++] = s;
 }
 
+/* --probe-every's probe: bytes per pass (8x a 32 MiB L3, read in ~10 ms on
+ * a 2-core VM) and passes (the best counts). */
+#define PAIRED_PROBE_BYTES ((size_t)256 << 20)
+#define PAIRED_PROBE_PASSES 2
+
+/* A short read-bandwidth probe between two engine steps, recorded against
+ * the next step's index. The engine's pool workers poll for up to 200 us
+ * after a step before they sleep (threadpool.c), so it waits 1 ms first:
+ * the probe's threads then have the CPUs to themselves. */
+static void take_paired_probe(bench *b) {
+    double t0 = now_s();
+    struct timespec pause = { 0, 1000000 };
+    nanosleep(&pause, NULL);
+    double bw = bandwidth_passes((const uint64_t *)(void *)b->probe_map.base, NULL, PAIRED_PROBE_BYTES,
+                                 b->probe_threads, PAIRED_PROBE_PASSES);
+    if (b->nprobes == b->capprobes) {
+        b->capprobes = b->capprobes ? 2 * b->capprobes : 64;
+        b->probes = realloc(b->probes, b->capprobes * sizeof *b->probes);
+        if (!b->probes) die("out of memory");
+    }
+    b->probes[b->nprobes++] = (paired_probe){ b->nsteps, bw };
+    b->since_probe = 0;
+    b->probe_seconds += now_s() - t0;
+}
+
 static void push_itl(bench *b, double v) {
     if (b->nitl == b->capitl) {
         b->capitl = b->capitl ? 2 * b->capitl : 65536;
@@ -942,6 +1002,8 @@ static void run_loop(bench *b) {
             else rec.prefill_only = 0;
             rec.ctx_tokens += q->plen + q->ntok;
         }
+        /* --probe-every: a stretch of decode steps starts with a probe */
+        if (b->a.probe_every > 0 && rec.decode_only && b->since_probe == 0) take_paired_probe(b);
         qw_engine_stats sa, sb;
         int hs = get_engine_stats(b->e, &sa);
         size_t n = 0;
@@ -1022,8 +1084,11 @@ static void run_loop(bench *b) {
             if (rec.decoded > 0 || rec.firsts == 0) rec.flops = 0;   /* only clean prefill steps */
         }
         record_step(b, rec);
+        if (b->a.probe_every > 0 && rec.decode_only && ++b->since_probe == b->a.probe_every) b->since_probe = 0;
         progress_bar(b, done, t1);
     }
+    /* the last stretch's closing probe */
+    if (b->a.probe_every > 0 && b->nprobes > 0 && b->probes[b->nprobes - 1].step < b->nsteps) take_paired_probe(b);
     b->t_end = now_s();
 }
 
@@ -1111,6 +1176,9 @@ static void free_requests(bench *b) {
     b->nreq = 0;
     b->nsteps = 0;
     b->nitl = 0;
+    b->nprobes = 0;
+    b->since_probe = 0;
+    b->probe_seconds = 0;
 }
 
 /* ---- results -------------------------------------------------------------------- */
@@ -1122,7 +1190,54 @@ typedef struct results {
     double pre_steps, pre_time, pre_flops, pre_tokens;
     double host_frac, mean_batch, kv_used, hit_rate, preemptions;
     int have_stats;
+    /* --probe-every: stretches of decode steps between two probes, each
+     * stretch's decode bytes/s over the mean of its two probes */
+    int pp_stretches;
+    double pp_med, pp_min, pp_max;   /* of those ratios                  */
+    double pp_bw_med;                /* median probe, bytes/s            */
+    double pp_seconds;               /* wall time in probes              */
 } results;
+
+/* The stretch of decode steps between --probe-every probes k and k + 1:
+ * its decode bytes/s (counted as compute counts them) over the mean of the
+ * two probes; NAN where it holds no decode step. */
+static double stretch_fraction(const bench *b, size_t k) {
+    double bytes = 0, time = 0;
+    for (size_t s = b->probes[k].step; s < b->probes[k + 1].step; s++) {
+        const step_rec *st = &b->steps[s];
+        if (!st->decode_only || st->decoded <= 0) continue;
+        time += st->dt;
+        bytes += b->mi.stream_bytes + st->ctx_tokens * b->mi.kv_bytes_per_token;
+    }
+    if (time <= 0) return NAN;
+    return bytes / time / (0.5 * (b->probes[k].read_bw + b->probes[k + 1].read_bw));
+}
+
+/* Fills r's pp_* fields from the run's --probe-every probes (pp_stretches
+ * 0: no stretch between two probes). */
+static void paired_probe_results(const bench *b, results *r) {
+    r->pp_stretches = 0;
+    r->pp_med = r->pp_min = r->pp_max = r->pp_bw_med = NAN;
+    r->pp_seconds = b->probe_seconds;
+    if (b->nprobes < 2) return;
+    double *ratio = xcalloc(b->nprobes, sizeof *ratio), *bw = xcalloc(b->nprobes, sizeof *bw);
+    size_t n = 0;
+    for (size_t k = 0; k + 1 < b->nprobes; k++) {
+        double f = stretch_fraction(b, k);
+        if (!isnan(f)) ratio[n++] = f;
+    }
+    for (size_t k = 0; k < b->nprobes; k++) bw[k] = b->probes[k].read_bw;
+    if (n > 0) {
+        dist d = summarize(ratio, n);   /* sorts: the ends are min and max */
+        r->pp_stretches = (int)n;
+        r->pp_med = d.p50;
+        r->pp_min = ratio[0];
+        r->pp_max = ratio[n - 1];
+        r->pp_bw_med = summarize(bw, b->nprobes).p50;
+    }
+    free(ratio);
+    free(bw);
+}
 
 static results compute(bench *b) {
     results r;
@@ -1170,6 +1285,7 @@ static results compute(bench *b) {
     r.dec_batch = r.dec_steps ? r.dec_tokens / r.dec_steps : 0;
     r.dec_bytes_s = r.dec_time > 0 ? bytes / r.dec_time : 0;
     r.dec_step_ms = r.dec_steps ? 1e3 * r.dec_time / r.dec_steps : 0;
+    paired_probe_results(b, &r);
     r.host_frac = r.mean_batch = r.kv_used = r.hit_rate = r.preemptions = NAN;
     if (b->have_stats && get_engine_stats(b->e, &b->st1)) {
         const qw_engine_stats *a0 = &b->st0, *a1 = &b->st1;
@@ -1286,6 +1402,24 @@ static void report(bench *b, const char *label, const results *r, const limits *
         jnum("decode_fraction_of_bandwidth", bwf, 0);
         jnum("read_bandwidth_after_run_bytes_per_s", L->measured ? L->read_bw_after : NAN, 0);
         jnum("read_bandwidth_limit_bytes_per_s", L->measured ? L->read_bw : NAN, 0);
+        if (b->a.probe_every > 0) {
+            jnum("paired_probe_stretches", r->pp_stretches, 0);
+            jnum("decode_fraction_of_paired_probes", r->pp_med, 0);
+            jnum("decode_fraction_of_paired_probes_min", r->pp_min, 0);
+            jnum("decode_fraction_of_paired_probes_max", r->pp_max, 0);
+            jnum("paired_probe_read_bandwidth_median_bytes_per_s", r->pp_bw_med, 0);
+            jnum("paired_probe_seconds", r->pp_seconds, 0);
+            /* in run order: every probe, and every stretch's fraction */
+            printf("    \"paired_probe_read_bytes_per_s\": [");
+            for (size_t k = 0; k < b->nprobes; k++) printf("%s%.6g", k ? ", " : "", b->probes[k].read_bw);
+            printf("],\n    \"paired_probe_stretch_fractions\": [");
+            for (size_t k = 0; k + 1 < b->nprobes; k++) {
+                double f = stretch_fraction(b, k);
+                if (isnan(f)) printf("%snull", k ? ", " : "");
+                else printf("%s%.6g", k ? ", " : "", f);
+            }
+            printf("],\n");
+        }
         jnum("prefill_steps", r->pre_steps, 0);
         jnum("decode_flops_per_s", dfs, 0);
         jnum("decode_fraction_of_compute_peak", dfc, 0);
@@ -1323,6 +1457,16 @@ static void report(bench *b, const char *label, const results *r, const limits *
                "%.2f GB/s read = %s of bandwidth, %.1f GFLOP/s = %s of %s\n",
                r->dec_steps, r->dec_batch, r->dec_step_ms, r->dec_tokens / r->dec_time,
                r->dec_bytes_s / 1e9, s1, dfs / 1e9, s2, peak_name);
+    }
+    if (b->a.probe_every > 0) {
+        if (r->pp_stretches > 0)
+            printf("  decode vs paired probes %d stretches of up to %d decode steps: median %.1f%% (%.1f-%.1f%%) of "
+                   "the mean of the read probes on either side (median probe %.2f GB/s, %d x %zu MiB passes); "
+                   "%.2f s of probes, outside the step times, inside the latencies\n",
+                   r->pp_stretches, b->a.probe_every, r->pp_med * 100, r->pp_min * 100, r->pp_max * 100,
+                   r->pp_bw_med / 1e9, PAIRED_PROBE_PASSES, PAIRED_PROBE_BYTES >> 20, r->pp_seconds);
+        else
+            printf("  decode vs paired probes no stretch of decode steps between two probes\n");
     }
     if (r->pre_steps > 0) {
         fmt_num(s1, sizeof s1, pff * 100, "%.1f%%");
@@ -1889,6 +2033,11 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (b.a.probe_every > 0) {
+        b.probe_threads = threads;
+        b.probe_map = probe_buffer(PAIRED_PROBE_BYTES);
+        memset(b.probe_map.base, 1, PAIRED_PROBE_BYTES);
+    }
     qw_engine_options *o = engine_options(&b.a);
     /* Memory from here on is the engine's: the limit buffers are freed, and
      * the peak is reset so it does not count them (else it is flagged). */
@@ -1916,6 +2065,7 @@ int main(int argc, char **argv) {
         b.a.output_len = 4;
         b.a.len_dist = "fixed";
         b.a.concurrency = 0;
+        b.a.probe_every = 0;
         int p = b.progress;
         b.progress = 0;
         build_requests(&b, 0);
@@ -2018,6 +2168,8 @@ int main(int argc, char **argv) {
     }
     free(b.steps);
     free(b.itl);
+    free(b.probes);
+    qwi_page_map_release(&b.probe_map);
     qw_engine_destroy(b.e);
     return 0;
 }
