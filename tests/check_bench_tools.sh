@@ -2,8 +2,9 @@
 # The kernel benchmarks still run and still check what they check, on tiny
 # shapes (seconds, not a measurement): qw-abench (decode attention; exits 1
 # when the batched result differs from row by row) in fast and exact
-# numerics, with the table's block size and with one its direct kernels do
-# not take, qw-qbench (quantized matmuls) and qw-samplebench (the sampler).
+# numerics and over the fp8 cache, with the table's block size and with one
+# its direct kernels do not take, qw-qbench (quantized matmuls) and
+# qw-samplebench (the sampler).
 #   tests/check_bench_tools.sh BUILD
 set -eu
 b=${1:-build}/bin
@@ -17,6 +18,13 @@ echo "$out" | grep -q '2 MiB pages' || fail "qw-abench --huge-pages did not say 
 "$b/qw-abench" --seqs 3 --ctx 77 --layers 2 --seconds 0.01 --block-size 8 --heads 6 --kv-heads 2 \
     --head-dim 64 --threads 1 >/dev/null || fail "qw-abench, block size 8, group 3"
 "$b/qw-abench" --seqs 0 >/dev/null 2>&1 && fail "qw-abench accepted --seqs 0"
+# the fp8 e4m3 cache: its own kernels, checked batched == alone the same way
+out=$("$b/qw-abench" --seqs 3 --ctx 77 --layers 2 --seconds 0.01 --kv fp8) || fail "qw-abench --kv fp8: $out"
+echo "$out" | grep -q 'fp8 e4m3 KV' || fail "qw-abench --kv fp8 did not say so: $out"
+"$b/qw-abench" --seqs 3 --ctx 40 --layers 1 --seconds 0.01 --kv fp8 --block-size 8 --heads 6 --kv-heads 2 \
+    --head-dim 64 --threads 1 >/dev/null || fail "qw-abench --kv fp8, block size 8, group 3"
+"$b/qw-abench" --kv fp8 --exact >/dev/null 2>&1 && fail "qw-abench accepted --kv fp8 --exact"
+"$b/qw-abench" --kv f16 >/dev/null 2>&1 && fail "qw-abench accepted --kv f16"
 "$b/qw-qbench" --k 256 --n 256 --ms 1,8 --seconds 0.01 --layers 2 >/dev/null || fail "qw-qbench"
 # one header column per --ms entry, in its order (without M = 1 there is no GB/s column)
 out=$("$b/qw-qbench" --k 256 --n 256 --ms 8,1 --seconds 0.01 --layers 2) || fail "qw-qbench --ms 8,1"

@@ -1,6 +1,6 @@
 /*
- * qw-abench - decode attention over the bf16 KV cache (issue 11's attention
- * benchmark): one decode step's attention for every layer (each sequence one
+ * qw-abench - decode attention over the bf16 or fp8 KV cache (issues 11's
+ * and 16's attention benchmark): one decode step's attention for every layer (each sequence one
  * query row at its last position, the kv heads of a sequence in one task, as
  * a decode step runs it) through qwi_cpu_attention and the machine's kernel
  * table, in GB/s of the K and V bytes a step must read, against a read
@@ -8,17 +8,20 @@
  *
  *   qw-abench [--seqs N] [--ctx N] [--threads N] [--layers N] [--seconds S]
  *             [--heads N] [--kv-heads N] [--head-dim N] [--block-size N]
- *             [--contiguous] [--exact] [--huge-pages]
+ *             [--contiguous] [--exact] [--huge-pages] [--kv bf16|fp8]
  *
  * Defaults: the 0.6B shape (16 heads, 8 kv heads, head dim 128), 32
  * sequences of 512 positions, block size 16, 2 threads, fast numerics'
  * bf16 dot products (--exact: the f32 kernels over the same bf16 cache).
+ * --kv fp8: the e4m3 cache (QW_KV_CACHE_FP8_E4M3; its own kernels,
+ * cpu/kv_fp8.h, the same in both modes: --exact does not apply), one byte
+ * an element, random finite codes with layer scales of 1/64 (K) and 1/32 (V).
  * Each layer has its own K and V pool (the engine's layout: K planes, V
  * rows); --layers defaults to enough layers for >= 512 MiB of KV, so the
  * reads come from memory. Blocks are handed out in a seeded random order
  * (a pool after some churn; --contiguous: in order). The pool is on 4 KiB
  * pages, as the engine's (cpu/page_map.h); --huge-pages: 2 MiB ones. Every
- * K/V element is a random bf16 value (uniform in [-2, 2)). Before timing,
+ * bf16 K/V element is a random value (uniform in [-2, 2)). Before timing,
  * the batched result is checked bit for bit against qwr_attention_row row by
  * row (the design's batched == alone).
  * Best of 3 timings of --seconds each, wall time.
@@ -36,6 +39,7 @@
 #include "cpu/page_map.h"
 #include "cpu/threadpool.h"
 #include "dtype.h"
+#include "fp8.h"
 
 static double now(void) {
     struct timespec ts;
@@ -105,7 +109,7 @@ static double read_bandwidth(qwi_cpu_pool *pool) {
 
 int main(int argc, char **argv) {
     int32_t seqs = 32, ctx = 512, threads = 2, layers = 0, heads = 16, kv_heads = 8, hd = 128, bs = 16;
-    int contiguous = 0, exact = 0, huge_pages = 0;
+    int contiguous = 0, exact = 0, huge_pages = 0, fp8 = 0;
     double seconds = 0.5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -123,10 +127,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--kv-heads")) kv_heads = atoi(v);
         else if (!strcmp(a, "--head-dim")) hd = atoi(v);
         else if (!strcmp(a, "--block-size")) bs = atoi(v);
+        else if (!strcmp(a, "--kv") && (!strcmp(v, "bf16") || !strcmp(v, "fp8"))) fp8 = !strcmp(v, "fp8");
         else { fprintf(stderr, "qw-abench: unknown option %s\n", a); return 2; }
     }
     if (seqs < 1 || ctx < 1 || threads < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads ||
-        hd < 2 || hd % 2 || bs < 1 || !(seconds > 0)) {
+        hd < 2 || hd % 2 || bs < 1 || !(seconds > 0) || (fp8 && exact)) {
         fprintf(stderr, "qw-abench: bad option values\n");
         return 2;
     }
@@ -134,7 +139,8 @@ int main(int argc, char **argv) {
     const int32_t nbs = (ctx + bs - 1) / bs;        /* blocks per sequence */
     const int64_t nblocks = (int64_t)seqs * nbs;    /* blocks per layer    */
     const size_t layer_elems = (size_t)nblocks * (size_t)bs * (size_t)kvd;   /* K (or V) of a layer */
-    const double step_bytes = (double)seqs * ctx * (double)kvd * 2.0 * sizeof(uint16_t);   /* per layer */
+    const size_t elem = fp8 ? 1 : sizeof(uint16_t);
+    const double step_bytes = (double)seqs * ctx * (double)kvd * 2.0 * (double)elem;   /* per layer */
     if (layers <= 0) layers = (int32_t)fmax(2.0, ceil((double)(512 << 20) / step_bytes));
 
     qwi_cpu_pool *pool = NULL;
@@ -142,14 +148,23 @@ int main(int argc, char **argv) {
     threads = qwi_cpu_pool_size(pool);
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
     const qwi_cpu_kv_bf16_kernels *kb = qwi_cpu_kv_bf16_for(kt);
+    const qwi_cpu_kv_fp8_kernels *kf = qwi_cpu_kv_fp8_for(kt);
 
-    /* the pool: layer l's K planes, then its V head slices, random bf16
-     * values; on the engine's KV pages unless --huge-pages */
-    qwi_page_map kv_map = big_alloc((size_t)layers * 2 * layer_elems * sizeof(uint16_t),
+    /* the pool: layer l's K planes, then its V head slices, random values
+     * (bf16) or finite codes (e4m3: a NaN code becomes 0); on the engine's
+     * KV pages unless --huge-pages */
+    qwi_page_map kv_map = big_alloc((size_t)layers * 2 * layer_elems * elem,
                                     huge_pages ? QWI_PAGES_HUGE : QWI_PAGES_SMALL);
     uint16_t *kv = (uint16_t *)(void *)kv_map.base;
-    for (size_t i = 0; i < (size_t)layers * 2 * layer_elems; i++)
-        kv[i] = qwi_f32_to_bf16((float)((int32_t)(rnd() >> 32)) * 0x1.0p-30f);   /* uniform in [-2, 2) */
+    uint8_t *kv8 = (uint8_t *)kv_map.base;
+    for (size_t i = 0; i < (size_t)layers * 2 * layer_elems; i++) {
+        if (fp8) {
+            const uint8_t c = (uint8_t)(rnd() >> 56);
+            kv8[i] = qwi_e4m3_is_nan(c) ? 0 : c;
+        } else {
+            kv[i] = qwi_f32_to_bf16((float)((int32_t)(rnd() >> 32)) * 0x1.0p-30f);   /* uniform in [-2, 2) */
+        }
+    }
     /* block tables: a permutation of the pool's blocks (or the identity) */
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)nblocks);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)seqs), *row_seq = malloc(sizeof(int32_t) * (size_t)seqs);
@@ -180,9 +195,24 @@ int main(int argc, char **argv) {
         .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = hd,
         .scale = (float)(1.0 / sqrt((double)hd)),
     };
+    /* layer l's pools */
+#define SET_LAYER(l)                                                                           \
+    do {                                                                                       \
+        if (fp8) {                                                                             \
+            a.k_fp8 = kv8 + (size_t)(l) * 2 * layer_elems;                                     \
+            a.v_fp8 = a.k_fp8 + layer_elems;                                                   \
+        } else {                                                                               \
+            a.k_bf16 = kv + (size_t)(l) * 2 * layer_elems;                                     \
+            a.v_bf16 = a.k_bf16 + layer_elems;                                                 \
+        }                                                                                      \
+    } while (0)
+    if (fp8) {
+        a.kf = kf;
+        a.k_scale = 1.0f / 64;   /* |k| <= 7, |v| <= 14: the magnitudes of a real cache */
+        a.v_scale = 1.0f / 32;
+    }
     /* batched == alone, on layer 0 */
-    a.k_bf16 = kv;
-    a.v_bf16 = kv + layer_elems;
+    SET_LAYER(0);
     qwi_cpu_attention(pool, kt, scr, &a);
     a.out = ref;
     for (int32_t r = 0; r < seqs; r++)
@@ -199,8 +229,7 @@ int main(int argc, char **argv) {
         double t0 = now(), t = t0;
         while (t - t0 < seconds) {
             for (int32_t l = 0; l < layers; l++) {
-                a.k_bf16 = kv + (size_t)l * 2 * layer_elems;
-                a.v_bf16 = a.k_bf16 + layer_elems;
+                SET_LAYER(l);
                 qwi_cpu_attention(pool, kt, scr, &a);
             }
             calls += layers;
@@ -212,7 +241,7 @@ int main(int argc, char **argv) {
     const double gbs = step_bytes / best;
     printf("qw-abench: kernel table %s, %s, %d threads; %d seqs x %d positions, heads %d/%d x %d, "
            "block %d (%s), %d layers (%.1f MiB of KV, %s pages)\n",
-           kt->name, exact ? "exact (f32 kernels)" : "fast (bf16 dot products)", threads, seqs, ctx, heads,
+           kt->name, fp8 ? "fp8 e4m3 KV" : exact ? "exact (f32 kernels)" : "fast (bf16 dot products)", threads, seqs, ctx, heads,
            kv_heads, hd, bs, contiguous ? "contiguous" : "shuffled", layers,
            step_bytes * layers / (1 << 20), huge_pages ? "2 MiB" : "4 KiB");
     printf("decode attention: %.1f us per layer, %.2f GB/s of K+V = %.1f%% of read bandwidth (%.2f GB/s)\n",
