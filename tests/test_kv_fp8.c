@@ -1,10 +1,12 @@
 /*
  * test_kv_fp8.c - the fp8 (e4m3) KV cache's kernels: the write rounding
  * with a scale, the K tile widen/transpose (every table bit-identical to
- * the generic one, all 256 byte patterns), P.V (avx2 == avx512 bit for
- * bit, the generic table within rounding, all against a float64
- * reference; batched == alone), and attention over a paged fp8 cache with
- * per-layer scales against float64 attention.
+ * the generic one, all 256 byte patterns), P.V (avx2 == avx512 ==
+ * avx512vbmi bit for bit, the generic table within rounding, all against a
+ * float64 reference; batched == alone), and attention over a paged fp8
+ * cache with per-layer scales against float64 attention, for every table
+ * (avx512vbmi's scores from the K planes included: the same bits as
+ * avx512's).
  *
  * Tolerances (max abs error, unit-scale data, contexts up to 300):
  * against float64 attention over the *dequantized* K/V (e4m3(b) * scale)
@@ -41,6 +43,7 @@ static uint32_t bits(float f) {
 static const qwi_cpu_kv_fp8_kernels *table(const char *name) {
     if (strcmp(name, "generic") == 0) return qwi_cpu_kv_fp8_generic();
     if (strcmp(name, "avx2") == 0) return qwi_cpu_kv_fp8_avx2();
+    if (strcmp(name, "avx512vbmi") == 0) return qwi_cpu_kv_fp8_avx512vbmi();
     return qwi_cpu_kv_fp8_avx512();
 }
 
@@ -123,6 +126,7 @@ static void transpose_exact(const char *name) {
 Test(kv_fp8, transpose_generic) { transpose_exact("generic"); }
 Test(kv_fp8, transpose_avx2) { transpose_exact("avx2"); }
 Test(kv_fp8, transpose_avx512) { transpose_exact("avx512"); }
+Test(kv_fp8, transpose_avx512vbmi) { transpose_exact("avx512vbmi"); }
 
 /* ---- P.V ---------------------------------------------------------------- */
 
@@ -217,13 +221,21 @@ static void pv_case(const char *name) {
 Test(kv_fp8, pv_generic) { pv_case("generic"); }
 Test(kv_fp8, pv_avx2) { pv_case("avx2"); }
 Test(kv_fp8, pv_avx512) { pv_case("avx512"); }
+Test(kv_fp8, pv_avx512vbmi) { pv_case("avx512vbmi"); }
 
 Test(kv_fp8, table_follows_the_f32_table) {
     cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_generic()), qwi_cpu_kv_fp8_generic());
     if (qwi_cpu_kernels_avx2())
         cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_avx2()), qwi_cpu_kv_fp8_avx2());
     if (qwi_cpu_kernels_avx512())
-        cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_avx512()), qwi_cpu_kv_fp8_avx512());
+        cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_avx512()),
+                     qwi_cpu_kv_fp8_avx512vbmi() ? qwi_cpu_kv_fp8_avx512vbmi() : qwi_cpu_kv_fp8_avx512());
+    if (qwi_cpu_kv_fp8_avx512vbmi()) {
+        __builtin_cpu_init();
+        cr_assert(__builtin_cpu_supports("avx512vbmi"), "avx512vbmi table without the CPU flag");
+        cr_assert_str_eq(qwi_cpu_kv_fp8_avx512vbmi()->name, "avx512vbmi");
+        cr_assert_not_null(qwi_cpu_kv_fp8_avx512vbmi()->pscores8_q);
+    }
     cr_assert_not_null(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_select()));
 }
 
@@ -255,10 +267,17 @@ static void ref_row(const float *q, const float *kseq, const float *vseq, int32_
     }
 }
 
-static void attention_case(const char *kt_name) {
+/* kt_name's f32 and bf16 tables with fp8 table kf_name (NULL: the one
+ * qwi_cpu_kv_fp8_for gives). */
+static void attention_case(const char *kt_name, const char *kf_name) {
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name(kt_name);
     if (!kt) {
         cr_log_warn("kernel table %s not available: skipped", kt_name);
+        return;
+    }
+    const qwi_cpu_kv_fp8_kernels *kf = kf_name ? table(kf_name) : qwi_cpu_kv_fp8_for(kt);
+    if (!kf) {
+        cr_log_warn("kv fp8 table %s not available on this CPU: skipped", kf_name);
         return;
     }
     const int kvd = NKV * HD, qd = NH * HD;
@@ -306,7 +325,7 @@ static void attention_case(const char *kt_name) {
         }
     }
     qwi_cpu_attn a = { .q = q, .k_fp8 = kc, .v_fp8 = vc, .kb = qwi_cpu_kv_bf16_for(kt),
-                       .kf = qwi_cpu_kv_fp8_for(kt), .k_scale = k_scale, .v_scale = v_scale,
+                       .kf = kf, .k_scale = k_scale, .v_scale = v_scale,
                        .out = out, .positions = pos, .row_seq = rs, .block_tables = &bt[0][0],
                        .max_blocks_per_seq = MAXB, .block_size = BS, .num_tokens = T,
                        .num_heads = NH, .num_kv_heads = NKV, .head_dim = HD,
@@ -361,6 +380,64 @@ static void attention_case(const char *kt_name) {
     free(rs);
 }
 
-Test(kv_fp8, attention_generic) { attention_case("generic"); }
-Test(kv_fp8, attention_avx2) { attention_case("avx2"); }
-Test(kv_fp8, attention_avx512) { attention_case("avx512"); }
+Test(kv_fp8, attention_generic) { attention_case("generic", NULL); }
+Test(kv_fp8, attention_avx2) { attention_case("avx2", NULL); }
+Test(kv_fp8, attention_avx512) { attention_case("avx512", "avx512"); }
+Test(kv_fp8, attention_avx512vbmi) { attention_case("avx512", "avx512vbmi"); }
+
+/* avx512vbmi against avx512 through qwi_cpu_attention, bit for bit, at
+ * the head sizes whose rows its 64-element widen covers (128, 192 with a
+ * 64-element block, 136 with a 16-element one and a tail), q groups of 1,
+ * 2, 5 and 8 rows per kv head, decode rows and a prefill run, every
+ * e4m3 code but NaN in the cache. */
+Test(kv_fp8, avx512vbmi_attention_equals_avx512) {
+    const qwi_cpu_kv_fp8_kernels *kv = qwi_cpu_kv_fp8_avx512vbmi(), *k5 = qwi_cpu_kv_fp8_avx512();
+    const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name("avx512");
+    if (!kv || !k5 || !kt) {
+        cr_log_warn("avx512vbmi fp8 table not available on this CPU: skipped");
+        return;
+    }
+    enum { NB = 40, B16 = 16, CTXV = 300, NT = 6 };
+    const int hds[] = { 128, 192, 136 };
+    const int groups[] = { 1, 2, 5, 8 };
+    qwi_cpu_pool *pool;
+    cr_assert_eq(qwi_cpu_pool_create(1, &pool), QW_OK);
+    for (size_t hi = 0; hi < 3; hi++)
+        for (size_t gi = 0; gi < 4; gi++) {
+            const int hd = hds[hi], nkv = 2, nh = nkv * groups[gi], kvd = nkv * hd, qd = nh * hd;
+            uint8_t *kc = malloc((size_t)NB * B16 * kvd), *vc = malloc((size_t)NB * B16 * kvd);
+            for (size_t i = 0; i < (size_t)NB * B16 * kvd; i++) {
+                uint8_t b = (uint8_t)(i * 37 + (i >> 7) * 11 + hd);
+                kc[i] = qwi_e4m3_is_nan(b) ? 0x01 : b;
+                b = (uint8_t)(i * 53 + (i >> 6) * 5);
+                vc[i] = qwi_e4m3_is_nan(b) ? 0x81 : b;
+            }
+            int32_t bt[2][NB / 2], pos[NT], rs[NT];
+            for (int b = 0; b < NB / 2; b++) {
+                bt[0][b] = NB - 1 - 2 * b;   /* scattered, as after churn */
+                bt[1][b] = 2 * b;
+            }
+            /* rows: sequence 0 decodes at 300 and 17; sequence 1 a 4-row prefill run at 120.. */
+            const int32_t pv[NT] = { CTXV - 1, 16, 120, 121, 122, 123 }, sv[NT] = { 0, 0, 1, 1, 1, 1 };
+            memcpy(pos, pv, sizeof pos);
+            memcpy(rs, sv, sizeof rs);
+            float *q = malloc(sizeof(float) * NT * qd), *o1 = malloc(sizeof(float) * NT * qd),
+                  *o2 = malloc(sizeof(float) * NT * qd);
+            for (int i = 0; i < NT * qd; i++) q[i] = frand();
+            float *scr = malloc(qwi_cpu_attn_scratch_floats(nh, nkv, hd) * 4);
+            qwi_cpu_attn a = { .q = q, .k_fp8 = kc, .v_fp8 = vc, .kb = qwi_cpu_kv_bf16_for(kt), .kf = k5,
+                               .k_scale = 0.0625f, .v_scale = 0.125f, .out = o1, .positions = pos,
+                               .row_seq = rs, .block_tables = &bt[0][0], .max_blocks_per_seq = NB / 2,
+                               .block_size = B16, .num_tokens = NT, .num_heads = nh, .num_kv_heads = nkv,
+                               .head_dim = hd, .scale = 0.1f };
+            qwi_cpu_attention(pool, kt, &scr, &a);
+            a.kf = kv;
+            a.out = o2;
+            qwi_cpu_attention(pool, kt, &scr, &a);
+            for (int i = 0; i < NT * qd; i++) cr_assert(isfinite(o1[i]), "hd %d: non-finite output", hd);
+            cr_assert(memcmp(o1, o2, sizeof(float) * NT * qd) == 0, "hd %d group %d: avx512vbmi != avx512",
+                      hd, groups[gi]);
+            free(kc), free(vc), free(q), free(o1), free(o2), free(scr);
+        }
+    qwi_cpu_pool_destroy(pool);
+}

@@ -7,8 +7,10 @@
  *     1 (planes are rows), equals the scalar widen of the written values
  *     and the row-layout transpose (dstride 1) of the same K, bit for bit;
  *   - every table's pscores_q / pscores8_q (scores straight from bf16 /
- *     fp8 planes) gives the bits of transpose + tscores_q, for block sizes that are multiples of
- *     the table's plane_lanes, any tile length and number of q vectors;
+ *     fp8 planes; the fp8 table's own pscores8_q where it has one) gives
+ *     the bits of transpose + tscores_q, for block sizes that are
+ *     multiples of the table's plane_lanes, any tile length and number of
+ *     q vectors;
  *   - the engine's logits do not depend on the block size (the layout
  *     moves, the score chains do not), for bf16 and fp8 KV, over a prompt
  *     spanning three tiles and a few decode steps.
@@ -181,6 +183,15 @@ static void check_pscores(const qwi_cpu_kv_bf16_kernels *kb, const qwi_cpu_kv_fp
                 cr_assert(memcmp(want[i], got[i], sizeof(float) * (size_t)n) == 0,
                           "%s fp8 bs %d hd %lld n %d nq %d: q %d scores differ", kb->name, bs, (long long)hd, n,
                           nq, i);
+            /* the fp8 table's own planes kernel, where it has one */
+            if (kf->pscores8_q) {
+                memset(got, 0xff, sizeof got);
+                kf->pscores8_q(qp, go, nq, hd, kp8, bs, n, 0.375f);
+                for (int i = 0; i < nq; i++)
+                    cr_assert(memcmp(want[i], got[i], sizeof(float) * (size_t)n) == 0,
+                              "%s fp8 bs %d hd %lld n %d nq %d: q %d scores differ", kf->name, bs, (long long)hd,
+                              n, nq, i);
+            }
         }
     }
     free(kc), free(kc8), free(q), free(kt), free(kt8);

@@ -291,13 +291,15 @@ static inline void pv_pass(const qwi_cpu_attn *a, float *const *o, const float *
 #define QWI_CPU_ATTN_BATCH 32
 
 /* One tscores_q batch: from ktile, or (direct) from the K planes (kp8
- * non-NULL: the fp8 cache's). */
-static inline void scores_pass(const qwi_cpu_kv_bf16_kernels *kb, bool direct, const float *const *qp,
+ * non-NULL: the fp8 cache's, through kf's own pscores8_q where it has
+ * one). */
+static inline void scores_pass(const qwi_cpu_kv_bf16_kernels *kb, const qwi_cpu_kv_fp8_kernels *kf,
+                               bool direct, const float *const *qp,
                                float *const *op, int32_t nb, int32_t hd, const float *ktile,
                                const uint16_t *const *kp, const uint8_t *const *kp8, int32_t bs,
                                int32_t n, float scale) {
     if (direct && kp8)
-        kb->pscores8_q(qp, op, nb, hd, kp8, bs, n, scale);
+        (kf && kf->pscores8_q ? kf->pscores8_q : kb->pscores8_q)(qp, op, nb, hd, kp8, bs, n, scale);
     else if (direct)
         kb->pscores_q(qp, op, nb, hd, kp, bs, n, scale);
     else
@@ -378,7 +380,7 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
     /* whole plane runs of the table's width: scores read the K planes
      * directly (pscores_q, pscores8_q for fp8), no f32 tile - the same
      * bits, a choice by block size alone (never by the rows of the step) */
-    const bool direct = (fp8 ? kb->pscores8_q != NULL : kb->pscores_q != NULL) &&
+    const bool direct = (fp8 ? kb->pscores8_q != NULL || kf->pscores8_q != NULL : kb->pscores_q != NULL) &&
                         a->block_size % kb->plane_lanes == 0;
     /* bf16 dot products: the table's dscores from the planes, or the
      * portable one (the same bits) where blocks break its plane runs */
@@ -411,7 +413,7 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
                     if (dot)
                         dscores(qp2, op, nb, hd, kp, a->block_size, t1 - t0, scale);
                     else
-                        scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL,
+                        scores_pass(kb, kf, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL,
                                     a->block_size, t1 - t0, scale);
                     nb = 0;
                 }
@@ -420,7 +422,7 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
         if (nb && dot)
             dscores(qp2, op, nb, hd, kp, a->block_size, t1 - t0, scale);
         else if (nb)
-            scores_pass(kb, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL, a->block_size, t1 - t0,
+            scores_pass(kb, kf, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL, a->block_size, t1 - t0,
                         scale);
         /* online softmax per pair: rescale what earlier tiles accumulated */
         for (int32_t i = 0; i < n; i++) {

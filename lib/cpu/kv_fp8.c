@@ -44,7 +44,8 @@ const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_for(const qwi_cpu_kernels *kt) {
     const char *nm = kt && kt->name ? kt->name : "generic";
     if (strcmp(nm, "generic") == 0) return &generic;
     const qwi_cpu_kv_fp8_kernels *t = NULL;
-    if (strcmp(nm, "avx2") != 0) t = qwi_cpu_kv_fp8_avx512();
+    if (strcmp(nm, "avx2") != 0) t = qwi_cpu_kv_fp8_avx512vbmi();
+    if (!t && strcmp(nm, "avx2") != 0) t = qwi_cpu_kv_fp8_avx512();
     if (!t) t = qwi_cpu_kv_fp8_avx2();
     return t ? t : &generic;
 }

@@ -48,6 +48,11 @@ typedef struct qwi_cpu_kv_fp8_kernels {
      * then add). */
     void (*pv)(float *const *o, const float *const *p, int32_t nq, const uint8_t *const *v,
                int32_t n, int64_t hd);
+    /* Optional (NULL: the bf16 table's pscores8_q, cpu/kv_bf16.h, runs):
+     * the scores straight from fp8 K planes, that entry's contract and
+     * bits, with this table's own widen. */
+    void (*pscores8_q)(const float *const *q, float *const *out, int32_t nq, int64_t hd,
+                       const uint8_t *const *kpl, int64_t dstride, int32_t n, float scale);
 } qwi_cpu_kv_fp8_kernels;
 
 /* The portable table; always available. Static storage. */
@@ -58,9 +63,16 @@ const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_generic(void);
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx2(void);
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512(void);
 
+/* The avx512 table with P.V and the K-plane scores widening by byte
+ * permutes (AVX512_VBMI, cpu/kv_fp8_vbmi.c): the same bits, fewer
+ * instructions. NULL where the CPU or build lacks it. Static storage;
+ * thread-safe. */
+const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512vbmi(void);
+
 /* The table that goes with f32 kernel table kt, by the rule of
  * qwi_cpu_kv_bf16_for (generic for "generic", avx2 for "avx2", else the
- * widest this CPU runs). Never NULL. Thread-safe. */
+ * widest this CPU runs: avx512vbmi where it has AVX512_VBMI, else avx512).
+ * Never NULL. Thread-safe. */
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_for(const qwi_cpu_kernels *kt);
 
 /* The generic transpose (see the table's). */
