@@ -50,7 +50,10 @@ typedef struct qwi_cpu_kv_fp8_kernels {
                int32_t n, int64_t hd);
     /* Optional (NULL: the bf16 table's pscores8_q, cpu/kv_bf16.h, runs):
      * the scores straight from fp8 K planes, that entry's contract and
-     * bits, with this table's own widen. */
+     * bits, with this table's own widen. Only an AVX-512 table has one,
+     * and it runs in 16-position chunks: qwi_cpu_kv_fp8_for pairs it with
+     * the AVX-512 bf16 tables, whose plane_lanes (16) the caller checks
+     * the block size against. */
     void (*pscores8_q)(const float *const *q, float *const *out, int32_t nq, int64_t hd,
                        const uint8_t *const *kpl, int64_t dstride, int32_t n, float scale);
 } qwi_cpu_kv_fp8_kernels;
