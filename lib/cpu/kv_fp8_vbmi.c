@@ -27,7 +27,6 @@
 #include <string.h>
 
 #include "cpu/kv_fp8.h"
-#include "cpu/cpu_features.h"
 #include "fp8.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
