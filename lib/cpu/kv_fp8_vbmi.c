@@ -19,8 +19,10 @@
  * ORs the sign into the high byte, and four zero-masking vpermi2b place
  * (low, high) into the top half of each f32 lane of 16 consecutive
  * elements: 7 instructions per 64. The values are qwi_e4m3_to_f32's bit
- * for bit, and the FMA chains are the avx512 table's, in the same order,
- * so this table gives the avx512 and avx2 tables' bits exactly
+ * for bit, and the FMA chains are the avx512 table's, in the same order
+ * (P.V is kv_pv_x86.h's AVX-512 code itself, instanced with this widen;
+ * the scores take four dims of a chunk per widen, so they have their own
+ * loop), so this table gives the avx512 and avx2 tables' bits exactly
  * (tests/test_kv_fp8.c, tests/test_kv_kplanes.c).
  */
 #include <pthread.h>
@@ -38,10 +40,13 @@
 
 #include "cpu/e4m3_x86.h"
 
-/* High and low bytes of the bf16 of magnitude code m (m < 128): filled
- * once, by the table getter, before any kernel can run. */
+/* Filled once, by the table getter, before any kernel can run: the high
+ * and low bytes of the bf16 of magnitude code m (m < 128), and the
+ * placing permutes - output k's lane t takes bytes 2, 3 = the low, high
+ * byte of element 16k + t (bytes 0, 1 are masked to zero). */
 static uint8_t tab_hi[128] __attribute__((aligned(64)));
 static uint8_t tab_lo[128] __attribute__((aligned(64)));
+static uint8_t tab_place[4][64] __attribute__((aligned(64)));
 static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
 
 static void tab_build(void) {
@@ -52,12 +57,19 @@ static void tab_build(void) {
         tab_hi[m] = (uint8_t)(u >> 24);
         tab_lo[m] = (uint8_t)(u >> 16);
     }
+    for (int k = 0; k < 4; k++)
+        for (int t = 0; t < 16; t++) {
+            tab_place[k][4 * t] = tab_place[k][4 * t + 1] = 0;
+            tab_place[k][4 * t + 2] = (uint8_t)(16 * k + t);        /* from the low bytes  */
+            tab_place[k][4 * t + 3] = (uint8_t)(64 + 16 * k + t);   /* from the high bytes */
+        }
 }
 
-/* The tables and lane permutes a kernel call keeps in registers. */
+/* The tables and permutes in registers: loaded once per kernel call (in
+ * P.V's loops, loop-invariant loads the compiler keeps there). */
 typedef struct widen_regs {
     __m512i hi0, hi1, lo0, lo1, sign;
-    __m512i place[4];   /* output k: lane t's bytes 2, 3 = low, high byte of element 16k + t */
+    __m512i place[4];
 } widen_regs;
 
 VBMI_INLINE widen_regs widen_setup(void) {
@@ -67,15 +79,7 @@ VBMI_INLINE widen_regs widen_setup(void) {
     r.lo0 = _mm512_load_si512(tab_lo);
     r.lo1 = _mm512_load_si512(tab_lo + 64);
     r.sign = _mm512_set1_epi8((char)0x80);
-    for (int k = 0; k < 4; k++) {
-        uint8_t ix[64] __attribute__((aligned(64)));
-        for (int t = 0; t < 16; t++) {
-            ix[4 * t] = ix[4 * t + 1] = 0;                  /* masked to zero */
-            ix[4 * t + 2] = (uint8_t)(16 * k + t);          /* from the low bytes  */
-            ix[4 * t + 3] = (uint8_t)(64 + 16 * k + t);     /* from the high bytes */
-        }
-        r.place[k] = _mm512_load_si512(ix);
-    }
+    for (int k = 0; k < 4; k++) r.place[k] = _mm512_load_si512(tab_place[k]);
     return r;
 }
 
@@ -90,95 +94,22 @@ VBMI_INLINE void widen64(const widen_regs *r, __m512i b, __m512 out[4]) {
         out[k] = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(top, lo, r->place[k], hi));
 }
 
-/* ---- P.V ------------------------------------------------------------------ */
+/* ---- P.V: kv_pv_x86.h's AVX-512 blocking with widen64 ------------------- */
 
-/* Accumulators o[0..QB) elements [e0, e0 + 16*HC), held in registers over
- * positions 0..n-1, HC a multiple of 4 (each 64 elements one widen64);
- * the avx512 table's chain per element, so its bits. */
-VBMI_INLINE void pv_blk(const widen_regs *r, float *const *o, const float *const *p, const int QB,
-                        const uint8_t *const *v, int32_t n, int64_t e0, const int HC) {
-    __m512 acc[8][8];
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) acc[i][c] = _mm512_loadu_ps(o[i] + e0 + 16 * c);
-    for (int32_t j = 0; j < n; j++) {
-        __m512 vv[8];
-        UNROLL
-        for (int c = 0; c < HC; c += 4) widen64(r, _mm512_loadu_si512(v[j] + e0 + 16 * c), vv + c);
-        UNROLL
-        for (int i = 0; i < QB; i++) {
-            const __m512 x = _mm512_set1_ps(p[i][j]);
-            UNROLL
-            for (int c = 0; c < HC; c++) acc[i][c] = _mm512_fmadd_ps(x, vv[c], acc[i][c]);
-        }
-    }
-    UNROLL
-    for (int i = 0; i < QB; i++)
-        UNROLL
-        for (int c = 0; c < HC; c++) _mm512_storeu_ps(o[i] + e0 + 16 * c, acc[i][c]);
-}
-
-/* The same for 16 elements [e0, e0 + 16) with the avx512 widen (a row's
- * part that is not a whole 64). */
-VBMI_INLINE void pv_blk16(float *const *o, const float *const *p, const int QB,
-                          const uint8_t *const *v, int32_t n, int64_t e0) {
-    __m512 acc[8];
-    UNROLL
-    for (int i = 0; i < QB; i++) acc[i] = _mm512_loadu_ps(o[i] + e0);
-    for (int32_t j = 0; j < n; j++) {
-        const __m512 vv = e16(v[j] + e0);
-        UNROLL
-        for (int i = 0; i < QB; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][j]), vv, acc[i]);
-    }
-    UNROLL
-    for (int i = 0; i < QB; i++) _mm512_storeu_ps(o[i] + e0, acc[i]);
-}
-
-/* Elements [e0, hd) (fewer than 16) by scalar FMA chains, positions in
- * order. */
-static inline __attribute__((target("fma"))) void pv_tail(float *const *o, const float *const *p,
-                                                          int32_t nq, const uint8_t *const *v,
-                                                          int32_t n, int64_t e0, int64_t hd) {
-    for (int32_t i = 0; i < nq; i++)
-        for (int64_t e = e0; e < hd; e++) {
-            float acc = o[i][e];
-            for (int32_t j = 0; j < n; j++) acc = __builtin_fmaf(p[i][j], qwi_e4m3_to_f32(v[j][e]), acc);
-            o[i][e] = acc;
-        }
-}
-
-/* QB accumulators over all hd elements: blocks of 16*HC, then of 64,
- * then of 16, then the tail. */
-VBMI_INLINE void pv_rows(const widen_regs *r, float *const *o, const float *const *p, const int QB,
-                         const uint8_t *const *v, int32_t n, int64_t hd, const int HC) {
-    int64_t e = 0;
-    for (; e + 16 * HC <= hd; e += 16 * HC) pv_blk(r, o, p, QB, v, n, e, HC);
-    for (; e + 64 <= hd; e += 64) pv_blk(r, o, p, QB, v, n, e, 4);
-    for (; e + 16 <= hd; e += 16) pv_blk16(o, p, QB, v, n, e);
-    if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
-}
-
-static VBMI void vbmi_pv(float *const *o, const float *const *p, int32_t nq, const uint8_t *const *v,
-                         int32_t n, int64_t hd) {
+/* 64 elements at p into o[0..3] (the template's KV_PV_WIDEN64). */
+VBMI_INLINE void widen64_at(const uint8_t *p, __m512 o[4]) {
     const widen_regs r = widen_setup();
-    int32_t i = 0;
-    if (nq >= 8) {
-        /* column blocks outer, groups of 8 accumulators inner: the V
-         * columns of a block (n x 64 bytes) stay in L1 for every group */
-        const int32_t n8 = nq & ~7;
-        int64_t e = 0;
-        for (; e + 64 <= hd; e += 64)
-            for (int32_t b = 0; b < n8; b += 8) pv_blk(&r, o + b, p + b, 8, v, n, e, 4);
-        for (; e + 16 <= hd; e += 16)
-            for (int32_t b = 0; b < n8; b += 8) pv_blk16(o + b, p + b, 8, v, n, e);
-        if (e < hd) pv_tail(o, p, n8, v, n, e, hd);
-        i = n8;
-    }
-    for (; i + 4 <= nq; i += 4) pv_rows(&r, o + i, p + i, 4, v, n, hd, 4);
-    for (; i + 2 <= nq; i += 2) pv_rows(&r, o + i, p + i, 2, v, n, hd, 8);
-    for (; i < nq; i++) pv_rows(&r, o + i, p + i, 1, v, n, hd, 8);
+    widen64(&r, _mm512_loadu_si512(p), o);
 }
+
+#define AVX512 VBMI
+#define AVX512_INLINE VBMI_INLINE
+#define KV_PV_AVX512_ONLY
+#define KV_PV_ELEM uint8_t
+#define KV_PV_WIDEN16(p) e16(p)
+#define KV_PV_WIDEN64(p, o) widen64_at((p), (o))
+#define KV_PV_SCALAR(e) qwi_e4m3_to_f32(e)
+#include "cpu/kv_pv_x86.h"
 
 /* ---- scores from the K planes ------------------------------------------- */
 
@@ -278,7 +209,7 @@ static void vbmi_init(void) {
     __builtin_cpu_init();
     if (!base || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vbmi")) return;
     vbmi_table = (qwi_cpu_kv_fp8_kernels){ .name = "avx512vbmi", .transpose = base->transpose,
-                                           .pv = vbmi_pv, .pscores8_q = vbmi_pscores8_q };
+                                           .pv = avx512_pv, .pscores8_q = vbmi_pscores8_q };
     vbmi_ptr = &vbmi_table;
 }
 

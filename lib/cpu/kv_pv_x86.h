@@ -19,6 +19,13 @@
  * KV_PV_BF16_SPLIT (bf16 only) adds avx2_pv_blk_split, which the AVX2
  * rows then use for every whole 16 or 32 columns: bf16 widens 16 elements
  * at once by a shift and a mask where e4m3 has no such shortcut.
+ * Optional for a second, AVX-512-only instance (kv_fp8_vbmi.c):
+ *   KV_PV_AVX512_ONLY   define only pv_tail and the AVX-512 functions
+ *   KV_PV_WIDEN64(p, o) 64 elements at p into the __m512 o[0..3] (exact);
+ *                       avx512_pv_blk then widens 64 at a time wherever
+ *                       its block is a multiple of 64 columns, and the
+ *                       8-accumulator groups take 64-column blocks
+ * The chains are the same either way, so the same bits.
  */
 /* ---- AVX2: 8 lanes ------------------------------------------------------ */
 
@@ -37,6 +44,7 @@ static inline __attribute__((target("fma"))) void pv_tail(float *const *o,
         }
 }
 
+#ifndef KV_PV_AVX512_ONLY
 /* V rows a P.V pass prefetches ahead of the one it multiplies. */
 #define KV_PV_PREFETCH_ROWS 8
 
@@ -170,6 +178,8 @@ static AVX2 void avx2_pv(float *const *o, const float *const *p, int32_t nq,
     for (; i < nq; i++) avx2_pv_rows(o + i, p + i, 1, v, n, hd, 4);
 }
 
+#endif /* KV_PV_AVX512_ONLY */
+
 /* ---- AVX-512F: 16 lanes ------------------------------------------------- */
 
 /* Accumulators o[0..QB) elements [e0, e0 + 16*HC), held in registers
@@ -183,8 +193,16 @@ AVX512_INLINE void avx512_pv_blk(float *const *o, const float *const *p, const i
         for (int c = 0; c < HC; c++) acc[i][c] = _mm512_loadu_ps(o[i] + e0 + 16 * c);
     for (int32_t j = 0; j < n; j++) {
         __m512 vv[8];
-        UNROLL
-        for (int c = 0; c < HC; c++) vv[c] = KV_PV_WIDEN16(v[j] + e0 + 16 * c);
+#ifdef KV_PV_WIDEN64
+        if (HC % 4 == 0) {
+            UNROLL
+            for (int c = 0; c < HC; c += 4) KV_PV_WIDEN64(v[j] + e0 + 16 * c, vv + c);
+        } else
+#endif
+        {
+            UNROLL
+            for (int c = 0; c < HC; c++) vv[c] = KV_PV_WIDEN16(v[j] + e0 + 16 * c);
+        }
         UNROLL
         for (int i = 0; i < QB; i++) {
             const __m512 x = _mm512_set1_ps(p[i][j]);
@@ -205,6 +223,9 @@ AVX512_INLINE void avx512_pv_rows(float *const *o, const float *const *p, const 
                                   const int HC) {
     int64_t e = 0;
     for (; e + 16 * HC <= hd; e += 16 * HC) avx512_pv_blk(o, p, QB, v, n, e, HC);
+#ifdef KV_PV_WIDEN64
+    for (; e + 64 <= hd; e += 64) avx512_pv_blk(o, p, QB, v, n, e, 4);
+#endif
     for (; e + 16 <= hd; e += 16) avx512_pv_blk(o, p, QB, v, n, e, 1);
     if (e < hd) pv_tail(o, p, QB, v, n, e, hd);
 }
@@ -214,9 +235,14 @@ static AVX512 void avx512_pv(float *const *o, const float *const *p, int32_t nq,
     int32_t i = 0;
     if (nq >= 8) {
         /* column blocks outer, groups of 8 accumulators inner: the V
-         * columns of a block (n x 32 elements) stay in L1 for every group */
+         * columns of a block (n x 32 elements, 64 with KV_PV_WIDEN64) stay
+         * in L1 for every group */
         const int32_t n8 = nq & ~7;
         int64_t e = 0;
+#ifdef KV_PV_WIDEN64
+        for (; e + 64 <= hd; e += 64)
+            for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 4);
+#endif
         for (; e + 32 <= hd; e += 32)
             for (int32_t b = 0; b < n8; b += 8) avx512_pv_blk(o + b, p + b, 8, v, n, e, 2);
         for (; e + 16 <= hd; e += 16)
