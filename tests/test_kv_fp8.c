@@ -1,7 +1,8 @@
 /*
  * test_kv_fp8.c - the fp8 (e4m3) KV cache's kernels: the write rounding
  * with a scale, the K tile widen/transpose (every table bit-identical to
- * the generic one, all 256 byte patterns), P.V (avx2 == avx512 ==
+ * the generic one, all 256 byte patterns), P.V (every code widened to
+ * qwi_e4m3_to_f32's bits by every table; avx2 == avx512 ==
  * avx512vbmi bit for bit, the generic table within rounding, all against a
  * float64 reference; batched == alone), and attention over a paged fp8
  * cache with per-layer scales against float64 attention, for every table
@@ -217,6 +218,45 @@ static void pv_case(const char *name) {
         }
     cr_log_info("%s: fp8 P.V max error vs float64 %.3g of the terms' magnitude", name, worst);
 }
+
+/* P.V's widen alone: one position, weight 1, accumulators -0 (so a -0
+ * element stays -0), a V row holding all 256 codes at every offset mod 32
+ * (the AVX2 table widens 32 at a time by nibble tables, in 16s and by e8
+ * at the tails): every output is the code's qwi_e4m3_to_f32, bits and
+ * NaN included, for every table and accumulator count. */
+static void pv_widens_every_code(const char *name) {
+    const qwi_cpu_kv_fp8_kernels *kf = table(name);
+    if (!kf) {
+        cr_log_warn("kv fp8 table %s not available on this CPU: skipped", name);
+        return;
+    }
+    enum { HD = 256 + 40, NQ = 5 };
+    static uint8_t row[HD];
+    static float o[NQ][HD];
+    const float one = 1.0f;
+    const float *p[NQ] = { &one, &one, &one, &one, &one };
+    float *op[NQ];
+    for (int i = 0; i < NQ; i++) op[i] = o[i];
+    for (int shift = 0; shift < 32; shift += 5) {
+        for (int e = 0; e < HD; e++) row[e] = (uint8_t)(e * 7 + shift);   /* 7 is odd: all 256 */
+        const uint8_t *v = row;
+        for (int nq = 1; nq <= NQ; nq++) {
+            for (int i = 0; i < NQ; i++)
+                for (int e = 0; e < HD; e++) o[i][e] = -0.0f;
+            kf->pv(op, p, nq, &v, 1, HD);
+            for (int i = 0; i < nq; i++)
+                for (int e = 0; e < HD; e++)
+                    cr_assert_eq(bits(o[i][e]), bits(qwi_e4m3_to_f32(row[e])),
+                                 "%s: nq %d element %d: byte %02x widened to %08x", name, nq, e,
+                                 row[e], bits(o[i][e]));
+        }
+    }
+}
+
+Test(kv_fp8, pv_widens_every_code_generic) { pv_widens_every_code("generic"); }
+Test(kv_fp8, pv_widens_every_code_avx2) { pv_widens_every_code("avx2"); }
+Test(kv_fp8, pv_widens_every_code_avx512) { pv_widens_every_code("avx512"); }
+Test(kv_fp8, pv_widens_every_code_avx512vbmi) { pv_widens_every_code("avx512vbmi"); }
 
 Test(kv_fp8, pv_generic) { pv_case("generic"); }
 Test(kv_fp8, pv_avx2) { pv_case("avx2"); }

@@ -27,7 +27,7 @@
  * GCC's own limits stop short of the 16-24 accumulators used here. */
 #define UNROLL _Pragma("GCC unroll 8")
 
-/* f16c: the scores over fp8 K planes widen e4m3 through vcvtph2ps
+/* f16c: the AVX-512 scores over fp8 K planes widen e4m3 through vcvtph2ps
  * (cpu/e4m3_x86.h); every AVX2 CPU has it, and the tables check. */
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
@@ -77,11 +77,16 @@ static inline float bf16_scalar(uint16_t h) {
     return f;
 }
 
+/* 16 bf16 at p -> f32, split (the P.V template's KV_PV_SPLIT16). */
+AVX2_INLINE void bf16_split16(const uint16_t *p, __m256 *ev, __m256 *od) {
+    bf16_split_words(_mm256_loadu_si256((const __m256i *)(const void *)p), ev, od);
+}
+
 #define KV_PV_ELEM uint16_t
 #define KV_PV_WIDEN8(p) ld8(p)
 #define KV_PV_WIDEN16(p) ld16(p)
 #define KV_PV_SCALAR(e) bf16_scalar(e)
-#define KV_PV_BF16_SPLIT 1
+#define KV_PV_SPLIT16(p, ve, vo) bf16_split16((p), (ve), (vo))
 #include "cpu/kv_pv_x86.h"
 
 static AVX2 void avx2_axpy4(float *o, const float s[4], const uint16_t *const v[4], int64_t n) {
@@ -160,20 +165,16 @@ static AVX2 float avx2_exp_sum(float *s, int32_t n, float *m) {
 }
 
 /* Lanes j0 .. j0+8*nc-1 of the scores of QB q vectors (QB <= 5, nc <= 4,
- * QB * nc <= 10, constants once inlined): K from the f32 tile kt (masked
- * loads; planes 0), or from fp8 K planes (planes 2; kpl[j] + d * dstride:
- * 8 consecutive e4m3 per vector, read whole, widened by e8; only the
- * stores are masked) - one FMA chain over d per score either way. bf16
- * planes never come here: they take avx2_scores_blk_split. Each K vector
- * loaded (and widened) feeds QB FMAs: with two heads per K vector, 4 K
- * vectors of 2 widening operations each met 8 FMAs per d, and the
- * widening, not the FMAs, set the pace (9.2-9.7% of an AVX2 prefill in
- * perf, 3.8-3.9% with blocks of 5). Up to 10 accumulators, nc K vectors
- * and a broadcast fit the 16 registers. */
+ * QB * nc <= 10, constants once inlined), K from the f32 tile kt (masked
+ * loads) - one FMA chain over d per score. K planes never come here: they
+ * take avx2_scores_blk_split. Each K vector loaded feeds QB FMAs (blocks
+ * of 5 q vectors: when fp8 planes still came here, widened by e8, two
+ * heads per K vector left the widening, not the FMAs, setting the pace:
+ * 9.2-9.7% of an AVX2 prefill in perf, 3.8-3.9% with blocks of 5). Up to
+ * 10 accumulators, nc K vectors and a broadcast fit the 16 registers. */
 AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t hd,
-                                 const float *kt, int64_t ld, const void *const *kpl,
-                                 int64_t dstride, int32_t j0, int32_t n, float scale,
-                                 const int qb, const int nc, const int planes) {
+                                 const float *kt, int64_t ld, int32_t j0, int32_t n, float scale,
+                                 const int qb, const int nc) {
     __m256i m[4];
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     UNROLL for (int c = 0; c < nc; c++)
@@ -181,14 +182,10 @@ AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t
     __m256 a[5][4];
     UNROLL for (int i = 0; i < qb; i++)
         UNROLL for (int c = 0; c < nc; c++) a[i][c] = _mm256_setzero_ps();
-    /* planes: kt is unused (NULL), kp only counts */
-    const float *kp = planes ? NULL : kt + j0;
-    const int64_t kstep = planes ? 0 : ld;
-    for (int64_t d = 0; d < hd; d++, kp += kstep) {
+    const float *kp = kt + j0;
+    for (int64_t d = 0; d < hd; d++, kp += ld) {
         __m256 kv[4];
-        UNROLL for (int c = 0; c < nc; c++)
-            kv[c] = planes ? e8((const uint8_t *)kpl[j0 + 8 * c] + d * dstride)
-                           : _mm256_maskload_ps(kp + 8 * c, m[c]);
+        UNROLL for (int c = 0; c < nc; c++) kv[c] = _mm256_maskload_ps(kp + 8 * c, m[c]);
         UNROLL for (int i = 0; i < qb; i++) {
             const __m256 x = _mm256_broadcast_ss(q[i] + d);
             UNROLL for (int c = 0; c < nc; c++) a[i][c] = _mm256_fmadd_ps(x, kv[c], a[i][c]);
@@ -200,37 +197,54 @@ AVX2_INLINE void avx2_scores_blk(const float *const *q, float *const *o, int64_t
             _mm256_maskstore_ps(o[i] + j0 + 8 * c, m[c], _mm256_mul_ps(a[i][c], sv));
 }
 
-/* avx2_scores_blk over bf16 K planes (planes 1) for positions j0 ..
- * j0 + 16*ns - 1 (half: the last 16 has only its first 8 in the run, so
- * only they are read), each 16 positions' elements of a dim widened by one
- * shift and one AND (as avx2_pv_blk_split does for V): the accumulators
- * hold the even and the odd positions of each 16 apart, put back in order
- * at the store. Same FMA chains, same bits; on a Zen 1 the zero-extensions
- * and shifts of widening 8 at a time (ld8), not the FMAs, set the scores'
- * pace. qb * ns * 2 <= 10 accumulators. */
+/* The 16 positions of one dim whose first 8 are at a and next 8 at b
+ * (b == a + 8 when contig) widened split: bf16 planes (fp8 0) or fp8
+ * planes (fp8 1). */
+AVX2_INLINE void plane_split16(const void *a, const void *b, const int fp8, const int contig,
+                               __m256 *ke, __m256 *ko) {
+    if (fp8)
+        e4m3_split16(contig ? _mm_loadu_si128((const __m128i *)a)
+                            : _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)a),
+                                                 _mm_loadl_epi64((const __m128i *)b)),
+                     ke, ko);
+    else
+        bf16_split_words(contig ? _mm256_loadu_si256((const __m256i *)a)
+                                : _mm256_loadu2_m128i((const __m128i *)b, (const __m128i *)a),
+                         ke, ko);
+}
+
+/* avx2_scores_blk over bf16 (planes 1) or fp8 (planes 2) K planes for
+ * positions j0 .. j0 + 16*ns - 1 (half: the last 16 has only its first 8
+ * in the run, so only they are read), each 16 positions' elements of a dim
+ * widened split (as avx2_pv_blk_split does for V): bf16 by one shift and
+ * one AND, e4m3 by nibble tables (cpu/e4m3_x86.h; all 32 at once where
+ * contig is 2: the 32 positions lie side by side in one plane). The
+ * accumulators hold the even and the odd positions of each 16 apart, put
+ * back in order at the store. Same FMA chains, same bits; on a Zen 1 the
+ * zero-extensions and shifts of widening 8 at a time (ld8), not the FMAs,
+ * set the bf16 scores' pace, and e8's 14 operations per 8 positions set
+ * the fp8 ones' on every AVX2 CPU. qb * ns * 2 <= 10 accumulators. */
 AVX2_INLINE void avx2_scores_blk_split(const float *const *q, float *const *o, int64_t hd,
                                        const void *const *kpl, int64_t dstride, int32_t j0,
                                        int32_t n, float scale, const int qb, const int ns,
-                                       const int half, const int contig) {
+                                       const int half, const int contig, const int planes) {
     __m256 ev[5][2], od[5][2];
     UNROLL for (int i = 0; i < qb; i++)
         UNROLL for (int c = 0; c < ns; c++) ev[i][c] = od[i][c] = _mm256_setzero_ps();
-    const uint16_t *k0[2], *k1[2];
+    const int fp8 = planes == 2;
+    const int64_t esize = fp8 ? 1 : 2, step = dstride * esize;
+    const char *k0[2], *k1[2];
     UNROLL for (int c = 0; c < ns; c++) {
-        k0[c] = (const uint16_t *)kpl[j0 + 16 * c];
-        k1[c] = (half && c == ns - 1) ? k0[c] : (const uint16_t *)kpl[j0 + 16 * c + 8];
+        k0[c] = (const char *)kpl[j0 + 16 * c];
+        k1[c] = (half && c == ns - 1) ? k0[c] : (const char *)kpl[j0 + 16 * c + 8];
     }
-    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int64_t d = 0; d < hd; d++) {
         __m256 ke[2], ko[2];
-        UNROLL for (int c = 0; c < ns; c++) {
-            const __m256i w =
-                contig ? _mm256_loadu_si256((const __m256i *)(const void *)(k0[c] + d * dstride))
-                       : _mm256_loadu2_m128i((const __m128i *)(const void *)(k1[c] + d * dstride),
-                                             (const __m128i *)(const void *)(k0[c] + d * dstride));
-            ke[c] = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-            ko[c] = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
-        }
+        if (fp8 && contig == 2)
+            e4m3_split32((const uint8_t *)k0[0] + d * step, ke, ko);
+        else
+            UNROLL for (int c = 0; c < ns; c++)
+                plane_split16(k0[c] + d * step, k1[c] + d * step, fp8, contig, &ke[c], &ko[c]);
         UNROLL for (int i = 0; i < qb; i++) {
             const __m256 x = _mm256_broadcast_ss(q[i] + d);
             UNROLL for (int c = 0; c < ns; c++) {
@@ -258,46 +272,52 @@ AVX2_INLINE void avx2_scores_blk_split(const float *const *q, float *const *o, i
 
 /* QB q vectors over all n positions, in chunks of NC vectors of 8 (the
  * most that QB * NC <= 10 allows, at least 8 accumulators for the FMA
- * latency); the last chunk runs only the vectors it needs. bf16 planes
- * (planes 1) go through avx2_scores_blk_split in chunks of 32 or 16
- * positions, each 16 read as one 32-byte vector where its two 8s lie side
- * by side in a plane (contig) and as two halves where they do not (a block
- * size of 8) or where only the first 8 exist (half). */
+ * latency); the last chunk runs only the vectors it needs. K planes
+ * (planes 1 bf16, 2 fp8) go through avx2_scores_blk_split in chunks of 32
+ * or 16 positions, each 16 read as one vector where its two 8s lie side by
+ * side in a plane (contig), fp8's 32 as one where all four 8s do (contig
+ * 2), and as 8-position halves where they do not (a block size of 8) or
+ * where only the first 8 exist (half). */
 AVX2_INLINE void avx2_scores_rows(const float *const *q, float *const *o, int64_t hd,
                                   const float *kt, int64_t ld, const void *const *kpl,
                                   int64_t dstride, int32_t n, float scale, const int qb,
                                   const int planes) {
-    if (planes == 1) {
+    if (planes) {
         /* 32 positions a chunk for up to 2 q vectors, else 16 */
         const int nsmax = qb <= 2 ? 2 : 1;
-        const uint16_t *const *kp = (const uint16_t *const *)kpl;
+        const int64_t es = planes == 2 ? 1 : 2;   /* element bytes */
+        const char *const *kp = (const char *const *)kpl;
+#define NEXT8(a, b) (kp[(a)] == kp[(b)] + 8 * es)
         for (int32_t j0 = 0; j0 < n; j0 += 16 * nsmax) {
             const int32_t left = n - j0;
             /* each 16 positions' halves side by side in one plane */
-            const bool contig = left >= 16 * nsmax && kp[j0 + 8] == kp[j0] + 8 &&
-                                (nsmax == 1 || kp[j0 + 24] == kp[j0 + 16] + 8);
-            if (contig && nsmax == 2)
-                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 0, 1);
+            const bool contig =
+                left >= 16 * nsmax && NEXT8(j0 + 8, j0) && (nsmax == 1 || NEXT8(j0 + 24, j0 + 16));
+            if (contig && nsmax == 2 && planes == 2 && NEXT8(j0 + 16, j0 + 8))
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 0, 2, planes);
+            else if (contig && nsmax == 2)
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 0, 1, planes);
             else if (contig)
-                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 1, 0, 1);
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 1, 0, 1, planes);
             else if (nsmax == 2 && left > 24)
-                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 0, 0);
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 0, 0, planes);
             else if (nsmax == 2 && left > 16)
-                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 1, 0);
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 2, 1, 0, planes);
             else if (left > 8)
-                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 1, 0, 0);
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 1, 0, 0, planes);
             else
-                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 1, 1, 0);
+                avx2_scores_blk_split(q, o, hd, kpl, dstride, j0, n, scale, qb, 1, 1, 0, planes);
         }
+#undef NEXT8
         return;
     }
     const int ncmax = qb <= 2 ? 4 : qb == 3 ? 3 : 2;
     for (int32_t j0 = 0; j0 < n; j0 += 8 * ncmax) {
         switch (QWI_MIN(ncmax, (n - j0 + 7) / 8)) {
-        case 1: avx2_scores_blk(q, o, hd, kt, ld, kpl, dstride, j0, n, scale, qb, 1, planes); break;
-        case 2: avx2_scores_blk(q, o, hd, kt, ld, kpl, dstride, j0, n, scale, qb, 2, planes); break;
-        case 3: if (ncmax >= 3) avx2_scores_blk(q, o, hd, kt, ld, kpl, dstride, j0, n, scale, qb, 3, planes); break;
-        default: if (ncmax >= 4) avx2_scores_blk(q, o, hd, kt, ld, kpl, dstride, j0, n, scale, qb, 4, planes); break;
+        case 1: avx2_scores_blk(q, o, hd, kt, ld, j0, n, scale, qb, 1); break;
+        case 2: avx2_scores_blk(q, o, hd, kt, ld, j0, n, scale, qb, 2); break;
+        case 3: if (ncmax >= 3) avx2_scores_blk(q, o, hd, kt, ld, j0, n, scale, qb, 3); break;
+        default: if (ncmax >= 4) avx2_scores_blk(q, o, hd, kt, ld, j0, n, scale, qb, 4); break;
         }
     }
 }

@@ -9,7 +9,9 @@
  *
  * pv keeps the accumulators of up to 8 (AVX-512; AVX2 4) outputs in
  * registers over the positions, each V vector widened once for all of
- * them, one FMA chain per output over the positions in order.
+ * them, one FMA chain per output over the positions in order. The AVX2 pv
+ * widens whole 16s and 32s by nibble tables (e4m3_split16/32), the rest
+ * and the transpose by e8.
  */
 #include <math.h>
 #include <string.h>
@@ -32,7 +34,14 @@
 
 /* ---- AVX2: 8 lanes ------------------------------------------------------ */
 
+/* 16 e4m3 at p -> f32, split (the P.V template's KV_PV_SPLIT16). */
+AVX2_INLINE void fp8_split16(const uint8_t *p, __m256 *ev, __m256 *od) {
+    e4m3_split16(_mm_loadu_si128((const __m128i *)(const void *)p), ev, od);
+}
+
 #define KV_PV_ELEM uint8_t
+#define KV_PV_SPLIT16(p, ve, vo) fp8_split16((p), (ve), (vo))
+#define KV_PV_SPLIT32(p, ve, vo) e4m3_split32((p), (ve), (vo))
 #define KV_PV_WIDEN8(p) e8(p)
 #define KV_PV_WIDEN16(p) e16(p)
 #define KV_PV_SCALAR(e) qwi_e4m3_to_f32(e)

@@ -16,9 +16,14 @@
  * avx512_pv_rows and avx512_pv. The widen is the only difference between
  * the caches, so the register blocking (up to 4 x 2 ymm / 8 x 2 zmm
  * accumulators, each V vector widened once for all of them) lives here.
- * KV_PV_BF16_SPLIT (bf16 only) adds avx2_pv_blk_split, which the AVX2
- * rows then use for every whole 16 or 32 columns: bf16 widens 16 elements
- * at once by a shift and a mask where e4m3 has no such shortcut.
+ * Optional, AVX2:
+ *   KV_PV_SPLIT16(p, ve, vo)  16 elements at p as two __m256: *ve the
+ *                             even ones (0, 2, .., 14), *vo the odd
+ *   KV_PV_SPLIT32(p, ve, vo)  32 elements at p into ve[0..1], vo[0..1]
+ *                             (16 each, split as above)
+ * adds avx2_pv_blk_split, which the AVX2 rows then use for every whole 16
+ * or 32 columns: bf16 widens 16 elements by a shift and a mask, e4m3 32
+ * by nibble tables (cpu/e4m3_x86.h), both in that split order.
  * Optional for a second, AVX-512-only instance (kv_fp8_vbmi.c):
  *   KV_PV_AVX512_ONLY   define only pv_tail and the AVX-512 functions
  *   KV_PV_WIDEN64(p, o) 64 elements at p into the __m512 o[0..3] (exact);
@@ -93,17 +98,20 @@ AVX2_INLINE void avx2_pv_blk(float *const *o, const float *const *p, const int Q
         for (int c = 0; c < HC; c++) _mm256_storeu_ps(o[i] + e0 + 8 * c, acc[i][c]);
 }
 
-#ifdef KV_PV_BF16_SPLIT
-/* bf16 V only: avx2_pv_blk over elements [e0, e0 + 16*HS) with each 16
- * V elements (32 bytes) widened by one shift and one AND instead of two
- * zero-extensions and two shifts: the dword j of 128-bit lane L holds
+#ifdef KV_PV_SPLIT16
+/* avx2_pv_blk over elements [e0, e0 + 16*HS) with each 16 V elements
+ * widened split (KV_PV_SPLIT16; 32 at once by KV_PV_SPLIT32 where defined
+ * and HS is even): bf16 by one shift and one AND instead of two
+ * zero-extensions and two shifts - the dword j of 128-bit lane L holds
  * elements 8L + 2j (low half: << 16 makes its f32) and 8L + 2j + 1 (high
- * half: masking the low one off does), so the accumulators hold the even
- * and the odd elements of each 16 apart and are put back in order at the
- * store (pv_split_load / pv_split_store: inverse permutations). Every
- * element is still one FMA chain over j in order, the same bits. On a Zen
- * 1, whose shifts and zero-extensions take two 128-bit uops on one or two
- * pipes, the widening, not the FMAs, set P.V's pace. */
+ * half: masking the low one off does) - and e4m3 through the same words.
+ * So the accumulators hold the even and the odd elements of each 16 apart
+ * and are put back in order at the store (pv_split_load / pv_split_store:
+ * inverse permutations). Every element is still one FMA chain over j in
+ * order, the same bits. On a Zen 1, whose shifts and zero-extensions take
+ * two 128-bit uops on one or two pipes, the widening, not the FMAs, set
+ * P.V's pace; for e4m3, widening 8 at a time through vcvtph2ps took about
+ * 14 operations per 8 elements, against 2-4 FMAs, on every AVX2 CPU. */
 AVX2_INLINE void pv_split_load(const float *o, __m256 *ev, __m256 *od) {
     const __m256 a = _mm256_loadu_ps(o), b = _mm256_loadu_ps(o + 8);
     const __m256 t0 = _mm256_permute2f128_ps(a, b, 0x20), t1 = _mm256_permute2f128_ps(a, b, 0x31);
@@ -125,15 +133,18 @@ AVX2_INLINE void avx2_pv_blk_split(float *const *o, const float *const *p, const
     for (int i = 0; i < QB; i++)
         UNROLL
         for (int c = 0; c < HS; c++) pv_split_load(o[i] + e0 + 16 * c, &ev[i][c], &od[i][c]);
-    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int32_t j = 0; j < n; j++) {
         pv_prefetch_ahead(v, j, n, pf_bytes);
         __m256 ve[4], vo[4];
-        UNROLL
-        for (int c = 0; c < HS; c++) {
-            const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(v[j] + e0 + 16 * c));
-            ve[c] = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-            vo[c] = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
+#ifdef KV_PV_SPLIT32
+        if (HS % 2 == 0) {
+            UNROLL
+            for (int c = 0; c < HS; c += 2) KV_PV_SPLIT32(v[j] + e0 + 16 * c, ve + c, vo + c);
+        } else
+#endif
+        {
+            UNROLL
+            for (int c = 0; c < HS; c++) KV_PV_SPLIT16(v[j] + e0 + 16 * c, &ve[c], &vo[c]);
         }
         UNROLL
         for (int i = 0; i < QB; i++) {
@@ -158,7 +169,7 @@ AVX2_INLINE void avx2_pv_rows(float *const *o, const float *const *p, const int 
                               const KV_PV_ELEM *const *v, int32_t n, int64_t hd, const int HC) {
     const int64_t row_bytes = hd * (int64_t)sizeof(KV_PV_ELEM);
     int64_t e = 0;
-#ifdef KV_PV_BF16_SPLIT
+#ifdef KV_PV_SPLIT16
     {
         const int HS = HC / 2 > 0 ? HC / 2 : 1;
         for (; e + 16 * HS <= hd; e += 16 * HS)
