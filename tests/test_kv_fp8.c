@@ -45,6 +45,7 @@ static const qwi_cpu_kv_fp8_kernels *table(const char *name) {
     if (strcmp(name, "generic") == 0) return qwi_cpu_kv_fp8_generic();
     if (strcmp(name, "avx2") == 0) return qwi_cpu_kv_fp8_avx2();
     if (strcmp(name, "avx512vbmi") == 0) return qwi_cpu_kv_fp8_avx512vbmi();
+    if (strcmp(name, "avx512bw") == 0) return qwi_cpu_kv_fp8_avx512bw();
     return qwi_cpu_kv_fp8_avx512();
 }
 
@@ -128,6 +129,7 @@ Test(kv_fp8, transpose_generic) { transpose_exact("generic"); }
 Test(kv_fp8, transpose_avx2) { transpose_exact("avx2"); }
 Test(kv_fp8, transpose_avx512) { transpose_exact("avx512"); }
 Test(kv_fp8, transpose_avx512vbmi) { transpose_exact("avx512vbmi"); }
+Test(kv_fp8, transpose_avx512bw) { transpose_exact("avx512bw"); }
 
 /* ---- P.V ---------------------------------------------------------------- */
 
@@ -257,11 +259,13 @@ Test(kv_fp8, pv_widens_every_code_generic) { pv_widens_every_code("generic"); }
 Test(kv_fp8, pv_widens_every_code_avx2) { pv_widens_every_code("avx2"); }
 Test(kv_fp8, pv_widens_every_code_avx512) { pv_widens_every_code("avx512"); }
 Test(kv_fp8, pv_widens_every_code_avx512vbmi) { pv_widens_every_code("avx512vbmi"); }
+Test(kv_fp8, pv_widens_every_code_avx512bw) { pv_widens_every_code("avx512bw"); }
 
 Test(kv_fp8, pv_generic) { pv_case("generic"); }
 Test(kv_fp8, pv_avx2) { pv_case("avx2"); }
 Test(kv_fp8, pv_avx512) { pv_case("avx512"); }
 Test(kv_fp8, pv_avx512vbmi) { pv_case("avx512vbmi"); }
+Test(kv_fp8, pv_avx512bw) { pv_case("avx512bw"); }
 
 Test(kv_fp8, table_follows_the_f32_table) {
     cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_generic()), qwi_cpu_kv_fp8_generic());
@@ -269,14 +273,46 @@ Test(kv_fp8, table_follows_the_f32_table) {
         cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_avx2()), qwi_cpu_kv_fp8_avx2());
     if (qwi_cpu_kernels_avx512())
         cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_avx512()),
-                     qwi_cpu_kv_fp8_avx512vbmi() ? qwi_cpu_kv_fp8_avx512vbmi() : qwi_cpu_kv_fp8_avx512());
+                     qwi_cpu_kv_fp8_avx512vbmi() ? qwi_cpu_kv_fp8_avx512vbmi()
+                     : qwi_cpu_kv_fp8_avx512bw() ? qwi_cpu_kv_fp8_avx512bw()
+                                                 : qwi_cpu_kv_fp8_avx512());
     if (qwi_cpu_kv_fp8_avx512vbmi()) {
         __builtin_cpu_init();
         cr_assert(__builtin_cpu_supports("avx512vbmi"), "avx512vbmi table without the CPU flag");
         cr_assert_str_eq(qwi_cpu_kv_fp8_avx512vbmi()->name, "avx512vbmi");
         cr_assert_not_null(qwi_cpu_kv_fp8_avx512vbmi()->pscores8_q);
     }
+    if (qwi_cpu_kv_fp8_avx512bw()) {
+        __builtin_cpu_init();
+        cr_assert(__builtin_cpu_supports("avx512bw"), "avx512bw table without the CPU flag");
+        cr_assert_str_eq(qwi_cpu_kv_fp8_avx512bw()->name, "avx512bw");
+        cr_assert_not_null(qwi_cpu_kv_fp8_avx512bw()->pscores8_q);
+    }
     cr_assert_not_null(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_select()));
+}
+
+/* QWINFER_CPU_KV_FP8 picks among the tables the rule chooses from for
+ * the f32 table, and is ignored otherwise (each test is its own process,
+ * so the variable does not leak). */
+Test(kv_fp8, environment_names_a_table) {
+    const qwi_cpu_kernels *k5 = qwi_cpu_kernels_avx512(), *k2 = qwi_cpu_kernels_avx2();
+    const qwi_cpu_kv_fp8_kernels *dflt5 = k5 ? qwi_cpu_kv_fp8_for(k5) : NULL;
+    const qwi_cpu_kv_fp8_kernels *dflt2 = k2 ? qwi_cpu_kv_fp8_for(k2) : NULL;
+    setenv("QWINFER_CPU_KV_FP8", "generic", 1);
+    cr_assert_eq(qwi_cpu_kv_fp8_for(qwi_cpu_kernels_select()), qwi_cpu_kv_fp8_generic());
+    const char *names[] = { "avx512", "avx512bw", "avx512vbmi" };
+    for (size_t i = 0; i < 3 && k5; i++) {
+        setenv("QWINFER_CPU_KV_FP8", names[i], 1);
+        const qwi_cpu_kv_fp8_kernels *want = table(names[i]);
+        cr_assert_eq(qwi_cpu_kv_fp8_for(k5), want ? want : dflt5, "%s", names[i]);
+        if (k2) cr_assert_eq(qwi_cpu_kv_fp8_for(k2), dflt2, "%s taken for the avx2 f32 table", names[i]);
+    }
+    setenv("QWINFER_CPU_KV_FP8", "avx2", 1);
+    if (k5) cr_assert_eq(qwi_cpu_kv_fp8_for(k5), dflt5, "avx2 taken for the avx512 f32 table");
+    if (k2) cr_assert_eq(qwi_cpu_kv_fp8_for(k2), qwi_cpu_kv_fp8_avx2());
+    setenv("QWINFER_CPU_KV_FP8", "no-such-table", 1);
+    if (k5) cr_assert_eq(qwi_cpu_kv_fp8_for(k5), dflt5);
+    unsetenv("QWINFER_CPU_KV_FP8");
 }
 
 /* ---- attention over a paged fp8 cache ----------------------------------- */
@@ -424,17 +460,20 @@ Test(kv_fp8, attention_generic) { attention_case("generic", NULL); }
 Test(kv_fp8, attention_avx2) { attention_case("avx2", NULL); }
 Test(kv_fp8, attention_avx512) { attention_case("avx512", "avx512"); }
 Test(kv_fp8, attention_avx512vbmi) { attention_case("avx512", "avx512vbmi"); }
+Test(kv_fp8, attention_avx512bw) { attention_case("avx512", "avx512bw"); }
 
-/* avx512vbmi against avx512 through qwi_cpu_attention, bit for bit, at
- * the head sizes whose rows its 64-element widen covers (128, 192 with a
- * 64-element block, 136 with a 16-element one and a tail), q groups of 1,
- * 2, 5 and 8 rows per kv head, decode rows and a prefill run, every
- * e4m3 code but NaN in the cache. */
-Test(kv_fp8, avx512vbmi_attention_equals_avx512) {
-    const qwi_cpu_kv_fp8_kernels *kv = qwi_cpu_kv_fp8_avx512vbmi(), *k5 = qwi_cpu_kv_fp8_avx512();
+/* An AVX-512 fp8 table with its own widen (avx512vbmi, avx512bw) against
+ * avx512 through qwi_cpu_attention, bit for bit, at the head sizes whose
+ * rows a 64-element widen covers (128, 192 with a 64-element block, 136
+ * with a 16-element one and a tail), q groups of 1, 2, 5 and 8 rows per
+ * kv head, decode rows and a prefill run, every e4m3 code but NaN in the
+ * cache, over a block table whose blocks are scattered (sequence 0) and
+ * in order (sequence 1: the 64-position loads of avx512bw's scores). */
+static void attention_equals_avx512(const char *name) {
+    const qwi_cpu_kv_fp8_kernels *kv = table(name), *k5 = qwi_cpu_kv_fp8_avx512();
     const qwi_cpu_kernels *kt = qwi_cpu_kernels_by_name("avx512");
     if (!kv || !k5 || !kt) {
-        cr_log_warn("avx512vbmi fp8 table not available on this CPU: skipped");
+        cr_log_warn("%s fp8 table not available on this CPU: skipped", name);
         return;
     }
     enum { NB = 40, B16 = 16, CTXV = 300, NT = 6 };
@@ -442,9 +481,11 @@ Test(kv_fp8, avx512vbmi_attention_equals_avx512) {
     const int groups[] = { 1, 2, 5, 8 };
     qwi_cpu_pool *pool;
     cr_assert_eq(qwi_cpu_pool_create(1, &pool), QW_OK);
+    for (int bsz = B16; bsz <= 4 * B16; bsz *= 4)   /* 64: four 16s side by side in a plane */
     for (size_t hi = 0; hi < 3; hi++)
         for (size_t gi = 0; gi < 4; gi++) {
             const int hd = hds[hi], nkv = 2, nh = nkv * groups[gi], kvd = nkv * hd, qd = nh * hd;
+            const int nb = NB * B16 / bsz;   /* the same bytes in blocks of bsz */
             uint8_t *kc = malloc((size_t)NB * B16 * kvd), *vc = malloc((size_t)NB * B16 * kvd);
             for (size_t i = 0; i < (size_t)NB * B16 * kvd; i++) {
                 uint8_t b = (uint8_t)(i * 37 + (i >> 7) * 11 + hd);
@@ -453,8 +494,9 @@ Test(kv_fp8, avx512vbmi_attention_equals_avx512) {
                 vc[i] = qwi_e4m3_is_nan(b) ? 0x81 : b;
             }
             int32_t bt[2][NB / 2], pos[NT], rs[NT];
-            for (int b = 0; b < NB / 2; b++) {
-                bt[0][b] = NB - 1 - 2 * b;   /* scattered, as after churn */
+            memset(bt, 0, sizeof bt);
+            for (int b = 0; b < nb / 2; b++) {
+                bt[0][b] = nb - 1 - 2 * b;   /* scattered, as after churn */
                 bt[1][b] = 2 * b;
             }
             /* rows: sequence 0 decodes at 300 and 17; sequence 1 a 4-row prefill run at 120.. */
@@ -468,16 +510,19 @@ Test(kv_fp8, avx512vbmi_attention_equals_avx512) {
             qwi_cpu_attn a = { .q = q, .k_fp8 = kc, .v_fp8 = vc, .kb = qwi_cpu_kv_bf16_for(kt), .kf = k5,
                                .k_scale = 0.0625f, .v_scale = 0.125f, .out = o1, .positions = pos,
                                .row_seq = rs, .block_tables = &bt[0][0], .max_blocks_per_seq = NB / 2,
-                               .block_size = B16, .num_tokens = NT, .num_heads = nh, .num_kv_heads = nkv,
+                               .block_size = bsz, .num_tokens = NT, .num_heads = nh, .num_kv_heads = nkv,
                                .head_dim = hd, .scale = 0.1f };
             qwi_cpu_attention(pool, kt, &scr, &a);
             a.kf = kv;
             a.out = o2;
             qwi_cpu_attention(pool, kt, &scr, &a);
             for (int i = 0; i < NT * qd; i++) cr_assert(isfinite(o1[i]), "hd %d: non-finite output", hd);
-            cr_assert(memcmp(o1, o2, sizeof(float) * NT * qd) == 0, "hd %d group %d: avx512vbmi != avx512",
-                      hd, groups[gi]);
+            cr_assert(memcmp(o1, o2, sizeof(float) * NT * qd) == 0,
+                      "block %d hd %d group %d: %s != avx512", bsz, hd, groups[gi], name);
             free(kc), free(vc), free(q), free(o1), free(o2), free(scr);
         }
     qwi_cpu_pool_destroy(pool);
 }
+
+Test(kv_fp8, avx512vbmi_attention_equals_avx512) { attention_equals_avx512("avx512vbmi"); }
+Test(kv_fp8, avx512bw_attention_equals_avx512) { attention_equals_avx512("avx512bw"); }

@@ -183,14 +183,26 @@ static void check_pscores(const qwi_cpu_kv_bf16_kernels *kb, const qwi_cpu_kv_fp
                 cr_assert(memcmp(want[i], got[i], sizeof(float) * (size_t)n) == 0,
                           "%s fp8 bs %d hd %lld n %d nq %d: q %d scores differ", kb->name, bs, (long long)hd, n,
                           nq, i);
-            /* the fp8 table's own planes kernel, where it has one */
-            if (kf->pscores8_q) {
+            /* the fp8 table's own planes kernel, where it has one, and
+             * with the AVX-512 bf16 tables every AVX-512 fp8 table's */
+            const qwi_cpu_kv_fp8_kernels *own[3] = { kf, NULL, NULL };
+            if (kb->plane_lanes == 16) {
+                own[1] = qwi_cpu_kv_fp8_avx512bw();
+                own[2] = qwi_cpu_kv_fp8_avx512vbmi();
+            }
+            for (int t = 0; t < 3; t++) {
+                if (!own[t] || !own[t]->pscores8_q) continue;
                 memset(got, 0xff, sizeof got);
-                kf->pscores8_q(qp, go, nq, hd, kp8, bs, n, 0.375f);
-                for (int i = 0; i < nq; i++)
+                own[t]->pscores8_q(qp, go, nq, hd, kp8, bs, n, 0.375f);
+                for (int i = 0; i < nq; i++) {
                     cr_assert(memcmp(want[i], got[i], sizeof(float) * (size_t)n) == 0,
-                              "%s fp8 bs %d hd %lld n %d nq %d: q %d scores differ", kf->name, bs, (long long)hd,
-                              n, nq, i);
+                              "%s fp8 bs %d hd %lld n %d nq %d: q %d scores differ", own[t]->name, bs,
+                              (long long)hd, n, nq, i);
+                    uint32_t u;
+                    memcpy(&u, &got[i][n < TILE ? n : TILE - 1], 4);
+                    if (n < TILE)
+                        cr_assert_eq(u, 0xffffffffu, "%s: fp8 score lane %d past n written", own[t]->name, n);
+                }
             }
         }
     }

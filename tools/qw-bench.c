@@ -75,6 +75,7 @@
 #include "backend.h"
 #include "safetensors.h"
 #include "cpu/kernels.h"
+#include "cpu/kv_fp8.h"
 #include "cpu/ops.h"
 #include "cpu/page_map.h"
 #include "cpu/pairpanel.h"
@@ -2076,6 +2077,10 @@ int main(int argc, char **argv) {
         b.progress = p;
     }
 
+    /* the fp8 KV cache's kernel table, as the CPU backend picks it (cpu/kv_fp8.h) */
+    const char *fp8_kernels = !cuda && b.a.kv_dtype && !strcmp(b.a.kv_dtype, "fp8")
+                                  ? qwi_cpu_kv_fp8_for(qwi_cpu_kernels_select())->name
+                                  : NULL;
     if (b.a.json) {
         printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"threads\": %d,\n  \"kernels\": \"%s\",\n",
                b.a.model, b.a.device, threads, L.kernels);
@@ -2083,6 +2088,7 @@ int main(int argc, char **argv) {
             printf("  \"q4i_kernel\": \"%s\",\n", qwi_cpu_kernels_q4i_isa(qwi_cpu_kernels_select()));
         printf("  \"numerics\": \"%s\",\n  \"kv_cache_dtype\": \"%s\",\n  \"temperature\": %g,\n",
                b.a.numerics ? b.a.numerics : "fast", b.a.kv_dtype ? b.a.kv_dtype : "auto", b.a.temperature);
+        if (fp8_kernels) printf("  \"kv_fp8_kernels\": \"%s\",\n", fp8_kernels);
         printf("  \"top_p\": %g,\n  \"repetition_penalty\": %g,\n  \"presence_penalty\": %g,\n"
                "  \"frequency_penalty\": %g,\n  \"logprobs\": %d,\n",
                b.a.top_p, b.a.rep_penalty, b.a.pres_penalty, b.a.freq_penalty, b.a.logprobs);
@@ -2107,12 +2113,13 @@ int main(int argc, char **argv) {
                    "  \"peak_gemm_flops_per_s\": %.6g,\n", L.read_bw, L.copy_bw, isnan(L.gemm) ? 0 : L.gemm);
     } else {
         printf("qw-bench: model %s (%.2f GB of weights, %.2f GB read per decode step, %.0fM matmul "
-               "params/token), device %s, %d threads, kernel table %s%s%s%s, numerics %s, KV cache %s, "
+               "params/token), device %s, %d threads, kernel table %s%s%s%s, numerics %s, KV cache %s%s%s%s, "
                "loaded in %.2f s\n",
                b.a.model, b.mi.weight_bytes / 1e9, b.mi.stream_bytes / 1e9, b.mi.params_per_token / 1e6,
                b.a.device, threads, L.kernels, cuda ? "" : " (int4/int8 on ",
                cuda ? "" : qwi_cpu_kernels_q4i_isa(qwi_cpu_kernels_select()), cuda ? "" : ")",
-               numerics, b.a.kv_dtype ? b.a.kv_dtype : "auto", tl);
+               numerics, b.a.kv_dtype ? b.a.kv_dtype : "auto", fp8_kernels ? " (kernels " : "",
+               fp8_kernels ? fp8_kernels : "", fp8_kernels ? ")" : "", tl);
         printf("memory: RSS after load %.2f GB (%.2fx the weights), peak during load %.2f GB (%.2fx)%s\n",
                rss_load / 1e9, rss_load / b.mi.weight_bytes, hwm_load / 1e9, hwm_load / b.mi.weight_bytes,
                hwm_clean ? "" : " (peak includes the limit buffers: /proc/self/clear_refs unavailable)");

@@ -22,6 +22,8 @@
 
 #define QWI_E4M3_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,f16c")))
 #define QWI_E4M3_AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,f16c")))
+#define QWI_E4M3_AVX512BW_INLINE \
+    static inline __attribute__((always_inline, target("avx512f,avx512bw,avx2,f16c")))
 
 /* 8 e4m3 bytes at p -> 8 f32 (exact; NaN as qwi_e4m3_to_f32 gives it). */
 QWI_E4M3_AVX2_INLINE __m256 e8(const uint8_t *p) {
@@ -107,6 +109,22 @@ QWI_E4M3_AVX2_INLINE void e4m3_bf16_bytes32(__m256i x, __m256i *hi, __m256i *lo)
                         _mm256_set1_epi8(0x77));
     *hi = _mm256_xor_si256(h, _mm256_shuffle_epi8(fhi, ix));
     *lo = _mm256_xor_si256(l, _mm256_shuffle_epi8(flo, ix));
+}
+
+/* The same for the 64 bytes in x (AVX512BW; each 128-bit lane on its own:
+ * the "avx512bw" fp8 table, cpu/kv_fp8_bw.c). */
+QWI_E4M3_AVX512BW_INLINE void e4m3_bf16_bytes64(__m512i x, __m512i *hi, __m512i *lo) {
+    const __m512i thi = _mm512_broadcast_i32x4(_mm_setr_epi8(QWI_E4M3_HI_BYTES));
+    const __m512i fhi = _mm512_broadcast_i32x4(_mm_setr_epi8(QWI_E4M3_FIX_HI));
+    const __m512i flo = _mm512_broadcast_i32x4(_mm_setr_epi8(QWI_E4M3_FIX_LO));
+    const __m512i h =
+        _mm512_shuffle_epi8(thi, _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0f)));
+    const __m512i l = _mm512_and_si512(_mm512_slli_epi16(x, 4), _mm512_set1_epi8((char)0xf0));
+    const __m512i ix =
+        _mm512_add_epi8(_mm512_and_si512(_mm512_add_epi8(x, _mm512_set1_epi8(1)), _mm512_set1_epi8(0x7f)),
+                        _mm512_set1_epi8(0x77));
+    *hi = _mm512_xor_si512(h, _mm512_shuffle_epi8(fhi, ix));
+    *lo = _mm512_xor_si512(l, _mm512_shuffle_epi8(flo, ix));
 }
 
 /* 16 bf16 words in order (w) -> their f32, even elements and odd ones

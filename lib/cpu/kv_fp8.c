@@ -2,6 +2,7 @@
  * kv_fp8.c - the portable fp8-KV attention kernels, the table choice and
  * the write rounding (see kv_fp8.h).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/kv_fp8.h"
@@ -43,9 +44,21 @@ const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_generic(void) { return &generic; }
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_for(const qwi_cpu_kernels *kt) {
     const char *nm = kt && kt->name ? kt->name : "generic";
     if (strcmp(nm, "generic") == 0) return &generic;
-    const qwi_cpu_kv_fp8_kernels *t = NULL;
-    if (strcmp(nm, "avx2") != 0) t = qwi_cpu_kv_fp8_avx512vbmi();
-    if (!t && strcmp(nm, "avx2") != 0) t = qwi_cpu_kv_fp8_avx512();
-    if (!t) t = qwi_cpu_kv_fp8_avx2();
+    /* the candidates for kt, preferred first */
+    const qwi_cpu_kv_fp8_kernels *cand[3] = { NULL, NULL, NULL };
+    if (strcmp(nm, "avx2") == 0) {
+        cand[0] = qwi_cpu_kv_fp8_avx2();
+    } else {
+        cand[0] = qwi_cpu_kv_fp8_avx512vbmi();
+        cand[1] = qwi_cpu_kv_fp8_avx512bw();
+        cand[2] = qwi_cpu_kv_fp8_avx512();
+    }
+    const char *want = getenv("QWINFER_CPU_KV_FP8");
+    if (want && strcmp(want, "generic") == 0) return &generic;
+    for (int i = 0; want && i < 3; i++)
+        if (cand[i] && strcmp(cand[i]->name, want) == 0) return cand[i];
+    for (int i = 0; i < 3; i++)
+        if (cand[i]) return cand[i];
+    const qwi_cpu_kv_fp8_kernels *t = qwi_cpu_kv_fp8_avx2();
     return t ? t : &generic;
 }

@@ -72,10 +72,22 @@ const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512(void);
  * thread-safe. */
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512vbmi(void);
 
+/* The avx512 table with P.V and the K-plane scores widening by nibble
+ * tables in zmm registers (AVX512BW, cpu/kv_fp8_bw.c): the same bits,
+ * fewer instructions, for AVX-512 CPUs without VBMI. NULL where the CPU
+ * or build lacks it. Static storage; thread-safe. */
+const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512bw(void);
+
 /* The table that goes with f32 kernel table kt, by the rule of
  * qwi_cpu_kv_bf16_for (generic for "generic", avx2 for "avx2", else the
- * widest this CPU runs: avx512vbmi where it has AVX512_VBMI, else avx512).
- * Never NULL. Thread-safe. */
+ * widest this CPU runs: avx512vbmi where it has AVX512_VBMI, else
+ * avx512bw where it has AVX512BW, else avx512). The environment variable
+ * QWINFER_CPU_KV_FP8 (read on every call) may name another of the tables
+ * the rule chooses among for kt - generic always, avx2 for "avx2",
+ * avx512vbmi / avx512bw / avx512 for the AVX-512 f32 tables - where the
+ * CPU runs it; any other value is ignored. All give the same bits but
+ * generic, so this only moves speed: for benchmarks and bisecting. Never
+ * NULL. Thread-safe. */
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_for(const qwi_cpu_kernels *kt);
 
 /* The generic transpose (see the table's). */

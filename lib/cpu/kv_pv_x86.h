@@ -30,6 +30,12 @@
  *                       avx512_pv_blk then widens 64 at a time wherever
  *                       its block is a multiple of 64 columns, and the
  *                       8-accumulator groups take 64-column blocks
+ *   KV_PV_W64_LOAD(src, acc), KV_PV_W64_STORE(dst, acc)
+ *                       where KV_PV_WIDEN64's o[0..3] hold the 64 elements
+ *                       in another order than 16 consecutive each: load
+ *                       64 accumulators from src into acc[0..3] in that
+ *                       order, and store them back in memory order
+ *                       (kv_fp8_bw.c; without them, plain loads/stores)
  * The chains are the same either way, so the same bits.
  */
 /* ---- AVX2: 8 lanes ------------------------------------------------------ */
@@ -198,10 +204,20 @@ static AVX2 void avx2_pv(float *const *o, const float *const *p, int32_t nq,
 AVX512_INLINE void avx512_pv_blk(float *const *o, const float *const *p, const int QB,
                                  const KV_PV_ELEM *const *v, int32_t n, int64_t e0, const int HC) {
     __m512 acc[8][8];
-    UNROLL
-    for (int i = 0; i < QB; i++)
+#ifdef KV_PV_W64_LOAD
+    if (HC % 4 == 0) {
         UNROLL
-        for (int c = 0; c < HC; c++) acc[i][c] = _mm512_loadu_ps(o[i] + e0 + 16 * c);
+        for (int i = 0; i < QB; i++)
+            UNROLL
+            for (int c = 0; c < HC; c += 4) KV_PV_W64_LOAD(o[i] + e0 + 16 * c, acc[i] + c);
+    } else
+#endif
+    {
+        UNROLL
+        for (int i = 0; i < QB; i++)
+            UNROLL
+            for (int c = 0; c < HC; c++) acc[i][c] = _mm512_loadu_ps(o[i] + e0 + 16 * c);
+    }
     for (int32_t j = 0; j < n; j++) {
         __m512 vv[8];
 #ifdef KV_PV_WIDEN64
@@ -221,6 +237,15 @@ AVX512_INLINE void avx512_pv_blk(float *const *o, const float *const *p, const i
             for (int c = 0; c < HC; c++) acc[i][c] = _mm512_fmadd_ps(x, vv[c], acc[i][c]);
         }
     }
+#ifdef KV_PV_W64_STORE
+    if (HC % 4 == 0) {
+        UNROLL
+        for (int i = 0; i < QB; i++)
+            UNROLL
+            for (int c = 0; c < HC; c += 4) KV_PV_W64_STORE(o[i] + e0 + 16 * c, acc[i] + c);
+        return;
+    }
+#endif
     UNROLL
     for (int i = 0; i < QB; i++)
         UNROLL
