@@ -18,12 +18,14 @@ echo "$out" | grep -q '2 MiB pages' || fail "qw-abench --huge-pages did not say 
 "$b/qw-abench" --seqs 3 --ctx 77 --layers 2 --seconds 0.01 --block-size 8 --heads 6 --kv-heads 2 \
     --head-dim 64 --threads 1 >/dev/null || fail "qw-abench, block size 8, group 3"
 "$b/qw-abench" --seqs 0 >/dev/null 2>&1 && fail "qw-abench accepted --seqs 0"
-# the fp8 e4m3 cache: its own kernels, checked batched == alone the same way
+# the fp8 e4m3 cache: its own kernels (on bf16 dot products where the table
+# has them, --exact: f32), checked batched == alone the same way
 out=$("$b/qw-abench" --seqs 3 --ctx 77 --layers 2 --seconds 0.01 --kv fp8) || fail "qw-abench --kv fp8: $out"
 echo "$out" | grep -q 'fp8 e4m3 KV' || fail "qw-abench --kv fp8 did not say so: $out"
 "$b/qw-abench" --seqs 3 --ctx 40 --layers 1 --seconds 0.01 --kv fp8 --block-size 8 --heads 6 --kv-heads 2 \
     --head-dim 64 --threads 1 >/dev/null || fail "qw-abench --kv fp8, block size 8, group 3"
-"$b/qw-abench" --kv fp8 --exact >/dev/null 2>&1 && fail "qw-abench accepted --kv fp8 --exact"
+out=$("$b/qw-abench" --seqs 2 --ctx 40 --layers 1 --seconds 0.01 --kv fp8 --exact) || fail "qw-abench --kv fp8 --exact: $out"
+echo "$out" | grep -q 'on f32 kernels' || fail "qw-abench --kv fp8 --exact did not say so: $out"
 "$b/qw-abench" --kv f16 >/dev/null 2>&1 && fail "qw-abench accepted --kv f16"
 "$b/qw-qbench" --k 256 --n 256 --ms 1,8 --seconds 0.01 --layers 2 >/dev/null || fail "qw-qbench"
 # one header column per --ms entry, in its order (without M = 1 there is no GB/s column)

@@ -14,8 +14,9 @@
  * sequences of 512 positions, block size 16, 2 threads, fast numerics'
  * bf16 dot products (--exact: the f32 kernels over the same bf16 cache).
  * --kv fp8: the e4m3 cache (QW_KV_CACHE_FP8_E4M3; its own kernels,
- * cpu/kv_fp8.h, the same in both modes: --exact does not apply; the table
- * the backend would pick, printed, or the one QWINFER_CPU_KV_FP8 names), one byte
+ * cpu/kv_fp8.h: the table the backend would pick, printed, or the one
+ * QWINFER_CPU_KV_FP8 names; on bf16 dot products as the bf16 cache where
+ * the kernel table has them, --exact: the f32 kernels), one byte
  * an element, random finite codes with layer scales of 1/64 (K) and 1/32 (V).
  * Each layer has its own K and V pool (the engine's layout: K planes, V
  * rows); --layers defaults to enough layers for >= 512 MiB of KV, so the
@@ -132,7 +133,7 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "qw-abench: unknown option %s\n", a); return 2; }
     }
     if (seqs < 1 || ctx < 1 || threads < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads ||
-        hd < 2 || hd % 2 || bs < 1 || !(seconds > 0) || (fp8 && exact)) {
+        hd < 2 || hd % 2 || bs < 1 || !(seconds > 0)) {
         fprintf(stderr, "qw-abench: bad option values\n");
         return 2;
     }
@@ -240,10 +241,15 @@ int main(int argc, char **argv) {
     }
     const double bw = read_bandwidth(pool);
     const double gbs = step_bytes / best;
-    printf("qw-abench: kernel table %s, %s%s, %d threads; %d seqs x %d positions, heads %d/%d x %d, "
+    const char *how = qwi_cpu_attn_on_dot_products(&a) ? "bf16 dot products" : "f32 kernels";
+    char mode[96];
+    if (fp8)
+        snprintf(mode, sizeof mode, "fp8 e4m3 KV, kernels %s, on %s", kf->name, how);
+    else
+        snprintf(mode, sizeof mode, "%s (%s)", exact ? "exact" : "fast", how);
+    printf("qw-abench: kernel table %s, %s, %d threads; %d seqs x %d positions, heads %d/%d x %d, "
            "block %d (%s), %d layers (%.1f MiB of KV, %s pages)\n",
-           kt->name, fp8 ? "fp8 e4m3 KV, kernels " : exact ? "exact (f32 kernels)" : "fast (bf16 dot products)",
-           fp8 ? kf->name : "", threads, seqs, ctx, heads,
+           kt->name, mode, threads, seqs, ctx, heads,
            kv_heads, hd, bs, contiguous ? "contiguous" : "shuffled", layers,
            step_bytes * layers / (1 << 20), huge_pages ? "2 MiB" : "4 KiB");
     printf("decode attention: %.1f us per layer, %.2f GB/s of K+V = %.1f%% of read bandwidth (%.2f GB/s)\n",

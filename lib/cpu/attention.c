@@ -25,6 +25,11 @@
  * may instead run on bf16 dot products (cpu/kv_bf16dot.h): q rounded to
  * pairs in row_begin, scores by dscores from the planes, P rounded to
  * pairs after the softmax and P.V by dpv in even-aligned passes (dot_pv).
+ * The fp8 cache does the same on the tile widened to bf16 (exact: every
+ * e4m3 value is a bf16 one) into ktile's memory (kv_fp8.h: tile_bf16), so
+ * its fast-mode scores and P.V are the bf16 cache's over the same values;
+ * a single row (decode) skips the widen through the fp8 table's dscores8
+ * and dpv8 where it has them, with the same bits.
  */
 #include <math.h>
 #include <string.h>
@@ -72,10 +77,9 @@ typedef struct row_state {
     uint32_t *q2, *p2;    /* bf16 dot products: q and P as bf16 pairs */
 } row_state;
 
-/* Whether a's attention runs on bf16 dot products (cpu/kv_bf16dot.h). */
-static bool use_dot(const qwi_cpu_attn *a) {
-    return a->bf16_dot && a->k_bf16 && !a->k_fp8 && a->kb && a->kb->dscores && a->kb->dpv &&
-           a->head_dim % 2 == 0;
+bool qwi_cpu_attn_on_dot_products(const qwi_cpu_attn *a) {
+    return a->bf16_dot && (a->k_bf16 || (a->k_fp8 && a->kf && a->kf->to_bf16)) && a->kb &&
+           a->kb->dscores && a->kb->dpv && a->head_dim % 2 == 0;
 }
 
 static void row_begin(const qwi_cpu_attn *a, int32_t r, int32_t g, float *mem, row_state *s) {
@@ -90,7 +94,7 @@ static void row_begin(const qwi_cpu_attn *a, int32_t r, int32_t g, float *mem, r
     s->q2 = (uint32_t *)(s->sum + group);
     s->p2 = s->q2 + (size_t)group * (size_t)((hd + 1) / 2);
     /* heads of a group are consecutive rows of hd: one rounding per row */
-    if (use_dot(a)) qwi_pair_round_rows(s->q, 0, group, hd, s->q2);
+    if (qwi_cpu_attn_on_dot_products(a)) qwi_pair_round_rows(s->q, 0, group, hd, s->q2);
     for (int32_t h = 0; h < group; h++) {
         s->mx[h] = -INFINITY;
         s->sum[h] = 0.0f;
@@ -311,9 +315,18 @@ static inline void scores_pass(const qwi_cpu_kv_bf16_kernels *kb, const qwi_cpu_
  * (row, head) pairs that still need it over positions [lo, hi), lo and hi
  * even, so a row's pairs are always the even-aligned ones it has alone;
  * a row whose positions end at lo + 1 takes its last half pair in a pass
- * of one position. vp: the tile's V rows. */
+ * of one position. vp: the tile's V rows (bf16), or vp8 (fp8, read by
+ * the fp8 table's dpv8) where not NULL. */
+static inline void dpv_call(const qwi_cpu_attn *a, float *const *o, const uint32_t *const *p, int32_t nq,
+                            const uint16_t *const *vp, const uint8_t *const *vp8, int32_t lo, int32_t n) {
+    if (vp8)
+        a->kf->dpv8(o, p, nq, vp8 + lo, n, a->head_dim);
+    else
+        a->kb->dpv(o, p, nq, vp + lo, n, a->head_dim);
+}
+
 static void dot_pv(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t t0, int32_t t1,
-                   const uint16_t *const *vp) {
+                   const uint16_t *const *vp, const uint8_t *const *vp8) {
     const int32_t group = a->num_heads / a->num_kv_heads, hd = a->head_dim;
     float *op[QWI_CPU_ATTN_BATCH];
     const uint32_t *pp[QWI_CPU_ATTN_BATCH];
@@ -327,12 +340,12 @@ static void dot_pv(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t t0, i
                 op[nb] = s[i].acc + (int64_t)h * hd;
                 pp[nb] = s[i].p2 + (int64_t)h * (QWI_CPU_ATTN_TILE / 2) + lo / 2;
                 if (++nb == QWI_CPU_ATTN_BATCH) {
-                    a->kb->dpv(op, pp, nb, vp + lo, 1, hd);
+                    dpv_call(a, op, pp, nb, vp, vp8, lo, 1);
                     nb = 0;
                 }
             }
         }
-        if (nb) a->kb->dpv(op, pp, nb, vp + lo, 1, hd);
+        if (nb) dpv_call(a, op, pp, nb, vp, vp8, lo, 1);
         if (hi == INT32_MAX) break;
         nb = 0;
         for (int32_t i = 0; i < n; i++) {   /* whole pairs [lo, hi) */
@@ -341,12 +354,12 @@ static void dot_pv(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t t0, i
                 op[nb] = s[i].acc + (int64_t)h * hd;
                 pp[nb] = s[i].p2 + (int64_t)h * (QWI_CPU_ATTN_TILE / 2) + lo / 2;
                 if (++nb == QWI_CPU_ATTN_BATCH) {
-                    a->kb->dpv(op, pp, nb, vp + lo, hi - lo, hd);
+                    dpv_call(a, op, pp, nb, vp, vp8, lo, hi - lo);
                     nb = 0;
                 }
             }
         }
-        if (nb) a->kb->dpv(op, pp, nb, vp + lo, hi - lo, hd);
+        if (nb) dpv_call(a, op, pp, nb, vp, vp8, lo, hi - lo);
         lo = hi;
     }
 }
@@ -383,9 +396,17 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
     const bool direct = (fp8 ? kb->pscores8_q != NULL || kf->pscores8_q != NULL : kb->pscores_q != NULL) &&
                         a->block_size % kb->plane_lanes == 0;
     /* bf16 dot products: the table's dscores from the planes, or the
-     * portable one (the same bits) where blocks break its plane runs */
-    const bool dot = use_dot(a);
-    const qwr_kv_dscores_fn dscores = direct ? kb->dscores : qwr_kv_dscores;
+     * portable one (the same bits) where blocks break its plane runs; the
+     * fp8 cache's tile is widened to bf16 16-position planes first, which
+     * the table's dscores always reads (kv_fp8.h: tile_bf16) */
+    const bool dot = qwi_cpu_attn_on_dot_products(a);
+    /* the fp8 cache's single rows (decode) read it through the fp8
+     * table's own dot kernels where it has them and the planes allow:
+     * the same bits as the widened tile, without its round trip */
+    const bool dot8 = dot && fp8 && n == 1 && kf->dscores8 && kf->dpv8 && a->block_size % 16 == 0;
+    const qwr_kv_dscores_fn dscores = direct || fp8 ? kb->dscores : qwr_kv_dscores;
+    const int64_t kstride = dot && fp8 && !dot8 ? 16 : a->block_size;
+    uint16_t *kbuf = (uint16_t *)(void *)ktile, *vbuf = kbuf + (int64_t)QWI_CPU_ATTN_TILE * hd;
     const uint32_t *qp2[QWI_CPU_ATTN_BATCH];
     for (int32_t t0 = 0; t0 < ctx; t0 += QWI_CPU_ATTN_TILE) {
         const int32_t t1 = QWI_MIN(ctx, t0 + QWI_CPU_ATTN_TILE);
@@ -394,7 +415,12 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
          * block, dim)); either way every row's scores come with positions
          * as SIMD lanes. The V rows stay bf16 / fp8, widened in pv */
         tile_rows(a, bt, g, t0, t1, kp, vp, kp8, vp8, n > 1);
-        if (dot) {
+        if (dot8) {
+            /* nothing to widen */
+        } else if (dot && fp8) {
+            /* ktile's [hd][TILE] floats hold the bf16 K planes and V rows */
+            qwi_cpu_kv_fp8_tile_bf16(kf, kp8, vp8, t1 - t0, hd, a->block_size, kbuf, vbuf, kp, vp);
+        } else if (dot) {
             /* nothing to widen */
         } else if (!direct && fp8)
             kf->transpose(kp8, t1 - t0, hd, a->block_size, ktile, QWI_CPU_ATTN_TILE);
@@ -410,8 +436,10 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
                 qp2[nb] = s[i].q2 + (int64_t)h * (hd / 2);
                 op[nb] = s[i].scores + (int64_t)h * QWI_CPU_ATTN_TILE;
                 if (++nb == QWI_CPU_ATTN_BATCH) {
-                    if (dot)
-                        dscores(qp2, op, nb, hd, kp, a->block_size, t1 - t0, scale);
+                    if (dot8)
+                        kf->dscores8(qp2, op, nb, hd, kp8, kstride, t1 - t0, scale);
+                    else if (dot)
+                        dscores(qp2, op, nb, hd, kp, kstride, t1 - t0, scale);
                     else
                         scores_pass(kb, kf, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL,
                                     a->block_size, t1 - t0, scale);
@@ -419,8 +447,10 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
                 }
             }
         }
-        if (nb && dot)
-            dscores(qp2, op, nb, hd, kp, a->block_size, t1 - t0, scale);
+        if (nb && dot8)
+            kf->dscores8(qp2, op, nb, hd, kp8, kstride, t1 - t0, scale);
+        else if (nb && dot)
+            dscores(qp2, op, nb, hd, kp, kstride, t1 - t0, scale);
         else if (nb)
             scores_pass(kb, kf, direct, qp, op, nb, hd, ktile, kp, fp8 ? kp8 : NULL, a->block_size, t1 - t0,
                         scale);
@@ -447,7 +477,7 @@ static void fast_block(const qwi_cpu_attn *a, row_state *s, int32_t n, int32_t g
             }
         }
         if (dot) {
-            dot_pv(a, s, n, t0, t1, vp);
+            dot_pv(a, s, n, t0, t1, vp, dot8 ? vp8 : NULL);
             continue;
         }
         /* P.V by segments [lo, hi) of the tile: each pass takes the pairs

@@ -63,9 +63,10 @@ typedef struct qwi_cpu_attn {
     const uint8_t *k_fp8, *v_fp8;
     const qwi_cpu_kv_fp8_kernels *kf;
     float k_scale, v_scale;
-    /* Fast numerics over the bf16 cache: q.K and P.V on bf16 dot products
-     * (cpu/kv_bf16dot.h) where kb has them (dscores, dpv) and head_dim is
-     * even; otherwise, and for the other caches, ignored. */
+    /* Fast numerics over the bf16 or fp8 cache: q.K and P.V on bf16 dot
+     * products (cpu/kv_bf16dot.h) where kb has them (dscores, dpv) and
+     * head_dim is even, the fp8 cache's tiles widened to bf16 first
+     * (kv_fp8.h: tile_bf16); otherwise, and for the f32 cache, ignored. */
     bool bf16_dot;
     float *out;                  /* [num_tokens][num_heads*head_dim]               */
     /* When not NULL, each (row, kv head) slice of out is also rounded, as it
@@ -84,6 +85,10 @@ typedef struct qwi_cpu_attn {
     int32_t head_dim;
     float scale;                 /* usually 1/sqrt(head_dim)                        */
 } qwi_cpu_attn;
+
+/* Whether a's attention runs on bf16 dot products (the bf16_dot field's
+ * rule): for tools that report what ran. */
+bool qwi_cpu_attn_on_dot_products(const qwi_cpu_attn *a);
 
 /* Floats of per-thread scratch qwr_attention_row needs for this shape. */
 size_t qwi_cpu_attn_scratch_floats(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim);

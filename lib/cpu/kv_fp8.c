@@ -20,6 +20,15 @@ void qwi_cpu_kv_fp8_transpose(const uint8_t *const *k, int32_t n, int64_t hd, in
     }
 }
 
+void qwi_cpu_kv_fp8_to_bf16(const uint8_t *src, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float f = qwi_e4m3_to_f32(src[i]);
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        dst[i] = (uint16_t)(u >> 16);   /* the low half is zero: exact */
+    }
+}
+
 /* Positions outer per accumulator: each o[i][e] is one multiply-then-add
  * chain over j in order. */
 static void g_pv(float *const *o, const float *const *p, int32_t nq, const uint8_t *const *v,
@@ -37,6 +46,7 @@ static const qwi_cpu_kv_fp8_kernels generic = {
     .name = "generic",
     .transpose = qwi_cpu_kv_fp8_transpose,
     .pv = g_pv,
+    .to_bf16 = qwi_cpu_kv_fp8_to_bf16,
 };
 
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_generic(void) { return &generic; }

@@ -28,6 +28,18 @@
  * rows, so fp8-KV attention is bit-identical alone or in any batch. The
  * backend picks the table matching its f32 kernel table once
  * (qwi_cpu_kv_fp8_for).
+ *
+ * Fast numerics on bf16 dot products: where the bf16 table has dscores
+ * and dpv (cpu/kv_bf16dot.h: the avx512bf16 and generic tables), the fp8
+ * cache is read as the bf16 cache - every e4m3 value is a bf16 value, so
+ * q.K and P.V run the bf16 cache's dot-product arithmetic on exactly the
+ * cached values, at twice the f32 FMA rate. A run of several rows
+ * (prefill) widens each tile once with to_bf16 (qwi_cpu_kv_fp8_tile_bf16)
+ * and calls the bf16 table's kernels; a single row (decode) reads the
+ * cache through dscores8/dpv8 where the table has them (kv_fp8_dot_vbmi.c)
+ * - the same bits either way, so batched == alone still holds. The other
+ * entries (transpose, pv, pscores8_q) then serve exact numerics and the
+ * tables without dot products.
  */
 #ifndef QWI_CPU_KV_FP8_H
 #define QWI_CPU_KV_FP8_H
@@ -56,6 +68,21 @@ typedef struct qwi_cpu_kv_fp8_kernels {
      * the block size against. */
     void (*pscores8_q)(const float *const *q, float *const *out, int32_t nq, int64_t hd,
                        const uint8_t *const *kpl, int64_t dstride, int32_t n, float scale);
+    /* dst[i] = the bf16 bits of e4m3(src[i]), i < n: exact (e4m3's 3
+     * mantissa bits fit bf16's 7, its exponents bf16's range, subnormals
+     * included), NaN as qwi_e4m3_to_f32's upper half. The step that puts
+     * the fp8 cache on bf16 dot products (qwi_cpu_kv_fp8_tile_bf16). */
+    void (*to_bf16)(const uint8_t *src, uint16_t *dst, int64_t n);
+    /* Optional (NULL: a tile is widened by to_bf16, then the bf16 table's
+     * dscores and dpv run): the bf16 dot-product kernels of
+     * cpu/kv_bf16dot.h straight from the fp8 cache, with the bits of
+     * to_bf16 followed by qwi_avx512bf16_kv_dscores / _dpv, so attention
+     * may take either route for any row. dscores8's k and dstride as
+     * those of qwi_avx512bf16_kv_dscores (plane runs of 16 positions). */
+    void (*dscores8)(const uint32_t *const *q, float *const *out, int32_t nq, int64_t hd,
+                     const uint8_t *const *k, int64_t dstride, int32_t n, float scale);
+    void (*dpv8)(float *const *o, const uint32_t *const *p, int32_t nq, const uint8_t *const *v,
+                 int32_t n, int64_t hd);
 } qwi_cpu_kv_fp8_kernels;
 
 /* The portable table; always available. Static storage. */
@@ -93,6 +120,48 @@ const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_for(const qwi_cpu_kernels *kt);
 /* The generic transpose (see the table's). */
 void qwi_cpu_kv_fp8_transpose(const uint8_t *const *k, int32_t n, int64_t hd, int64_t dstride,
                               float *kt, int64_t ld);
+
+/* The portable to_bf16 (see the table's). */
+void qwi_cpu_kv_fp8_to_bf16(const uint8_t *src, uint16_t *dst, int64_t n);
+
+/* The avx512bw table's to_bf16, also the avx512vbmi table's; call only
+ * where qwi_cpu_kv_fp8_avx512bw() is not NULL. */
+void qwi_cpu_kv_fp8_to_bf16_avx512bw(const uint8_t *src, uint16_t *dst, int64_t n);
+
+/* The pairs of the x86 dscores8 / dpv8 (cpu/kv_fp8_dot_x86.h): of 64
+ * e4m3 bytes b - for K (which 0) four K plane rows of 16 positions, for V
+ * (which 1) 32 dims of row j then 32 of row j+1 - lane t of pair vector h
+ * (h < 2, t < 16) is the pair (b[*first] low, b[*second] high): K dims
+ * (d+2h, d+2h+1) of position t, V rows (j, j+1) at dim 16h + t. */
+static inline void qwi_cpu_kv_fp8_pair_src(int which, int h, int t, int *first, int *second) {
+    *first = which == 0 ? 32 * h + t : 16 * h + t;
+    *second = which == 0 ? 32 * h + 16 + t : 32 + 16 * h + t;
+}
+
+/* Sets t's dscores8 and dpv8 to the AVX512_VBMI + AVX512_BF16 forms
+ * (cpu/kv_fp8_dot_vbmi.c) and returns true where this CPU and build run
+ * them; else leaves t alone and returns false. Thread-safe. */
+bool qwi_cpu_kv_fp8_dot_vbmi(qwi_cpu_kv_fp8_kernels *t);
+
+/* The same with the pairs made by nibble tables (AVX512BW +
+ * AVX512_BF16, cpu/kv_fp8_dot_bw.c: Cooper Lake), the same bits. */
+bool qwi_cpu_kv_fp8_dot_bw(qwi_cpu_kv_fp8_kernels *t);
+
+/* The fp8 cache on bf16 dot products (fast numerics over a bf16 table
+ * with dscores and dpv, cpu/attention.c): one context tile of n <=
+ * QWI_CPU_ATTN_TILE positions of one kv head, k8[j] / v8[j] as
+ * attention.c's tile rows (K: position j's dim-0 element in its K plane,
+ * dims dstride apart; V: its row of hd bytes), widened by kf->to_bf16 -
+ * exactly, so the scores and P.V that follow are the bf16 cache's over
+ * the same values. K goes to kbuf as planes of 16 positions ([n/16
+ * rounded up][hd][16] bf16; lanes past n zero), V to vbuf as rows
+ * ([n][hd]); k[j] and v[j] are set to position j's place there, so
+ * kv_bf16dot.h's dscores (dstride 16, runs of 16 as it requires, at any
+ * cache block size) and dpv read them as they read the bf16 cache. kbuf
+ * holds (n rounded up to 16) * hd elements, vbuf n * hd. */
+void qwi_cpu_kv_fp8_tile_bf16(const qwi_cpu_kv_fp8_kernels *kf, const uint8_t *const *k8,
+                              const uint8_t *const *v8, int32_t n, int64_t hd, int64_t dstride,
+                              uint16_t *kbuf, uint16_t *vbuf, const uint16_t **k, const uint16_t **v);
 
 /* dst[i] = qwi_f32_to_e4m3(src[i] / scale) for i < n: the write of one
  * K or V row. scale is finite and > 0. One rounded division and one

@@ -191,6 +191,38 @@ static BW void bw_pscores8_q(const float *const *q, float *const *out, int32_t n
 
 #undef SC64
 
+/* ---- to bf16 (the fp8 cache on bf16 dot products) ---------------------- */
+
+/* 64 codes at a time as avx2_to_bf16 (kv_fp8_x86.c): the words come out of
+ * the in-lane interleaves as codes 8L .. 8L+7 of each lane L in w0 and
+ * 8L+8 .. in w1 (L = 0..3, in units of 16 codes); vpermt2q puts lanes
+ * (w0.0, w1.0, w0.1, w1.1) and (w0.2, w1.2, w0.3, w1.3) together. The
+ * last n % 64 codes by masked loads and stores of the same steps. */
+BW_INLINE void to_bf16_64(const uint8_t *src, uint16_t *dst, int32_t m) {
+    const __mmask64 in = m >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << m) - 1);
+    __m512i hi, lo;
+    e4m3_bf16_bytes64(_mm512_maskz_loadu_epi8(in, src), &hi, &lo);
+    const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+    const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    const __m512i second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    const __m512i a = _mm512_permutex2var_epi64(w0, first, w1), b = _mm512_permutex2var_epi64(w0, second, w1);
+    if (m >= 64) {
+        _mm512_storeu_si512(dst, a);
+        _mm512_storeu_si512(dst + 32, b);
+        return;
+    }
+    const __mmask32 ma = m >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << m) - 1);
+    const __mmask32 mb = m <= 32 ? 0 : (((__mmask32)1 << (m - 32)) - 1);
+    _mm512_mask_storeu_epi16(dst, ma, a);
+    _mm512_mask_storeu_epi16(dst + 32, mb, b);
+}
+
+BW void qwi_cpu_kv_fp8_to_bf16_avx512bw(const uint8_t *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) to_bf16_64(src + i, dst + i, 64);
+    if (i < n) to_bf16_64(src + i, dst + i, (int32_t)(n - i));
+}
+
 /* The table, filled once where the CPU has AVX512BW (and the avx512
  * table, whose K-tile transpose it shares). */
 static qwi_cpu_kv_fp8_kernels bw_table;
@@ -202,7 +234,9 @@ static void bw_init(void) {
     __builtin_cpu_init();
     if (!base || !__builtin_cpu_supports("avx512bw")) return;
     bw_table = (qwi_cpu_kv_fp8_kernels){ .name = "avx512bw", .transpose = base->transpose,
-                                         .pv = avx512_pv, .pscores8_q = bw_pscores8_q };
+                                         .pv = avx512_pv, .pscores8_q = bw_pscores8_q,
+                                         .to_bf16 = qwi_cpu_kv_fp8_to_bf16_avx512bw };
+    qwi_cpu_kv_fp8_dot_bw(&bw_table);   /* dscores8 / dpv8 where AVX512_BF16 exists too */
     bw_ptr = &bw_table;
 }
 
@@ -214,5 +248,8 @@ const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512bw(void) {
 #else
 
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512bw(void) { return NULL; }
+void qwi_cpu_kv_fp8_to_bf16_avx512bw(const uint8_t *src, uint16_t *dst, int64_t n) {
+    qwi_cpu_kv_fp8_to_bf16(src, dst, n);
+}
 
 #endif

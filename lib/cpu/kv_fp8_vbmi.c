@@ -207,9 +207,13 @@ static void vbmi_init(void) {
     tab_build();
     const qwi_cpu_kv_fp8_kernels *base = qwi_cpu_kv_fp8_avx512();
     __builtin_cpu_init();
-    if (!base || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vbmi")) return;
+    if (!base || !qwi_cpu_kv_fp8_avx512bw() || !__builtin_cpu_supports("avx512vbmi")) return;
+    /* to_bf16 is the avx512bw table's: a widen once per tile, not per q
+     * row, where vpermb would save little */
     vbmi_table = (qwi_cpu_kv_fp8_kernels){ .name = "avx512vbmi", .transpose = base->transpose,
-                                           .pv = avx512_pv, .pscores8_q = vbmi_pscores8_q };
+                                           .pv = avx512_pv, .pscores8_q = vbmi_pscores8_q,
+                                           .to_bf16 = qwi_cpu_kv_fp8_to_bf16_avx512bw };
+    qwi_cpu_kv_fp8_dot_vbmi(&vbmi_table);   /* dscores8 / dpv8 where AVX512_BF16 exists too */
     vbmi_ptr = &vbmi_table;
 }
 

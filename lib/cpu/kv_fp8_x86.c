@@ -101,10 +101,28 @@ static AVX2 void avx2_transpose(const uint8_t *const *k, int32_t n, int64_t hd, 
         for (int64_t d = hd8; d < hd; d++) kt[d * ld + jj] = qwi_e4m3_to_f32(k[jj][d]);
 }
 
+/* to_bf16 (kv_fp8.h), 32 codes at a time: the nibble tables give each
+ * code's bf16 high and low bytes, which interleave into words within each
+ * 128-bit lane (codes 0-7 and 16-23 in w0, 8-15 and 24-31 in w1); two
+ * lane permutes put them back in memory order. The last n % 32 codes go
+ * through the portable form (the same values). */
+static AVX2 void avx2_to_bf16(const uint8_t *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i hi, lo;
+        e4m3_bf16_bytes32(_mm256_loadu_si256((const __m256i *)(const void *)(src + i)), &hi, &lo);
+        const __m256i w0 = _mm256_unpacklo_epi8(lo, hi), w1 = _mm256_unpackhi_epi8(lo, hi);
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm256_permute2x128_si256(w0, w1, 0x20));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i + 16), _mm256_permute2x128_si256(w0, w1, 0x31));
+    }
+    if (i < n) qwi_cpu_kv_fp8_to_bf16(src + i, dst + i, n - i);
+}
+
 static const qwi_cpu_kv_fp8_kernels avx2_table = {
     .name = "avx2",
     .transpose = avx2_transpose,
     .pv = avx2_pv,
+    .to_bf16 = avx2_to_bf16,
 };
 
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx2(void) {
@@ -121,6 +139,7 @@ static const qwi_cpu_kv_fp8_kernels avx512_table = {
     .name = "avx512",
     .transpose = avx2_transpose,
     .pv = avx512_pv,
+    .to_bf16 = avx2_to_bf16,   /* AVX-512F alone has no byte shuffles at zmm width */
 };
 
 const qwi_cpu_kv_fp8_kernels *qwi_cpu_kv_fp8_avx512(void) {
