@@ -74,6 +74,7 @@
 /* Internal: only for measuring the machine's limits. */
 #include "backend.h"
 #include "safetensors.h"
+#include "cpu/attention.h"
 #include "cpu/kernels.h"
 #include "cpu/kv_fp8.h"
 #include "cpu/ops.h"
@@ -1961,8 +1962,8 @@ int main(int argc, char **argv) {
     load_model_info(b.a.model, cuda, &b.mi);
     /* K/V bytes at the cache's dtype: --kv-cache-dtype, else the backend's
      * default (CPU: bf16 in fast numerics, f32 in exact; CUDA: bf16) */
+    int kd = b.a.kv_dtype ? kv_dtype_value(b.a.kv_dtype) : QW_KV_CACHE_AUTO;
     {
-        int kd = b.a.kv_dtype ? kv_dtype_value(b.a.kv_dtype) : QW_KV_CACHE_AUTO;
         if (kd == QW_KV_CACHE_AUTO)
             kd = !cuda && b.a.numerics && !strcmp(b.a.numerics, "exact") ? QW_KV_CACHE_F32 : QW_KV_CACHE_BF16;
         if (!cuda && kd == QW_KV_CACHE_BF16) b.mi.kv_bytes_per_token /= 2.0;
@@ -2081,6 +2082,28 @@ int main(int argc, char **argv) {
     const char *fp8_kernels = !cuda && b.a.kv_dtype && !strcmp(b.a.kv_dtype, "fp8")
                                   ? qwi_cpu_kv_fp8_for(qwi_cpu_kernels_select())->name
                                   : NULL;
+    /* whether the CPU backend's attention over a bf16 or fp8 cache runs on
+     * bf16 dot products (cpu/attention.h's rule, asked with this run's
+     * tables, numerics and head_dim) or on f32 kernels */
+    const char *kv_attention = NULL;
+    if (!cuda && (kd == QW_KV_CACHE_BF16 || kd == QW_KV_CACHE_FP8_E4M3)) {
+        static const uint16_t any16;
+        static const uint8_t any8;
+        const qwi_cpu_kernels *kt = qwi_cpu_kernels_select();
+        qwi_cpu_attn probe = { .kb = qwi_cpu_kv_bf16_for(kt), .kf = qwi_cpu_kv_fp8_for(kt),
+                               .bf16_dot = fast, .head_dim = (int32_t)b.mi.head_dim };
+        if (kd == QW_KV_CACHE_FP8_E4M3)
+            probe.k_fp8 = &any8;
+        else
+            probe.k_bf16 = &any16;
+        kv_attention = qwi_cpu_attn_on_dot_products(&probe) ? "bf16 dot products" : "f32 kernels";
+    }
+    char kv_desc[128];
+    snprintf(kv_desc, sizeof kv_desc, "%s%s%s%s%s%s", b.a.kv_dtype ? b.a.kv_dtype : "auto",
+             fp8_kernels || kv_attention ? " (" : "", fp8_kernels ? "kernels " : "", fp8_kernels ? fp8_kernels : "",
+             kv_attention ? (fp8_kernels ? ", attention on " : "attention on ") : "",
+             kv_attention ? kv_attention : "");
+    if (fp8_kernels || kv_attention) strncat(kv_desc, ")", sizeof kv_desc - strlen(kv_desc) - 1);
     if (b.a.json) {
         printf("{\n  \"model\": \"%s\",\n  \"device\": \"%s\",\n  \"threads\": %d,\n  \"kernels\": \"%s\",\n",
                b.a.model, b.a.device, threads, L.kernels);
@@ -2089,6 +2112,8 @@ int main(int argc, char **argv) {
         printf("  \"numerics\": \"%s\",\n  \"kv_cache_dtype\": \"%s\",\n  \"temperature\": %g,\n",
                b.a.numerics ? b.a.numerics : "fast", b.a.kv_dtype ? b.a.kv_dtype : "auto", b.a.temperature);
         if (fp8_kernels) printf("  \"kv_fp8_kernels\": \"%s\",\n", fp8_kernels);
+        if (kv_attention)
+            printf("  \"kv_attention\": \"%s\",\n", strcmp(kv_attention, "f32 kernels") ? "bf16_dot" : "f32");
         printf("  \"top_p\": %g,\n  \"repetition_penalty\": %g,\n  \"presence_penalty\": %g,\n"
                "  \"frequency_penalty\": %g,\n  \"logprobs\": %d,\n",
                b.a.top_p, b.a.rep_penalty, b.a.pres_penalty, b.a.freq_penalty, b.a.logprobs);
@@ -2113,13 +2138,12 @@ int main(int argc, char **argv) {
                    "  \"peak_gemm_flops_per_s\": %.6g,\n", L.read_bw, L.copy_bw, isnan(L.gemm) ? 0 : L.gemm);
     } else {
         printf("qw-bench: model %s (%.2f GB of weights, %.2f GB read per decode step, %.0fM matmul "
-               "params/token), device %s, %d threads, kernel table %s%s%s%s, numerics %s, KV cache %s%s%s%s, "
+               "params/token), device %s, %d threads, kernel table %s%s%s%s, numerics %s, KV cache %s, "
                "loaded in %.2f s\n",
                b.a.model, b.mi.weight_bytes / 1e9, b.mi.stream_bytes / 1e9, b.mi.params_per_token / 1e6,
                b.a.device, threads, L.kernels, cuda ? "" : " (int4/int8 on ",
                cuda ? "" : qwi_cpu_kernels_q4i_isa(qwi_cpu_kernels_select()), cuda ? "" : ")",
-               numerics, b.a.kv_dtype ? b.a.kv_dtype : "auto", fp8_kernels ? " (kernels " : "",
-               fp8_kernels ? fp8_kernels : "", fp8_kernels ? ")" : "", tl);
+               numerics, kv_desc, tl);
         printf("memory: RSS after load %.2f GB (%.2fx the weights), peak during load %.2f GB (%.2fx)%s\n",
                rss_load / 1e9, rss_load / b.mi.weight_bytes, hwm_load / 1e9, hwm_load / b.mi.weight_bytes,
                hwm_clean ? "" : " (peak includes the limit buffers: /proc/self/clear_refs unavailable)");
