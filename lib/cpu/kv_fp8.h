@@ -36,7 +36,8 @@
  * cached values, at twice the f32 FMA rate. A run of several rows
  * (prefill) widens each tile once with to_bf16 (qwi_cpu_kv_fp8_tile_bf16)
  * and calls the bf16 table's kernels; a single row (decode) reads the
- * cache through dscores8/dpv8 where the table has them (kv_fp8_dot_vbmi.c)
+ * cache through dscores8/dpv8 where the table has them (avx512vbmi and
+ * avx512bw on CPUs with AVX512_BF16: cpu/kv_fp8_dot_x86.h)
  * - the same bits either way, so batched == alone still holds. The other
  * entries (transpose, pv, pscores8_q) then serve exact numerics and the
  * tables without dot products.
@@ -137,15 +138,6 @@ static inline void qwi_cpu_kv_fp8_pair_src(int which, int h, int t, int *first, 
     *first = which == 0 ? 32 * h + t : 16 * h + t;
     *second = which == 0 ? 32 * h + 16 + t : 32 + 16 * h + t;
 }
-
-/* Sets t's dscores8 and dpv8 to the AVX512_VBMI + AVX512_BF16 forms
- * (cpu/kv_fp8_dot_vbmi.c) and returns true where this CPU and build run
- * them; else leaves t alone and returns false. Thread-safe. */
-bool qwi_cpu_kv_fp8_dot_vbmi(qwi_cpu_kv_fp8_kernels *t);
-
-/* The same with the pairs made by nibble tables (AVX512BW +
- * AVX512_BF16, cpu/kv_fp8_dot_bw.c: Cooper Lake), the same bits. */
-bool qwi_cpu_kv_fp8_dot_bw(qwi_cpu_kv_fp8_kernels *t);
 
 /* The fp8 cache on bf16 dot products (fast numerics over a bf16 table
  * with dscores and dpv, cpu/attention.c): one context tile of n <=

@@ -24,6 +24,10 @@
  * one FMA chain over the dims in order. The values are qwi_e4m3_to_f32's
  * and the FMA chains the avx512 table's, so the bits are the avx512 and
  * avx2 tables' (tests/test_kv_fp8.c, tests/test_kv_kplanes.c).
+ *
+ * Where the CPU has AVX512_BF16 too (Cooper Lake), the same nibble tables
+ * make the bf16 pairs of the fast mode's dot kernels (dscores8, dpv8:
+ * below, with kv_fp8_dot_x86.h; tests/test_kv_fp8_dot.c).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -39,6 +43,7 @@
 #define BW_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx2,fma,f16c")))
 
 #include "cpu/e4m3_x86.h"
+#include "cpu/kv_bf16dot.h"
 
 /* The 64 e4m3 bytes of x as f32 in the widen order: with the 16 bytes of
  * 128-bit lane L as elements 0..15 of that lane, o[0]'s lane L holds
@@ -223,6 +228,60 @@ BW void qwi_cpu_kv_fp8_to_bf16_avx512bw(const uint8_t *src, uint16_t *dst, int64
     if (i < n) to_bf16_64(src + i, dst + i, (int32_t)(n - i));
 }
 
+/* ---- bf16 pairs for the dot kernels (kv_fp8.h: dscores8, dpv8) -------- */
+
+/* For CPUs with AVX512_BF16 but no VBMI (Cooper Lake), as kv_fp8_vbmi.c's
+ * but without byte permutes: the nibble tables give the bf16 high and low
+ * bytes (12 instructions), the in-lane interleaves make them words, and
+ * two vpermt2w pick each pair's two words - 16 instructions for 32 pairs.
+ * Index tables, filled once: word 2t / 2t+1 of pair vector h take the
+ * words that byte first / second of b (qwi_cpu_kv_fp8_pair_src) becomes
+ * after the interleaves (byte o of 128-bit lane L: word 8L + o of the low
+ * interleave for o < 8, else word 8L + o - 8 of the high one, which
+ * vpermt2w numbers from 32). */
+#define DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define DOT_INLINE \
+    static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+static uint16_t pair_words[2][2][32] __attribute__((aligned(64)));   /* [K or V][pair vector h] */
+
+static int word_of(int byte) {
+    const int lane = byte / 16, o = byte % 16;
+    return o < 8 ? 8 * lane + o : 32 + 8 * lane + o - 8;
+}
+
+static void pair_words_build(void) {
+    for (int which = 0; which < 2; which++)
+        for (int h = 0; h < 2; h++)
+            for (int t = 0; t < 16; t++) {
+                int first, second;
+                qwi_cpu_kv_fp8_pair_src(which, h, t, &first, &second);
+                pair_words[which][h][2 * t] = (uint16_t)word_of(first);
+                pair_words[which][h][2 * t + 1] = (uint16_t)word_of(second);
+            }
+}
+
+typedef struct pair_regs {
+    __m512i place[2];
+} pair_regs;
+
+DOT_INLINE pair_regs pair_setup(int which) {
+    pair_regs r;
+    r.place[0] = _mm512_load_si512(pair_words[which][0]);
+    r.place[1] = _mm512_load_si512(pair_words[which][1]);
+    return r;
+}
+
+DOT_INLINE void pairs64(const pair_regs *r, __m512i b, __m512i out[2]) {
+    __m512i hi, lo;
+    e4m3_bf16_bytes64(b, &hi, &lo);
+    const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+    out[0] = _mm512_permutex2var_epi16(w0, r->place[0], w1);
+    out[1] = _mm512_permutex2var_epi16(w0, r->place[1], w1);
+}
+
+#include "cpu/kv_fp8_dot_x86.h"
+
 /* The table, filled once where the CPU has AVX512BW (and the avx512
  * table, whose K-tile transpose it shares). */
 static qwi_cpu_kv_fp8_kernels bw_table;
@@ -236,7 +295,11 @@ static void bw_init(void) {
     bw_table = (qwi_cpu_kv_fp8_kernels){ .name = "avx512bw", .transpose = base->transpose,
                                          .pv = avx512_pv, .pscores8_q = bw_pscores8_q,
                                          .to_bf16 = qwi_cpu_kv_fp8_to_bf16_avx512bw };
-    qwi_cpu_kv_fp8_dot_bw(&bw_table);   /* dscores8 / dpv8 where AVX512_BF16 exists too */
+    if (__builtin_cpu_supports("avx512vl") && qwi_kv_bf16dot_have_avx512bf16()) {
+        pair_words_build();
+        bw_table.dscores8 = dot_scores8;
+        bw_table.dpv8 = dot_pv8;
+    }
     bw_ptr = &bw_table;
 }
 

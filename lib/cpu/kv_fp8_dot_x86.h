@@ -1,7 +1,8 @@
 /*
  * kv_fp8_dot_x86.h - the body of the fp8 cache's bf16 dot-product
- * kernels (kv_fp8.h: dscores8, dpv8), included by kv_fp8_dot_vbmi.c and
- * kv_fp8_dot_bw.c, which differ only in how they make the bf16 pairs.
+ * kernels (kv_fp8.h: dscores8, dpv8), included by kv_fp8_vbmi.c (pairs by
+ * byte permutes) and kv_fp8_bw.c (by nibble tables), which differ only in
+ * how they make the bf16 pairs.
  *
  * The includer defines:
  *   DOT, DOT_INLINE     function attributes (target with avx512bf16);
@@ -20,7 +21,9 @@
 #ifndef QWI_CPU_KV_FP8_DOT_X86_H
 #define QWI_CPU_KV_FP8_DOT_X86_H
 
+#ifndef UNROLL
 #define UNROLL _Pragma("GCC unroll 8")
+#endif
 
 DOT_INLINE __m512 dot(__m512 acc, __m512i a, __m512i b) {
     return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
@@ -42,7 +45,7 @@ DOT_INLINE __m512i plane_rows(const uint8_t *row, int64_t dstride, const int row
 /* Lanes j0 .. j0+16*nc-1 of QB q heads' scores (QB <= 4, nc <= 4: 16
  * accumulators), the pairs of four dims made once for all QB; stores
  * past n masked off. */
-DOT_INLINE void scores_chunk(const pair_regs *r, const uint32_t *const *q, float *const *o, const int QB,
+DOT_INLINE void dot_scores_chunk(const pair_regs *r, const uint32_t *const *q, float *const *o, const int QB,
                              int64_t hd, const uint8_t *const *k, int64_t dstride, int32_t j0, int32_t n,
                              float scale, const int nc) {
     __mmask16 m[4];
@@ -83,7 +86,7 @@ DOT_INLINE void scores_chunk(const pair_regs *r, const uint32_t *const *q, float
         for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(o[i] + j0 + 16 * c, m[c], _mm512_mul_ps(acc[i][c], sv));
 }
 
-#define SC_CHUNK(QB, NC) scores_chunk(&r, q + h, out + h, QB, hd, k, dstride, j0, n, scale, NC)
+#define SC_CHUNK(QB, NC) dot_scores_chunk(&r, q + h, out + h, QB, hd, k, dstride, j0, n, scale, NC)
 #define SC_NC(QB)                                          \
     switch (QWI_MIN(4, (n - j0 + 15) / 16)) {              \
     case 1: SC_CHUNK(QB, 1); break;                        \

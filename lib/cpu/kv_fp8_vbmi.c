@@ -24,9 +24,12 @@
  * the scores take four dims of a chunk per widen, so they have their own
  * loop), so this table gives the avx512 and avx2 tables' bits exactly
  * (tests/test_kv_fp8.c, tests/test_kv_kplanes.c).
+ *
+ * Where the CPU has AVX512_BF16 too, the same byte tables make the bf16
+ * pairs of the fast mode's dot kernels (dscores8, dpv8: below, with
+ * kv_fp8_dot_x86.h; tests/test_kv_fp8_dot.c).
  */
 #include <pthread.h>
-#include <string.h>
 
 #include "cpu/kv_fp8.h"
 #include "fp8.h"
@@ -39,6 +42,7 @@
 #define VBMI_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vbmi,avx2,fma,f16c")))
 
 #include "cpu/e4m3_x86.h"
+#include "cpu/kv_bf16dot.h"
 
 /* Filled once, by the table getter, before any kernel can run: the high
  * and low bytes of the bf16 of magnitude code m (m < 128), and the
@@ -47,15 +51,18 @@
 static uint8_t tab_hi[128] __attribute__((aligned(64)));
 static uint8_t tab_lo[128] __attribute__((aligned(64)));
 static uint8_t tab_place[4][64] __attribute__((aligned(64)));
+/* and the bf16 pairs' placing permutes of the dot kernels (vpermt2b
+ * indices: 0..63 the low bytes, 64..127 the high bytes; which byte of b
+ * each pair takes: qwi_cpu_kv_fp8_pair_src) */
+static uint8_t tab_pairs[2][2][64] __attribute__((aligned(64)));   /* [K or V][pair vector h] */
 static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
 
 static void tab_build(void) {
     for (int m = 0; m < 128; m++) {
-        const float f = qwi_e4m3_to_f32((uint8_t)m);
-        uint32_t u;
-        memcpy(&u, &f, 4);   /* low 16 bits are zero: e4m3 is a subset of bf16 */
-        tab_hi[m] = (uint8_t)(u >> 24);
-        tab_lo[m] = (uint8_t)(u >> 16);
+        uint16_t b;   /* exact: e4m3 is a subset of bf16 */
+        qwi_cpu_kv_fp8_to_bf16((const uint8_t[]){ (uint8_t)m }, &b, 1);
+        tab_hi[m] = (uint8_t)(b >> 8);
+        tab_lo[m] = (uint8_t)b;
     }
     for (int k = 0; k < 4; k++)
         for (int t = 0; t < 16; t++) {
@@ -63,31 +70,58 @@ static void tab_build(void) {
             tab_place[k][4 * t + 2] = (uint8_t)(16 * k + t);        /* from the low bytes  */
             tab_place[k][4 * t + 3] = (uint8_t)(64 + 16 * k + t);   /* from the high bytes */
         }
+    for (int which = 0; which < 2; which++)
+        for (int h = 0; h < 2; h++)
+            for (int t = 0; t < 16; t++) {
+                int first, second;
+                qwi_cpu_kv_fp8_pair_src(which, h, t, &first, &second);
+                uint8_t *ix = tab_pairs[which][h] + 4 * t;
+                ix[0] = (uint8_t)first;
+                ix[1] = (uint8_t)(64 + first);
+                ix[2] = (uint8_t)second;
+                ix[3] = (uint8_t)(64 + second);
+            }
 }
 
-/* The tables and permutes in registers: loaded once per kernel call (in
- * P.V's loops, loop-invariant loads the compiler keeps there). */
-typedef struct widen_regs {
+/* The byte tables in registers: loaded once per kernel call (in P.V's
+ * loops, loop-invariant loads the compiler keeps there). */
+typedef struct byte_regs {
     __m512i hi0, hi1, lo0, lo1, sign;
-    __m512i place[4];
-} widen_regs;
+} byte_regs;
 
-VBMI_INLINE widen_regs widen_setup(void) {
-    widen_regs r;
+VBMI_INLINE byte_regs byte_setup(void) {
+    byte_regs r;
     r.hi0 = _mm512_load_si512(tab_hi);
     r.hi1 = _mm512_load_si512(tab_hi + 64);
     r.lo0 = _mm512_load_si512(tab_lo);
     r.lo1 = _mm512_load_si512(tab_lo + 64);
     r.sign = _mm512_set1_epi8((char)0x80);
+    return r;
+}
+
+/* The bf16 high and low bytes of the 64 e4m3 codes in b (exact). */
+VBMI_INLINE void bf16_bytes64(const byte_regs *r, __m512i b, __m512i *hi, __m512i *lo) {
+    const __m512i h = _mm512_permutex2var_epi8(r->hi0, b, r->hi1);
+    *lo = _mm512_permutex2var_epi8(r->lo0, b, r->lo1);
+    *hi = _mm512_ternarylogic_epi32(h, b, r->sign, 0xf8);   /* h | (b & 0x80) */
+}
+
+typedef struct widen_regs {
+    byte_regs bytes;
+    __m512i place[4];
+} widen_regs;
+
+VBMI_INLINE widen_regs widen_setup(void) {
+    widen_regs r;
+    r.bytes = byte_setup();
     for (int k = 0; k < 4; k++) r.place[k] = _mm512_load_si512(tab_place[k]);
     return r;
 }
 
 /* The 64 e4m3 bytes of b as f32: out[k] = elements 16k .. 16k+15. */
 VBMI_INLINE void widen64(const widen_regs *r, __m512i b, __m512 out[4]) {
-    __m512i hi = _mm512_permutex2var_epi8(r->hi0, b, r->hi1);
-    const __m512i lo = _mm512_permutex2var_epi8(r->lo0, b, r->lo1);
-    hi = _mm512_ternarylogic_epi32(hi, b, r->sign, 0xf8);   /* hi | (b & 0x80) */
+    __m512i hi, lo;
+    bf16_bytes64(&r->bytes, b, &hi, &lo);
     const __mmask64 top = 0xCCCCCCCCCCCCCCCCull;            /* bytes 2, 3 of each lane */
     UNROLL
     for (int k = 0; k < 4; k++)
@@ -197,6 +231,41 @@ static VBMI void vbmi_pscores8_q(const float *const *q, float *const *out, int32
 #undef SC_NC
 #undef SC_CHUNK
 
+/* ---- bf16 pairs for the dot kernels (kv_fp8.h: dscores8, dpv8) -------- */
+
+/* Fast numerics reads the fp8 cache on bf16 dot products (kv_fp8.h); a
+ * decode row uses each element for only its group of q heads, so instead
+ * of widening a tile first these make the pairs vdpbf16ps wants in
+ * registers: the widen's two vpermi2b and vpternlogd give the bf16 high
+ * and low bytes of 64 codes, and two vpermt2b place (low, high) bytes of
+ * two elements in each 32-bit lane - 5 instructions for 32 pairs. The
+ * kernels around them are kv_fp8_dot_x86.h's. */
+#define DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,avx2,fma,f16c")))
+#define DOT_INLINE \
+    static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,avx2,fma,f16c")))
+
+typedef struct pair_regs {
+    byte_regs bytes;
+    __m512i place[2];
+} pair_regs;
+
+DOT_INLINE pair_regs pair_setup(int which) {
+    pair_regs r;
+    r.bytes = byte_setup();
+    r.place[0] = _mm512_load_si512(tab_pairs[which][0]);
+    r.place[1] = _mm512_load_si512(tab_pairs[which][1]);
+    return r;
+}
+
+DOT_INLINE void pairs64(const pair_regs *r, __m512i b, __m512i out[2]) {
+    __m512i hi, lo;
+    bf16_bytes64(&r->bytes, b, &hi, &lo);
+    out[0] = _mm512_permutex2var_epi8(lo, r->place[0], hi);
+    out[1] = _mm512_permutex2var_epi8(lo, r->place[1], hi);
+}
+
+#include "cpu/kv_fp8_dot_x86.h"
+
 /* The table, filled once where the CPU has AVX512_VBMI (and the avx512
  * table, whose transpose it shares: the f32 K tile is widened once per
  * tile, not per q row, so its widen matters less). */
@@ -213,7 +282,10 @@ static void vbmi_init(void) {
     vbmi_table = (qwi_cpu_kv_fp8_kernels){ .name = "avx512vbmi", .transpose = base->transpose,
                                            .pv = avx512_pv, .pscores8_q = vbmi_pscores8_q,
                                            .to_bf16 = qwi_cpu_kv_fp8_to_bf16_avx512bw };
-    qwi_cpu_kv_fp8_dot_vbmi(&vbmi_table);   /* dscores8 / dpv8 where AVX512_BF16 exists too */
+    if (__builtin_cpu_supports("avx512vl") && qwi_kv_bf16dot_have_avx512bf16()) {
+        vbmi_table.dscores8 = dot_scores8;
+        vbmi_table.dpv8 = dot_pv8;
+    }
     vbmi_ptr = &vbmi_table;
 }
 
