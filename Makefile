@@ -287,6 +287,19 @@ gpu-bundle:
 check-gpu-bundle:
 	@sh tests/gpu/bundle_check.sh $(BUILD)-bundle-check
 
+# The CUDA backend on the CPU (tests/cudasim/, docs/cuda.md): cuda/ translated
+# and built with g++ + ASan/UBSan over an emulated runtime and cuBLASLt, a
+# block's threads as fibers; the kernel checks of tests/gpu/ in thread order
+# and reversed, and e2e's parity with the CPU engine on tiny models. make test
+# runs it with the checks' --small shapes (tests/check_cudasim.sh, ~2 min);
+# cudasim-full with the full shapes and more models (tens of minutes). Needs
+# the CUDA toolkit's headers, not a GPU.
+.PHONY: cudasim cudasim-full
+cudasim:
+	@sh tests/cudasim/run.sh $(BUILD)
+cudasim-full:
+	@sh tests/cudasim/run.sh $(BUILD) --full
+
 # Hugging Face transformers as an independent oracle of the CPU engine
 # (tests/gpu/hf_oracle.py); needs PYTHON with torch and transformers.
 PYTHON ?= python3

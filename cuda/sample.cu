@@ -17,6 +17,7 @@
  * glibc's by an ulp: a draw can only disagree with the CPU where it lies
  * within ~1e-15 relative of a CDF boundary (docs/cuda.md).
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -217,7 +218,9 @@ __global__ void __launch_bounds__(SB) sample_kernel(qwk_sample_args a) {
         return;
     }
     if (!(temp_f > 0.0f)) {
-        long long best = -1;   /* maximise -id among x == mx */
+        /* maximise -id among x == mx; -id <= 0, so start below every one
+         * (from -1, every id but 0 lost to it: the answer was 1) */
+        long long best = LLONG_MIN;
         for (int i = tid; i < V; i += SB)
             if (lg[i] == mx) best = max(best, -(long long)i);
         best = bmax_i(best, &r);

@@ -302,6 +302,11 @@ static void check_sampler() {
     qwi_sample_scratch_free(sc);
     report("sampler == qwi_sample (48 rows, vocab 151936)", bad, 0);
     printf("BENCH sampler_48rows_ms %.3f ms -\n", ms);
+    for (void *p : {(void *)dl, (void *)dds, (void *)dtk, (void *)dbs, (void *)dbn, (void *)dout, (void *)dtp,
+                    (void *)dtopp, (void *)dminp, (void *)dpos, (void *)dseed, (void *)scr, (void *)du})
+        cudaFree(p);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
 }
 
 /* cuda/logprobs.cu == qwi_logprobs_row (lib/logprobs.c): same ids in the

@@ -17,7 +17,9 @@
  *   sampled position up to and including the first divergence through the
  *   logits callback: max|gpu - cpu| / max|cpu| per row <= 2e-2. A divergence
  *   counts as a failure only when the CPU's token's logit on the GPU is more
- *   than 2e-2 * max|cpu| below the GPU's max (a near-tie otherwise).
+ *   than 2e-2 * max|cpu| below the GPU's max (a near-tie otherwise). For a
+ *   quantized model (config.json has quantization_config) both are 3e-2
+ *   (PARITY_TOL_QUANT says why).
  *   On a CUDA device the prompts run a third time on an engine made with
  *   QWINFER_CUDA_GRAPHS=0 (every step eager): its tokens and logits must
  *   equal the graphed engine's bit for bit (graph replay == eager on the
@@ -71,6 +73,14 @@
 #define PARITY_TOKENS 32
 #define PARITY_TOL 2e-2
 #define PARITY_TOL_FP8 5e-2
+/* A quantized model (config.json has quantization_config): the CUDA
+ * backend runs steps of more than 8 rows through weights dequantized to
+ * bf16 (one rounding of code x scale per weight) where the CPU keeps code
+ * and scale apart, so its KV cache and logits move further from the CPU's.
+ * Measured under the CPU emulation of the kernels (tests/cudasim): worst
+ * rows 1.1e-2 to 2.04e-2 over nine tiny AWQ/GPTQ/FP8 models, against
+ * 1.0e-2 for the bf16 one - 2e-2 would sit on that distribution's edge. */
+#define PARITY_TOL_QUANT 3e-2
 #define EXIT_NO_DEVICE 77
 #define MAX_MODELS 12
 
@@ -324,10 +334,26 @@ static int graph_vs_eager(const char *name, const char *dir, int32_t *const prom
     return pass;
 }
 
+/* 1 when DIR/config.json names a quantization_config (a plain text search:
+ * this program reads no JSON; qw-makemodel writes the key only there). */
+static int model_is_quantized(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    return strstr(text, "\"quantization_config\"") != NULL;
+}
+
 /* Returns 1 pass, 0 fail, -1 no device. */
 static int parity(const char *name, const char *dir) {
     qw_engine *gpu = NULL, *cpu = NULL;
-    const double ptol = kv_dtype == QW_KV_CACHE_FP8_E4M3 ? PARITY_TOL_FP8 : PARITY_TOL;
+    const double ptol = kv_dtype == QW_KV_CACHE_FP8_E4M3 ? PARITY_TOL_FP8
+                        : model_is_quantized(dir)         ? PARITY_TOL_QUANT
+                                                          : PARITY_TOL;
     qw_status st = make_engine(dir, dut, 1024, 0.5, 1, &gpu);
     if (st == QW_ERR_NO_DEVICE) return -1;
     if (st != QW_OK) {
@@ -403,17 +429,25 @@ static int parity(const char *name, const char *dir) {
         if (d < PARITY_TOKENS && g->rows[d] && c->rows[d]) {
             const float *a = g->rows[d], *b = c->rows[d];
             int32_t ct = c->tokens[d], gt = g->tokens[d];
-            double mb = 0;
-            for (int32_t v = 0; v < vocab; v++)
+            double mb = 0, gmax = a[0];
+            for (int32_t v = 0; v < vocab; v++) {
                 if (fabs_(b[v]) > mb) mb = fabs_(b[v]);
-            double gap_gpu = (double)a[gt] - (double)a[ct]; /* >= 0 if the GPU took its argmax */
+                if (a[v] > gmax) gmax = a[v];
+            }
+            /* Greedy: the GPU's token must be the max of its own logits (a
+             * sampler that picked another - the first CPU emulation found
+             * one answering token 1 - once passed here as a "near-tie", its
+             * gap being negative); then the divergence is a near-tie when
+             * the CPU's token is within tol of that max on the GPU. */
+            const int gpu_argmax = (double)a[gt] == gmax;
+            double gap_gpu = (double)a[gt] - (double)a[ct];
             double gap_cpu = (double)b[ct] - (double)b[gt];
             double tol = ptol * mb;
-            int tie = gap_gpu <= tol;
+            int tie = gpu_argmax && gap_gpu <= tol;
             printf("PARITY %s %s prompt %d (len %d) diverges at output %d: cpu %d cuda %d; on cuda "
                    "logit[cuda]-logit[cpu] %.4g, on cpu logit[cpu]-logit[cuda] %.4g (tol %.4g)%s\n",
                    name, tie ? "PASS" : "FAIL", i, parity_lens[i], d, (int)ct, (int)gt, gap_gpu, gap_cpu, tol,
-                   tie ? " near-tie" : "");
+                   tie ? " near-tie" : gpu_argmax ? "" : " - the cuda token is not its own logits' max");
             if (!tie) pass = 0;
         }
     }
