@@ -111,7 +111,6 @@ struct state {
     void *sched_sp = nullptr;
     int cur = -1;
     const std::function<void()> *body = nullptr;
-    const char *kernel_name = "";
     uint64_t shuffle_slot[2][MAX_THREADS];   /* by the lane's shuffle parity */
     void *smem = nullptr;
     size_t smem_size = 0;
