@@ -42,10 +42,14 @@ x86_64) ;;
 esac
 
 asan_flags=$($make --no-print-directory -s BUILD="$build" print-asan-flags)
+# their output goes to a log, shown on failure (run under make test, the
+# inner makes also warn that the parent's jobserver is not theirs)
+mkdir -p "$build-cudasim" || exit 1
+mlog=$build-cudasim/make.log
 $make --no-print-directory -j2 BUILD="$build-asan" OPT=-O1 SANITIZE="$asan_flags" CUDA=0 "$build-asan/libqwinfer.a" \
-    >/dev/null || { echo "cudasim: building $build-asan/libqwinfer.a failed"; exit 1; }
-$make --no-print-directory -j2 BUILD="$build" "$build/bin/qw-makemodel" >/dev/null ||
-    { echo "cudasim: building qw-makemodel failed"; exit 1; }
+    >"$mlog" 2>&1 || { echo "cudasim: building $build-asan/libqwinfer.a failed:"; tail -n 30 "$mlog"; exit 1; }
+$make --no-print-directory -j2 BUILD="$build" "$build/bin/qw-makemodel" >"$mlog" 2>&1 ||
+    { echo "cudasim: building qw-makemodel failed:"; tail -n 30 "$mlog"; exit 1; }
 dep_libs=$($make --no-print-directory -s BUILD="$build" print-DEP_LIBS)
 dep_cflags=$($make --no-print-directory -s BUILD="$build" print-DEP_CFLAGS)
 
