@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <vector>
+
 #include "cudasim.h"
 
 struct cublasLtContext {
@@ -189,14 +191,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     const layout av = *L(a), bv = *L(b), cv = *L(c), dl = *L(dd);
     const float al = *(const float *)alpha, be = *(const float *)beta;
     const bool ok = qwsim::enqueue(stream, [=] {
+        /* op(A) as m rows and op(B) as n columns of k contiguous f32 (read
+         * once: the e2e models' GEMMs dominate an emulated step), then one
+         * f32 chain per output in k order */
+        std::vector<float> at(m * k), bt(n * k);
+        for (uint64_t row = 0; row < m; row++)
+            for (uint64_t i = 0; i < k; i++)
+                at[row * k + i] = load(av.type, A, dv.transa == CUBLAS_OP_N ? row + i * (size_t)av.ld
+                                                                            : i + row * (size_t)av.ld);
+        for (uint64_t col = 0; col < n; col++)
+            for (uint64_t i = 0; i < k; i++)
+                bt[col * k + i] = load(bv.type, B, dv.transb == CUBLAS_OP_N ? i + col * (size_t)bv.ld
+                                                                            : col + i * (size_t)bv.ld);
         for (uint64_t col = 0; col < n; col++)
             for (uint64_t row = 0; row < m; row++) {
+                const float *x = &at[row * k], *y = &bt[col * k];
                 float s = 0.f;
-                for (uint64_t i = 0; i < k; i++) {
-                    const size_t ai = dv.transa == CUBLAS_OP_N ? row + i * (size_t)av.ld : i + row * (size_t)av.ld;
-                    const size_t bi = dv.transb == CUBLAS_OP_N ? i + col * (size_t)bv.ld : col + i * (size_t)bv.ld;
-                    s += load(av.type, A, ai) * load(bv.type, B, bi);
-                }
+                for (uint64_t i = 0; i < k; i++) s += x[i] * y[i];
                 float out = al * s;
                 if (be != 0.f) out += be * load(cv.type, Cp, row + col * (size_t)cv.ld);
                 store(dl.type, Dp, row + col * (size_t)dl.ld, out);

@@ -353,6 +353,11 @@ uint64_t shuffle_bits(unsigned mask, uint64_t bits, int src_lane, const char *fi
 
 void *dynamic_smem() { return S.smem; }
 
+void fragments_differ(const char *what) {
+    fail("lanes of warp %d brought different %s to a wmma operation (a race on their source)",
+         warp_of_thread(), what);
+}
+
 bool lowest_lane_of_warp() {
     const int me = S.fibers[(size_t)S.cur].linear;
     for (int l = me & ~31; l < me; l++)

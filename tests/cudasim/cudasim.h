@@ -26,8 +26,11 @@
  * What it cannot show: timing, memory coalescing, bank conflicts, the
  * tensor cores' summation order (wmma here sums in f32, in k order), the
  * device's exp/log ulps, concurrency between streams (work runs in issue
- * order). cuBLASLt's matmul is emulated by cublaslt_sim.cc; stream
- * capture records work and replays it (cudasim.cc).
+ * order). A thread spinning on memory another thread of the block writes
+ * would spin forever (fibers are not preempted); atomics are not defined
+ * (no kernel uses them: one that did would not compile here). cuBLASLt's
+ * matmul is emulated by cublaslt_sim.cc; stream capture records work and
+ * replays it (cudasim.cc).
  */
 #ifndef QWSIM_CUDASIM_H
 #define QWSIM_CUDASIM_H
@@ -104,6 +107,16 @@ void *dynamic_smem();
 /* True for the lowest live lane of the calling thread's warp. */
 bool lowest_lane_of_warp();
 
+/* The calling thread's warp in its block, and its lane. */
+inline int linear_thread() {
+    return (int)(thread_idx.x + thread_idx.y * block_dim.x + thread_idx.z * block_dim.x * block_dim.y);
+}
+inline int warp_of_thread() { return linear_thread() >> 5; }
+
+/* Aborts the run: lanes of one warp brought different fragments to a
+ * wmma operation (a race on what they loaded them from). */
+[[noreturn]] void fragments_differ(const char *what);
+
 /* Launches body once per thread of grid x block on stream (the config
  * checked first: an invalid one sets the error cudaGetLastError returns,
  * runs nothing). Runs now, or is recorded when stream is capturing. */
@@ -175,8 +188,7 @@ static inline unsigned qwsim_mask_or_all(unsigned m = 0xffffffffu) { return m; }
     qwsim_shfl_xor((mask), (v), (lm), __FILE__, __LINE__, ##__VA_ARGS__)
 template <class T>
 static inline T qwsim_shfl_xor(unsigned mask, T v, int lane_mask, const char *file, int line, int width = 32) {
-    const int lane = (int)(qwsim::thread_idx.x + qwsim::thread_idx.y * qwsim::block_dim.x +
-                           qwsim::thread_idx.z * qwsim::block_dim.x * qwsim::block_dim.y) & 31;
+    const int lane = qwsim::linear_thread() & 31;
     int src = lane ^ lane_mask;
     if (src / width != lane / width) src = lane;
     return qwsim::shuffle_as(mask, v, src, file, line);

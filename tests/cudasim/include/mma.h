@@ -1,19 +1,24 @@
 /*
  * mma.h (cudasim) - nvcuda::wmma for the CPU emulation, in place of the
  * toolkit's header (tests/cudasim/include comes first on the include
- * path). Each thread's fragment holds the whole tile: loads and mma run
- * per thread on the full tile (the same values in every lane); a store is
- * done once, by the warp's lowest live lane, after every lane of the warp
- * has arrived (the "_sync"), so a missing __syncwarp before another lane
- * reads the stored tile shows under QWSIM_ORDER=reverse. Products of bf16
- * or f16 are exact in f32; sums run in k order (the tensor cores' order
- * is unspecified: checks need a tolerance either way).
+ * path). Each thread's fragment holds the whole tile, loaded by each lane
+ * on its own. An mma waits for the warp's lanes, is computed once by the
+ * lowest lane, which checks that every lane brought the same fragments
+ * (they differ only after a race on their source), and its result is
+ * copied to every lane (computing it in all 32 made the 32K-context
+ * attention check 30 times slower). A store is done once, by the lowest
+ * live lane, after every lane of the warp has arrived (the "_sync"), so a
+ * missing __syncwarp before another lane reads the stored tile shows under
+ * QWSIM_ORDER=reverse. Products of bf16 or f16 are exact in f32; sums run
+ * in k order (the tensor cores' order is unspecified: checks need a
+ * tolerance either way).
  */
 #ifndef QWSIM_MMA_H
 #define QWSIM_MMA_H
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <string.h>
 
 namespace nvcuda {
 namespace wmma {
@@ -68,14 +73,26 @@ inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const flo
 template <int M, int N, int K, class T, class LA, class LB>
 inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
                      const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
-    float out[M * N];
-    for (int r = 0; r < M; r++)
-        for (int n = 0; n < N; n++) {
-            float s = c.v[r * N + n];
-            for (int k = 0; k < K; k++) s += a.v[r * K + k] * b.v[k * N + n];
-            out[r * N + n] = s;
-        }
-    for (int i = 0; i < M * N; i++) d.v[i] = out[i];
+    /* per warp: the fragments the lowest lane brought and its result */
+    static float in_a[32][M * K], in_b[32][K * N], in_c[32][M * N], out[32][M * N];
+    const int w = qwsim::warp_of_thread();
+    __syncwarp();   /* every lane has its fragments */
+    if (qwsim::lowest_lane_of_warp()) {
+        memcpy(in_a[w], a.v, sizeof a.v);
+        memcpy(in_b[w], b.v, sizeof b.v);
+        memcpy(in_c[w], c.v, sizeof c.v);
+        for (int r = 0; r < M; r++)
+            for (int n = 0; n < N; n++) {
+                float s = c.v[r * N + n];
+                for (int k = 0; k < K; k++) s += a.v[r * K + k] * b.v[k * N + n];
+                out[w][r * N + n] = s;
+            }
+    }
+    __syncwarp();   /* the result is there; the next mma's first barrier keeps it until all copied */
+    if (memcmp(in_a[w], a.v, sizeof a.v)) qwsim::fragments_differ("A fragments");
+    if (memcmp(in_b[w], b.v, sizeof b.v)) qwsim::fragments_differ("B fragments");
+    if (memcmp(in_c[w], c.v, sizeof c.v)) qwsim::fragments_differ("accumulators");
+    memcpy(d.v, out[w], sizeof d.v);
 }
 
 template <int M, int N, int K>
