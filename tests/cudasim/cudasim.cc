@@ -376,8 +376,7 @@ struct capture_state {
     std::vector<std::function<void()>> work;
 } C;
 
-void run_grid_now(const void *kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
-    (void)kernel;
+void run_grid_now(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
     if (!S.stacks) {
         S.stacks = (char *)mmap(nullptr, STACK * MAX_THREADS, PROT_READ | PROT_WRITE,
                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -433,9 +432,7 @@ void launch(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t
             return;
         }
     }
-    enqueue(stream, [kernel, grid, block, smem, body = std::move(body)] {
-        run_grid_now(kernel, grid, block, smem, body);
-    });
+    enqueue(stream, [grid, block, smem, body = std::move(body)] { run_grid_now(grid, block, smem, body); });
 }
 
 /* A synchronous call during a capture: the device refuses it and the

@@ -41,17 +41,18 @@ x86_64) ;;
 *) echo "cudasim: skipped (the fiber switch is x86-64 only)"; exit 0 ;;
 esac
 
-asan_flags=$($make --no-print-directory -s BUILD="$build" print-asan-flags)
+asan_flags=$($make --no-print-directory -s BUILD="$build" print-asan-flags 2>/dev/null)
 # their output goes to a log, shown on failure (run under make test, the
-# inner makes also warn that the parent's jobserver is not theirs)
+# inner makes warn that the parent's jobserver is not theirs; the print-*
+# calls above and below drop that warning)
 mkdir -p "$build-cudasim" || exit 1
 mlog=$build-cudasim/make.log
 $make --no-print-directory -j2 BUILD="$build-asan" OPT=-O1 SANITIZE="$asan_flags" CUDA=0 "$build-asan/libqwinfer.a" \
     >"$mlog" 2>&1 || { echo "cudasim: building $build-asan/libqwinfer.a failed:"; tail -n 30 "$mlog"; exit 1; }
 $make --no-print-directory -j2 BUILD="$build" "$build/bin/qw-makemodel" >"$mlog" 2>&1 ||
     { echo "cudasim: building qw-makemodel failed:"; tail -n 30 "$mlog"; exit 1; }
-dep_libs=$($make --no-print-directory -s BUILD="$build" print-DEP_LIBS)
-dep_cflags=$($make --no-print-directory -s BUILD="$build" print-DEP_CFLAGS)
+dep_libs=$($make --no-print-directory -s BUILD="$build" print-DEP_LIBS 2>/dev/null)
+dep_cflags=$($make --no-print-directory -s BUILD="$build" print-DEP_CFLAGS 2>/dev/null)
 
 out=$build-cudasim
 rm -rf "$out/src" "$out/log"
