@@ -4,7 +4,8 @@
  * throughput. Run by tests/gpu/run.sh on a lent GPU.
  *
  *   e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV]
- *       [--parity NAME=DIR]... [--parity-kv-fp8 NAME=DIR]... [--bench NAME=DIR]... [--dump DIR]
+ *       [--parity NAME=DIR]... [--parity-kv-fp8 NAME=DIR]... [--features NAME=DIR]...
+ *       [--bench NAME=DIR]... [--dump DIR]
  *       [--kv-refusal DIR]
  *
  * DEV is the engine under test (default "cuda:0"); "cpu" runs every path of
@@ -31,6 +32,11 @@
  *   and a flipped e4m3 rounding is a 1/16 step, not bf16's 1/256). The
  *   PARITY line also gives the greedy tokens agreeing before each prompt's
  *   first divergence, out of 4 x 32.
+ * --features NAME=DIR: sampling (temperature, top-k/p, min-p, seeds), logit
+ *   bias and penalties, min-tokens bans, logprobs and prompt logprobs and
+ *   parallel samples on the engine under test, each token checked against
+ *   the sampler's definition applied to the engine's own logits and the
+ *   rest against the CPU engine ("FEATURES NAME ..." lines; e2e_features.c).
  * --dump DIR: also write each engine's parity prompts, tokens and logits to
  *   DIR/NAME_cpu.bin and DIR/NAME_dut.bin for tests/gpu/hf_oracle.py (format
  *   in write_dump below).
@@ -53,6 +59,9 @@
  *   may be quantized (qw-makemodel --quant): the CPU and CUDA engines then
  *   read the same codes.
  *
+ * Each parity and features check starts the prompt generator afresh, so a
+ * model sees the same prompts wherever it stands on the command line.
+ *
  * Output: "PARITY NAME PASS|FAIL ..." lines, machine-readable
  * "e2e NAME VALUE UNIT PCT" lines (PCT "-" when there is no reference).
  * Exit: 0 all parity passed (and nothing failed), 1 a failure, 2 usage,
@@ -68,7 +77,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "qwinfer.h"
+#include "e2e.h"
 
 #define PARITY_TOKENS 32
 #define PARITY_TOL 2e-2
@@ -85,25 +94,27 @@
 #define MAX_MODELS 12
 
 /* The engine under test; --device changes it (e.g. "cpu" to check this program here). */
-static const char *dut = "cuda:0";
+const char *e2e_dut = "cuda:0";
 static const char *dump_dir = NULL;   /* --dump */
 static int32_t kv_dtype = 0;          /* QW_OPT_KV_CACHE_DTYPE of make_engine; 0: not set (auto) */
 
-static double now_s(void) {
+double e2e_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 static double fabs_(double x) { return x < 0 ? -x : x; }
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+#define RNG_START 0x9e3779b97f4a7c15ull
+static uint64_t rng_state = RNG_START;
+void e2e_rng_reset(void) { rng_state = RNG_START; }
 static uint32_t rng_next(void) { /* splitmix64 */
     uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return (uint32_t)((z ^ (z >> 31)) >> 32);
 }
-static void random_prompt(int32_t *ids, int n, int32_t vocab) {
+void e2e_random_prompt(int32_t *ids, int n, int32_t vocab) {
     for (int i = 0; i < n; i++) ids[i] = (int32_t)(rng_next() % (uint32_t)vocab);
 }
 
@@ -165,7 +176,7 @@ static double decode_weight_bytes(const shape *s) {
 static double kv_bytes_per_token(const shape *s) { return 2.0 * s->layers * s->kv_heads * s->head_dim * 2.0; }
 
 /* ---- engine helpers ---------------------------------------------------------------- */
-static qw_status make_engine(const char *dir, const char *dev, int max_len, double gpu_frac,
+qw_status e2e_make_engine(const char *dir, const char *dev, int max_len, double gpu_frac,
                              int prefix_cache, qw_engine **out) {
     qw_engine_options *o = NULL;
     qw_status st = qw_engine_options_create(&o);
@@ -181,7 +192,7 @@ static qw_status make_engine(const char *dir, const char *dev, int max_len, doub
     return st;
 }
 
-static qw_request *make_request(const int32_t *ids, int n, int max_tokens, void *ud) {
+qw_request *e2e_make_request(const int32_t *ids, int n, int max_tokens, void *ud) {
     qw_request *r = NULL;
     qw_status st = qw_request_create(&r);
     if (st == QW_OK) st = qw_request_set_prompt(r, ids, (size_t)n);
@@ -195,6 +206,34 @@ static qw_request *make_request(const int32_t *ids, int n, int max_tokens, void 
         return NULL;
     }
     return r;
+}
+
+int e2e_run_requests(qw_engine *e, qw_request *const *req, int n, void (*on_event)(const qw_event *ev)) {
+    qw_event ev[64];
+    int ok = 1;
+    while (ok && qw_engine_has_work(e)) {
+        size_t got = 0;
+        qw_status st = qw_engine_step(e, ev, 64, sizeof ev[0], &got);
+        if (st != QW_OK) {
+            printf("e2e: step failed: %s (%s)\n", qw_status_string(st), qw_last_error());
+            ok = 0;
+            break;
+        }
+        for (size_t j = 0; j < got; j++) {
+            if (on_event) on_event(&ev[j]);
+            if (ev[j].finish_reason == QW_FINISH_ERROR) {
+                printf("e2e: request finished with an error (%s)\n", qw_last_error());
+                ok = 0;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (req[i] && qw_request_get_state(req[i]) != QW_STATE_FINISHED) qw_engine_cancel(e, req[i]);
+    while (qw_engine_has_work(e)) {
+        size_t got = 0;
+        if (qw_engine_step(e, ev, 64, sizeof ev[0], &got) != QW_OK) break;
+    }
+    return ok;
 }
 
 /* ---- parity ------------------------------------------------------------------------- */
@@ -219,6 +258,11 @@ static void on_logits(void *ud, qw_request *req, int32_t position, const float *
     if (s->rows[k]) memcpy(s->rows[k], logits, sizeof(float) * (size_t)vocab);
 }
 
+static void record_token(const qw_event *ev) {
+    par_seq *s = ev->user_data;
+    if (ev->kind == QW_EVENT_TOKEN && s && s->n_tokens < PARITY_TOKENS) s->tokens[s->n_tokens++] = ev->token;
+}
+
 /* Runs the parity prompts on an engine; 1 on success. */
 static int run_parity_engine(qw_engine *e, int32_t *const prompts[NP], par_seq seq[NP]) {
     int32_t vocab = qw_engine_vocab_size(e);
@@ -228,7 +272,7 @@ static int run_parity_engine(qw_engine *e, int32_t *const prompts[NP], par_seq s
         memset(&seq[i], 0, sizeof seq[i]);
         seq[i].prompt_len = parity_lens[i];
         seq[i].vocab = vocab;
-        req[i] = make_request(prompts[i], parity_lens[i], PARITY_TOKENS, &seq[i]);
+        req[i] = e2e_make_request(prompts[i], parity_lens[i], PARITY_TOKENS, &seq[i]);
         if (!req[i]) { ok = 0; break; }
         qw_status st = qw_request_set_logits_callback(req[i], on_logits, &seq[i]);
         if (st == QW_OK) st = qw_engine_submit(e, req[i]);
@@ -237,32 +281,9 @@ static int run_parity_engine(qw_engine *e, int32_t *const prompts[NP], par_seq s
             ok = 0;
         }
     }
-    qw_event ev[64];
-    while (ok && qw_engine_has_work(e)) {
-        size_t n = 0;
-        qw_status st = qw_engine_step(e, ev, 64, sizeof ev[0], &n);
-        if (st != QW_OK) {
-            printf("e2e: step failed: %s (%s)\n", qw_status_string(st), qw_last_error());
-            ok = 0;
-            break;
-        }
-        for (size_t j = 0; j < n; j++) {
-            par_seq *s = ev[j].user_data;
-            if (ev[j].kind == QW_EVENT_TOKEN && s && s->n_tokens < PARITY_TOKENS)
-                s->tokens[s->n_tokens++] = ev[j].token;
-            if (ev[j].finish_reason == QW_FINISH_ERROR) {
-                printf("e2e: request finished with an error (%s)\n", qw_last_error());
-                ok = 0;
-            }
-        }
-    }
-    for (int i = 0; i < NP; i++) {
-        if (req[i] && qw_request_get_state(req[i]) != QW_STATE_FINISHED) qw_engine_cancel(e, req[i]);
-    }
-    while (qw_engine_has_work(e)) {
-        size_t n = 0;
-        if (qw_engine_step(e, ev, 64, sizeof ev[0], &n) != QW_OK) break;
-    }
+    /* after a failed submit the others still run to their end: simpler
+     * than a second path, and the result is a failure anyway */
+    ok = e2e_run_requests(e, req, NP, record_token) && ok;
     for (int i = 0; i < NP; i++) qw_request_release(req[i]);
     return ok;
 }
@@ -308,7 +329,7 @@ static int graph_vs_eager(const char *name, const char *dir, int32_t *const prom
     const char *old = getenv("QWINFER_CUDA_GRAPHS");
     setenv("QWINFER_CUDA_GRAPHS", "0", 1);
     qw_engine *eager = NULL;
-    qw_status st = make_engine(dir, dut, 1024, 0.5, 1, &eager);
+    qw_status st = e2e_make_engine(dir, e2e_dut, 1024, 0.5, 1, &eager);
     if (old) setenv("QWINFER_CUDA_GRAPHS", old, 1); else unsetenv("QWINFER_CUDA_GRAPHS");
     if (st != QW_OK) {
         printf("GRAPH %s FAIL eager engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
@@ -354,13 +375,13 @@ static int parity(const char *name, const char *dir) {
     const double ptol = kv_dtype == QW_KV_CACHE_FP8_E4M3 ? PARITY_TOL_FP8
                         : model_is_quantized(dir)         ? PARITY_TOL_QUANT
                                                           : PARITY_TOL;
-    qw_status st = make_engine(dir, dut, 1024, 0.5, 1, &gpu);
+    qw_status st = e2e_make_engine(dir, e2e_dut, 1024, 0.5, 1, &gpu);
     if (st == QW_ERR_NO_DEVICE) return -1;
     if (st != QW_OK) {
         printf("PARITY %s FAIL cuda engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
         return 0;
     }
-    st = make_engine(dir, "cpu", 1024, 0, 1, &cpu);
+    st = e2e_make_engine(dir, "cpu", 1024, 0, 1, &cpu);
     if (st != QW_OK) {
         printf("PARITY %s FAIL cpu engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
         qw_engine_destroy(gpu);
@@ -368,17 +389,18 @@ static int parity(const char *name, const char *dir) {
     }
     int32_t vocab = qw_engine_vocab_size(cpu);
     int32_t *prompts[NP];
+    e2e_rng_reset(); /* each model the same prompts, wherever it stands in the arguments */
     for (int i = 0; i < NP; i++) {
         prompts[i] = malloc(sizeof(int32_t) * (size_t)parity_lens[i]);
-        random_prompt(prompts[i], parity_lens[i], vocab);
+        e2e_random_prompt(prompts[i], parity_lens[i], vocab);
     }
     par_seq cs[NP], gs[NP];
-    double t0 = now_s();
+    double t0 = e2e_now_s();
     int ok = run_parity_engine(cpu, prompts, cs);
-    double t1 = now_s();
+    double t1 = e2e_now_s();
     ok = run_parity_engine(gpu, prompts, gs) && ok;
-    double t2 = now_s();
-    printf("e2e: parity %s: cpu %.2f s, %s %.2f s\n", name, t1 - t0, dut, t2 - t1);
+    double t2 = e2e_now_s();
+    printf("e2e: parity %s: cpu %.2f s, %s %.2f s\n", name, t1 - t0, e2e_dut, t2 - t1);
 
     int pass = ok;
     double worst_rel = 0;
@@ -457,7 +479,7 @@ static int parity(const char *name, const char *dir) {
     printf("e2e parity_%s_logits_rel %.3e rel %s\n", name, worst_rel, pass ? "PASS" : "FAIL");
     if (kv_dtype == QW_KV_CACHE_FP8_E4M3)   /* the table row of fp8-KV greedy agreement */
         printf("e2e parity_%s_greedy_agree %d tokens_of_%d -\n", name, n_agree, NP * PARITY_TOKENS);
-    if (ok && strncmp(dut, "cuda", 4) == 0 && !graph_vs_eager(name, dir, prompts, gs)) pass = 0;
+    if (ok && strncmp(e2e_dut, "cuda", 4) == 0 && !graph_vs_eager(name, dir, prompts, gs)) pass = 0;
     if (ok && dump_dir && !(write_dump(name, "cpu", vocab, prompts, cs) && write_dump(name, "dut", vocab, prompts, gs)))
         pass = 0;
     free_seqs(cs);
@@ -501,8 +523,8 @@ static int bench_decode(qw_engine *e, const char *name, const shape *s, int b, d
     int32_t ids[BENCH_PROMPT];
     int ok = req && sq && ev;
     for (int i = 0; i < b && ok; i++) {
-        random_prompt(ids, BENCH_PROMPT, vocab);
-        req[i] = make_request(ids, BENCH_PROMPT, bench_max_tokens, &sq[i]);
+        e2e_random_prompt(ids, BENCH_PROMPT, vocab);
+        req[i] = e2e_make_request(ids, BENCH_PROMPT, bench_max_tokens, &sq[i]);
         qw_status st = req[i] ? qw_engine_submit(e, req[i]) : QW_ERR_INVALID_ARGUMENT;
         if (st != QW_OK) {
             printf("e2e: decode %s b%d submit: %s (%s)\n", name, b, qw_status_string(st), qw_last_error());
@@ -528,8 +550,8 @@ static int bench_decode(qw_engine *e, const char *name, const shape *s, int b, d
                 memset(&st0, 0, sizeof st0);
                 qw_engine_get_stats(e, &st0, sizeof st0);
                 fwd0 = st0.forward_seconds;
-                t0 = now_s();
-            } else if (now_s() - t0 >= seconds || near_end) {
+                t0 = e2e_now_s();
+            } else if (e2e_now_s() - t0 >= seconds || near_end) {
                 break;
             }
         }
@@ -558,7 +580,7 @@ static int bench_decode(qw_engine *e, const char *name, const shape *s, int b, d
         }
         if (timing) {
             timed_steps++, timed_tokens += toks, kv_tokens += ctx;
-            t1 = now_s();
+            t1 = e2e_now_s();
         } else if (started == b) {
             warm++;
         }
@@ -600,8 +622,8 @@ static double prefill_run(qw_engine *e, int n, int *steps) {
     int32_t *ids = malloc(sizeof(int32_t) * prefill_len);
     int ok = req && ids;
     for (int i = 0; i < n && ok; i++) {
-        random_prompt(ids, prefill_len, vocab);
-        req[i] = make_request(ids, prefill_len, 1, NULL);
+        e2e_random_prompt(ids, prefill_len, vocab);
+        req[i] = e2e_make_request(ids, prefill_len, 1, NULL);
         qw_status st = req[i] ? qw_engine_submit(e, req[i]) : QW_ERR_INVALID_ARGUMENT;
         if (st != QW_OK) {
             printf("e2e: prefill submit: %s (%s)\n", qw_status_string(st), qw_last_error());
@@ -609,7 +631,7 @@ static double prefill_run(qw_engine *e, int n, int *steps) {
         }
     }
     qw_event ev[64];
-    double t0 = now_s();
+    double t0 = e2e_now_s();
     *steps = 0;
     while (ok && qw_engine_has_work(e)) {
         size_t k = 0;
@@ -622,7 +644,7 @@ static double prefill_run(qw_engine *e, int n, int *steps) {
             if (ev[j].finish_reason == QW_FINISH_ERROR) ok = 0;
         (*steps)++;
     }
-    double dt = now_s() - t0;
+    double dt = e2e_now_s() - t0;
     if (req) drain(e, req, n);
     free(ids);
     return ok ? dt : -1;
@@ -658,11 +680,11 @@ static int bench(const char *name, const char *dir, double seconds, double copy_
     shape s = {0};
     if (!read_shape(dir, &s)) return 0;
     qw_engine *e = NULL;
-    double t0 = now_s();
+    double t0 = e2e_now_s();
     int max_len = s.max_pos < 4096 ? (int)s.max_pos : 4096;
     bench_max_tokens = max_len - BENCH_PROMPT < 2048 ? max_len - BENCH_PROMPT : 2048;
     prefill_len = max_len - 1 < 2048 ? max_len - 1 : 2048;
-    qw_status st = make_engine(dir, dut, max_len, 0.9, 0, &e);
+    qw_status st = e2e_make_engine(dir, e2e_dut, max_len, 0.9, 0, &e);
     if (st == QW_ERR_NO_DEVICE) return -1;
     if (st != QW_OK) {
         printf("e2e: bench %s engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
@@ -670,7 +692,7 @@ static int bench(const char *name, const char *dir, double seconds, double copy_
     }
     printf("e2e: bench %s: engine up in %.1f s, %d KV blocks; %.2f GB weights read per decode step, "
            "%.1f KB KV per token, copy %.0f GB/s, peak %.0f TFLOP/s\n",
-           name, now_s() - t0, qw_engine_num_kv_blocks(e), decode_weight_bytes(&s) / 1e9,
+           name, e2e_now_s() - t0, qw_engine_num_kv_blocks(e), decode_weight_bytes(&s) / 1e9,
            kv_bytes_per_token(&s) / 1e3, copy_gbs, peak_tflops);
     static const int batches[] = {1, 16, 64, 256};
     int ok = 1;
@@ -703,7 +725,7 @@ static int kv_refusal(const char *dir) {
         qw_engine *e = NULL;
         qw_status st = qw_engine_options_create(&o);
         if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, dir);
-        if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_DEVICE, dut);
+        if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_DEVICE, e2e_dut);
         if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_MAX_MODEL_LEN, 256);
         if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_KV_CACHE_DTYPE, dts[i]);
         if (st == QW_OK) st = qw_engine_create(o, &e);
@@ -722,13 +744,14 @@ static int kv_refusal(const char *dir) {
 
 static int usage(void) {
     fprintf(stderr, "usage: e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV] [--parity NAME=DIR]... "
-                    "[--parity-kv-fp8 NAME=DIR]... [--bench NAME=DIR]... [--dump DIR] [--kv-refusal DIR]\n");
+                    "[--parity-kv-fp8 NAME=DIR]... [--features NAME=DIR]... [--bench NAME=DIR]... [--dump DIR] "
+                    "[--kv-refusal DIR]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    model_arg par[MAX_MODELS], ben[MAX_MODELS];
-    int npar = 0, nben = 0;
+    model_arg par[MAX_MODELS], ben[MAX_MODELS], fea[MAX_MODELS];
+    int npar = 0, nben = 0, nfea = 0;
     const char *kv_dir = NULL;
     double copy_gbs = 0, peak = 0, seconds = 2.0;
     for (int i = 1; i < argc; i++) {
@@ -737,7 +760,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--copy-gbs")) copy_gbs = atof(argv[++i]);
         else if (!strcmp(a, "--peak-tflops")) peak = atof(argv[++i]);
         else if (!strcmp(a, "--seconds")) seconds = atof(argv[++i]);
-        else if (!strcmp(a, "--device")) dut = argv[++i];
+        else if (!strcmp(a, "--device")) e2e_dut = argv[++i];
         else if (!strcmp(a, "--dump")) dump_dir = argv[++i];
         else if (!strcmp(a, "--kv-refusal")) kv_dir = argv[++i];
         else if (!strcmp(a, "--parity") && npar < MAX_MODELS) {
@@ -745,22 +768,32 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--parity-kv-fp8") && npar < MAX_MODELS) {
             if (!split_arg(argv[++i], &par[npar])) return usage();
             par[npar++].kv = QW_KV_CACHE_FP8_E4M3;
+        } else if (!strcmp(a, "--features") && nfea < MAX_MODELS) {
+            if (!split_arg(argv[++i], &fea[nfea++])) return usage();
         } else if (!strcmp(a, "--bench") && nben < MAX_MODELS) {
             if (!split_arg(argv[++i], &ben[nben++])) return usage();
         } else return usage();
     }
-    if (npar + nben == 0 && !kv_dir) return usage();
+    if (npar + nfea + nben == 0 && !kv_dir) return usage();
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("e2e: qwinfer %s, device %s, copy %.0f GB/s, peak %.1f TFLOP/s, %.1f s per decode point\n",
-           qw_version_string(), dut, copy_gbs, peak, seconds);
+           qw_version_string(), e2e_dut, copy_gbs, peak, seconds);
     int fails = 0;
-    double t0 = now_s();
+    double t0 = e2e_now_s();
     for (int i = 0; i < npar; i++) {
         kv_dtype = par[i].kv;
         int r = parity(par[i].name, par[i].dir);
         kv_dtype = 0;
         if (r < 0) {
-            printf("e2e: no device (%s: %s)\n", dut, qw_last_error());
+            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
+            return EXIT_NO_DEVICE;
+        }
+        fails += r == 0;
+    }
+    for (int i = 0; i < nfea; i++) {
+        int r = e2e_features(fea[i].name, fea[i].dir);
+        if (r < 0) {
+            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
             return EXIT_NO_DEVICE;
         }
         fails += r == 0;
@@ -768,7 +801,7 @@ int main(int argc, char **argv) {
     if (kv_dir) {
         int r = kv_refusal(kv_dir);
         if (r < 0) {
-            printf("e2e: no device (%s: %s)\n", dut, qw_last_error());
+            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
             return EXIT_NO_DEVICE;
         }
         fails += r == 0;
@@ -776,12 +809,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nben; i++) {
         int r = bench(ben[i].name, ben[i].dir, seconds, copy_gbs, peak);
         if (r < 0) {
-            printf("e2e: no device (%s: %s)\n", dut, qw_last_error());
+            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
             return EXIT_NO_DEVICE;
         }
         if (r == 0) printf("e2e: bench %s FAIL\n", ben[i].name);
         fails += r == 0;
     }
-    printf("e2e: done in %.1f s, %d failed\n", now_s() - t0, fails);
+    printf("e2e: done in %.1f s, %d failed\n", e2e_now_s() - t0, fails);
     return fails ? 1 : 0;
 }

@@ -1,0 +1,48 @@
+/*
+ * tests/gpu/e2e.h - what e2e.c shares with its other checks
+ * (e2e_features.c): the engine under test, engine and request helpers and
+ * the prompt generator. Public API only, like the program.
+ */
+#ifndef QW_TESTS_GPU_E2E_H
+#define QW_TESTS_GPU_E2E_H
+
+#include <stdint.h>
+
+#include "qwinfer.h"
+
+/* The engine under test ("cuda:0" unless --device says otherwise). */
+extern const char *e2e_dut;
+
+/* Seconds on CLOCK_MONOTONIC. */
+double e2e_now_s(void);
+
+/* Restart the prompt generator: every check that calls this first sees the
+ * same prompts whatever ran before it (results do not depend on the order
+ * of the command line). */
+void e2e_rng_reset(void);
+/* n token ids uniform in [0, vocab) from the prompt generator. */
+void e2e_random_prompt(int32_t *ids, int n, int32_t vocab);
+
+/* An engine on model dir and device dev with max_len tokens a sequence and
+ * prefix caching on or off; gpu_frac is QW_OPT_GPU_MEMORY_UTILIZATION for a
+ * "cuda" device. The KV cache dtype is e2e.c's current one (--parity-kv-fp8).
+ * Returns qw_engine_create's status; *out is set on QW_OK only. */
+qw_status e2e_make_engine(const char *dir, const char *dev, int max_len, double gpu_frac, int prefix_cache,
+                          qw_engine **out);
+
+/* A greedy request of n prompt ids generating max_tokens tokens with EOS
+ * ignored, user data ud; NULL (with the reason printed) on failure. The
+ * caller owns the reference. */
+qw_request *e2e_make_request(const int32_t *ids, int n, int max_tokens, void *ud);
+
+/* Steps e until it has no work, handing every event to on_event (may be
+ * NULL). After a failed step or a request finished with QW_FINISH_ERROR
+ * (each printed), cancels whatever of req[0..n) (NULL entries allowed) is
+ * unfinished and drains the engine. The caller keeps its references.
+ * Returns 1 when nothing failed. */
+int e2e_run_requests(qw_engine *e, qw_request *const *req, int n, void (*on_event)(const qw_event *ev));
+
+/* --features NAME=DIR (e2e_features.c): 1 pass, 0 fail, -1 no device. */
+int e2e_features(const char *name, const char *dir);
+
+#endif
