@@ -13,7 +13,11 @@
 #      bf16, FP8 (partial blocks), GPTQ int4 with a quantized head, and an
 #      fp8 KV cache; with --full also AWQ and asymmetric GPTQ int8 (each
 #      quantized model costs ~20 s under ASan); and the request features
-#      (sampling, penalties, min-tokens bans, logprobs, n) on the bf16 one.
+#      (sampling, penalties, min-tokens bans, logprobs, n) and the
+#      scheduling invariants on the bf16 one - batched == alone, chunked ==
+#      unchunked and cached == cold bit for bit (the emulated arithmetic
+#      does not depend on the batch), mixed and preempted steps within the
+#      parity tolerance (their decode rows take the prefill kernel).
 # Prints what failed and one summary line; exit 0 when everything passed.
 #   tests/cudasim/run.sh BUILD [--full]
 # BUILD: the main tree (make test's): its qw-makemodel makes the models; the
@@ -95,7 +99,9 @@ done
 # the engine with the CUDA backend compiled in (the only file QW_HAVE_CUDA changes)
 compile "$cc" lib/engine.c "$o/engine_cuda.o" $cflags -DQW_HAVE_CUDA=1 & pids="$pids $!"
 compile "$cc" tests/gpu/e2e.c "$o/e2e.o" $cflags & pids="$pids $!"
-compile "$cc" tests/gpu/e2e_features.c "$o/e2e_features.o" $cflags & pids="$pids $!"
+for t in e2e_features e2e_invariants; do
+    compile "$cc" "tests/gpu/$t.c" "$o/$t.o" $cflags & pids="$pids $!"
+done
 for p in $pids; do wait "$p" || status=1; done
 [ $status -eq 0 ] || exit 1
 
@@ -107,7 +113,7 @@ link "$out/selftest" "$o/selftest.o" "$o/cudasim.o"
 link "$out/check_kernels" "$o/check_kernels.o" $kernels $runtime "$o/cuda_host.o" $libs
 link "$out/check_quant" "$o/check_quant.o" "$o/quant.o" $runtime "$o/quant_host.o" $libs
 # engine_cuda.o before the archive: its engine.o (CUDA=0) is then never pulled
-link "$out/e2e" "$o/e2e.o" "$o/e2e_features.o" "$o/engine_cuda.o" "$o/cuda_backend.o" $kernels $runtime "$o/cuda_host.o" \
+link "$out/e2e" "$o/e2e.o" "$o/e2e_features.o" "$o/e2e_invariants.o" "$o/engine_cuda.o" "$o/cuda_backend.o" $kernels $runtime "$o/cuda_host.o" \
     "$o/quant_host.o" $libs
 
 # the parity models, as tests/gpu/run.sh makes them (tiny shape)
@@ -115,7 +121,7 @@ models=$out/models
 mkdir -p "$models"
 mk() { "$build/bin/qw-makemodel" --dtype bf16 --shape tiny "$@" >/dev/null 2>&1; }
 mk --out "$models/tiny" || { echo "cudasim: qw-makemodel failed"; exit 1; }
-e2e_args="--parity tiny=$models/tiny --features tiny=$models/tiny"
+e2e_args="--parity tiny=$models/tiny --features tiny=$models/tiny --invariants tiny=$models/tiny --exact-invariants batched,chunked,cached"
 names="fp8 gptq4head"
 [ "$full" = --full ] && names="$names awq gptq4 gptq8"
 for n in $names; do
@@ -179,7 +185,7 @@ for order in forward reverse; do
     fi
 done
 checks=$(cat "$log"/kernels_*.log "$log"/quant_*.log 2>/dev/null | grep -c '^CHECK')
-parities=$(cat "$log"/e2e_*.log 2>/dev/null | grep -cE '^(PARITY .* prompts equal|GRAPH|KVDTYPE|FEATURES [^ ]+ (PASS|FAIL) [0-9]+/)')
+parities=$(cat "$log"/e2e_*.log 2>/dev/null | grep -cE '^(PARITY .* prompts equal|GRAPH|KVDTYPE|(FEATURES|INVARIANTS) [^ ]+ (PASS|FAIL) [0-9]+/)')
 echo "cudasim: $((ran - failed)) of $ran programs passed ($checks CHECK lines at ${small:---full} shapes in both" \
-     "thread orders; $parities e2e PARITY/GRAPH/KVDTYPE/FEATURES lines)"
+     "thread orders; $parities e2e PARITY/GRAPH/KVDTYPE/FEATURES/INVARIANTS lines)"
 [ $failed -eq 0 ]

@@ -5,7 +5,7 @@
  *
  *   e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV]
  *       [--parity NAME=DIR]... [--parity-kv-fp8 NAME=DIR]... [--features NAME=DIR]...
- *       [--bench NAME=DIR]... [--dump DIR]
+ *       [--invariants NAME=DIR]... [--exact-invariants LIST] [--bench NAME=DIR]... [--dump DIR]
  *       [--kv-refusal DIR]
  *
  * DEV is the engine under test (default "cuda:0"); "cpu" runs every path of
@@ -37,6 +37,12 @@
  *   parallel samples on the engine under test, each token checked against
  *   the sampler's definition applied to the engine's own logits and the
  *   rest against the CPU engine ("FEATURES NAME ..." lines; e2e_features.c).
+ * --invariants NAME=DIR: batched == alone, chunked == unchunked (alone and
+ *   mixed with decode rows), cached == cold and preempted == not on the
+ *   engine under test, within the parity tolerance; bit for bit for the
+ *   variants --exact-invariants LIST names (batched,chunked,mixed,cached,
+ *   preempted or all) and for every one with --device cpu ("INVARIANT NAME
+ *   ..." lines; e2e_invariants.c).
  * --dump DIR: also write each engine's parity prompts, tokens and logits to
  *   DIR/NAME_cpu.bin and DIR/NAME_dut.bin for tests/gpu/hf_oracle.py (format
  *   in write_dump below).
@@ -369,12 +375,12 @@ static int model_is_quantized(const char *dir) {
     return strstr(text, "\"quantization_config\"") != NULL;
 }
 
+double e2e_parity_tol(const char *dir) { return model_is_quantized(dir) ? PARITY_TOL_QUANT : PARITY_TOL; }
+
 /* Returns 1 pass, 0 fail, -1 no device. */
 static int parity(const char *name, const char *dir) {
     qw_engine *gpu = NULL, *cpu = NULL;
-    const double ptol = kv_dtype == QW_KV_CACHE_FP8_E4M3 ? PARITY_TOL_FP8
-                        : model_is_quantized(dir)         ? PARITY_TOL_QUANT
-                                                          : PARITY_TOL;
+    const double ptol = kv_dtype == QW_KV_CACHE_FP8_E4M3 ? PARITY_TOL_FP8 : e2e_parity_tol(dir);
     qw_status st = e2e_make_engine(dir, e2e_dut, 1024, 0.5, 1, &gpu);
     if (st == QW_ERR_NO_DEVICE) return -1;
     if (st != QW_OK) {
@@ -744,14 +750,14 @@ static int kv_refusal(const char *dir) {
 
 static int usage(void) {
     fprintf(stderr, "usage: e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV] [--parity NAME=DIR]... "
-                    "[--parity-kv-fp8 NAME=DIR]... [--features NAME=DIR]... [--bench NAME=DIR]... [--dump DIR] "
-                    "[--kv-refusal DIR]\n");
+                    "[--parity-kv-fp8 NAME=DIR]... [--features NAME=DIR]... [--invariants NAME=DIR]... "
+                    "[--exact-invariants LIST] [--bench NAME=DIR]... [--dump DIR] [--kv-refusal DIR]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    model_arg par[MAX_MODELS], ben[MAX_MODELS], fea[MAX_MODELS];
-    int npar = 0, nben = 0, nfea = 0;
+    model_arg par[MAX_MODELS], ben[MAX_MODELS], fea[MAX_MODELS], inv[MAX_MODELS];
+    int npar = 0, nben = 0, nfea = 0, ninv = 0;
     const char *kv_dir = NULL;
     double copy_gbs = 0, peak = 0, seconds = 2.0;
     for (int i = 1; i < argc; i++) {
@@ -768,13 +774,17 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--parity-kv-fp8") && npar < MAX_MODELS) {
             if (!split_arg(argv[++i], &par[npar])) return usage();
             par[npar++].kv = QW_KV_CACHE_FP8_E4M3;
+        } else if (!strcmp(a, "--invariants") && ninv < MAX_MODELS) {
+            if (!split_arg(argv[++i], &inv[ninv++])) return usage();
+        } else if (!strcmp(a, "--exact-invariants")) {
+            e2e_exact_invariants = argv[++i];
         } else if (!strcmp(a, "--features") && nfea < MAX_MODELS) {
             if (!split_arg(argv[++i], &fea[nfea++])) return usage();
         } else if (!strcmp(a, "--bench") && nben < MAX_MODELS) {
             if (!split_arg(argv[++i], &ben[nben++])) return usage();
         } else return usage();
     }
-    if (npar + nfea + nben == 0 && !kv_dir) return usage();
+    if (npar + nfea + ninv + nben == 0 && !kv_dir) return usage();
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("e2e: qwinfer %s, device %s, copy %.0f GB/s, peak %.1f TFLOP/s, %.1f s per decode point\n",
            qw_version_string(), e2e_dut, copy_gbs, peak, seconds);
@@ -784,6 +794,14 @@ int main(int argc, char **argv) {
         kv_dtype = par[i].kv;
         int r = parity(par[i].name, par[i].dir);
         kv_dtype = 0;
+        if (r < 0) {
+            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
+            return EXIT_NO_DEVICE;
+        }
+        fails += r == 0;
+    }
+    for (int i = 0; i < ninv; i++) {
+        int r = e2e_invariants(inv[i].name, inv[i].dir);
         if (r < 0) {
             printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
             return EXIT_NO_DEVICE;

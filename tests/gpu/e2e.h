@@ -35,6 +35,11 @@ qw_status e2e_make_engine(const char *dir, const char *dev, int max_len, double 
  * caller owns the reference. */
 qw_request *e2e_make_request(const int32_t *ids, int n, int max_tokens, void *ud);
 
+/* The parity tolerance (max |dut - cpu| / max |cpu| per logits row) of the
+ * model in dir on a bf16 KV cache: 2e-2, or 3e-2 when its config.json has a
+ * quantization_config (e2e.c's PARITY_TOL_QUANT says why). */
+double e2e_parity_tol(const char *dir);
+
 /* Steps e until it has no work, handing every event to on_event (may be
  * NULL). After a failed step or a request finished with QW_FINISH_ERROR
  * (each printed), cancels whatever of req[0..n) (NULL entries allowed) is
@@ -44,5 +49,12 @@ int e2e_run_requests(qw_engine *e, qw_request *const *req, int n, void (*on_even
 
 /* --features NAME=DIR (e2e_features.c): 1 pass, 0 fail, -1 no device. */
 int e2e_features(const char *name, const char *dir);
+
+/* --invariants NAME=DIR (e2e_invariants.c): 1 pass, 0 fail, -1 no device.
+ * e2e_exact_invariants (--exact-invariants LIST): a comma list of the
+ * variants (batched, chunked, mixed, cached, preempted, or all) that must
+ * be bit-equal on the device, as they always are on the CPU engine. */
+int e2e_invariants(const char *name, const char *dir);
+extern const char *e2e_exact_invariants;
 
 #endif

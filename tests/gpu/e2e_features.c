@@ -49,8 +49,6 @@
 #define FT_TOP 5               /* most logprobs asked                      */
 #define MARGIN 1e-6            /* boundary distance that passes either way */
 #define LP_TOL_ABS 2e-4        /* DUT logprob vs log-softmax of its row    */
-#define PARITY_TOL 2e-2        /* as e2e.c's parity: raw rows vs the CPU   */
-#define PARITY_TOL_QUANT 3e-2
 
 /* One request of the check. Sampling parameters as the engine keeps them
  * (floats), so the host's arithmetic starts from the same values. */
@@ -499,12 +497,7 @@ int e2e_features(const char *name, const char *dir) {
         qw_engine_destroy(dut);
         return 0;
     }
-    /* quantized models: as e2e.c's parity (PARITY_TOL_QUANT says why) */
-    char cfg[4096], text[1 << 14] = {0};
-    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    FILE *f = fopen(cfg, "rb");
-    if (f) { size_t nr = fread(text, 1, sizeof text - 1, f); text[nr] = 0; fclose(f); }
-    const double ptol = strstr(text, "\"quantization_config\"") ? PARITY_TOL_QUANT : PARITY_TOL;
+    const double ptol = e2e_parity_tol(dir);
 
     int32_t V = qw_engine_vocab_size(cpu);
     static int32_t prompts[NREQ][FT_PROMPT];

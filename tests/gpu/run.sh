@@ -151,13 +151,14 @@ fi
 COPY=$(awk '$1=="BENCH" && $2=="copy_d2d" {print $3; exit}' "$LOG/kernels.log" 2>/dev/null)
 PEAK=$(awk '$1=="BENCH" && $2=="gemm_bf16_8192" {print $3; exit}' "$LOG/kernels.log" 2>/dev/null)
 if [ -f tests/gpu/e2e.c ]; then
-    if ${CC:-cc} -O2 -std=c11 -Wall -Wextra -Iinclude tests/gpu/e2e.c tests/gpu/e2e_features.c -L$B -lqwinfer -lm \
+    if ${CC:-cc} -O2 -std=c11 -Wall -Wextra -Iinclude tests/gpu/e2e.c tests/gpu/e2e_features.c \
+            tests/gpu/e2e_invariants.c -L$B -lqwinfer -lm \
             -Wl,-rpath,"$PWD/$B" -o $B/e2e >"$LOG/e2e_build.log" 2>&1; then
         wait $GEN_PID; gen_rc=$?
         [ $gen_rc -ne 0 ] && { row "e2e models" "FAIL (rc $gen_rc)"; tail -n 5 "$LOG/models.log"; }
         mkdir -p "$B/dump"
         ARGS=(--copy-gbs "${COPY:-0}" --peak-tflops "${PEAK:-0}" --seconds "${E2E_SECONDS:-2}" --dump "$B/dump")
-        [ -f "$M/tiny/config.json" ] && ARGS+=(--parity "tiny=$M/tiny" --features "tiny=$M/tiny")
+        [ -f "$M/tiny/config.json" ] && ARGS+=(--parity "tiny=$M/tiny" --features "tiny=$M/tiny" --invariants "tiny=$M/tiny")
         [ -f "$M/0.6b/config.json" ] && ARGS+=(--parity "0.6b=$M/0.6b")
         for n in tiny_awq tiny_gptq4 tiny_gptq8 tiny_fp8 tiny_gptq4head 0.6b_awq; do
             if [ -f "$M/$n/config.json" ]; then ARGS+=(--parity "$n=$M/$n"); else row "e2e $n" "model missing (see models.log)"; fi
@@ -190,6 +191,7 @@ if [ -f tests/gpu/e2e.c ]; then
                 while read -r _ name verdict rest; do row "kv cache dtype $name (f32 refused, fp8 created)" "$verdict"; done < <(grep '^KVDTYPE ' "$LOG/e2e.log")
                 while read -r _ name verdict rest; do row "features $name (sampling, penalties, logprobs, n)" "$verdict $rest"; done < <(grep -E '^FEATURES [^ ]+ (PASS|FAIL) [0-9]+/' "$LOG/e2e.log")
                 grep -E '^FEATURES .* FAIL' "$LOG/e2e.log" | head -n 4
+                while read -r _ name what verdict rest; do row "invariant $name $what" "$verdict ${rest:0:60}"; done < <(grep '^INVARIANT ' "$LOG/e2e.log")
                 grep '^PARITY.*\(FAIL\|diverges\)' "$LOG/e2e.log" | head -n 8
                 while read -r _ name verdict rest; do row "graph==eager $name" "$verdict ${rest:0:40}"; done < <(grep '^GRAPH ' "$LOG/e2e.log")
                 while read -r _ name val unit pct; do row "$name" "$val $unit $pct"; done < <(grep '^e2e ' "$LOG/e2e.log")

@@ -1,0 +1,315 @@
+/*
+ * tests/gpu/e2e_invariants.c - e2e's --invariants NAME=DIR: the design's
+ * scheduling invariants on the engine under test (the DUT), end to end:
+ *
+ *   batched   batched == alone: four prompts together vs each on its own;
+ *   chunked   chunked == unchunked: each prompt alone under a 32-token step
+ *             budget, so it prefills in chunks of 32 that start mid-prompt;
+ *   mixed     the four together under that budget: chunks of one prompt in
+ *             the same steps as other prompts' decode rows;
+ *   cached    cached == cold: a prompt whose first 160 tokens (10 blocks)
+ *             are in the prefix cache from an earlier request;
+ *   preempted preempted == not: the four in a KV pool too small for all of
+ *             them (the engine must preempt and recompute).
+ *
+ * These are the paths where a backend indexes its paged KV cache in every
+ * way the scheduler can ask for: partial chunks (positions, slots and
+ * context lengths that start mid-prompt), block tables that start with
+ * shared blocks, and blocks that are freed and handed to another sequence.
+ * The reference is each prompt alone on a fresh engine; each variant runs
+ * on a fresh engine too. Greedy, 16 tokens, EOS ignored; tokens and every
+ * sampled position's logits (logits callback) compared.
+ *
+ * Exact (the variants --exact-invariants names, and all of them for
+ * --device cpu, whose design makes them bit for bit): tokens and logits
+ * equal. Otherwise (a GPU, where a GEMM may take another kernel for another
+ * row count, and the CUDA backend runs a mixed step's decode rows - and a
+ * preempted sequence's recomputed ones - through the prefill attention
+ * kernel, whose arithmetic is not the decode kernel's): logits rows
+ * within the parity tolerance up to the first divergence, which must be a
+ * near-tie on the variant's own logits, as e2e.c's parity. Each line also
+ * gives the largest difference, so a tolerance pass still says how far from
+ * exact it was. The preemption and prefix-cache variants must show that
+ * they happened (the engine's preemption count, the request's cached prompt
+ * tokens), or they checked nothing.
+ *
+ * Output: "INVARIANT NAME <variant> PASS|FAIL detail" lines and
+ * "INVARIANTS NAME PASS|FAIL n/5".
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "e2e.h"
+
+#define IV_PROMPTS 4
+#define IV_TOKENS 16
+#define IV_SHARED 160 /* prompt 1's prefix shared with prompt 0: 10 blocks of 16 */
+
+const char *e2e_exact_invariants = "";
+
+static const int iv_lens[IV_PROMPTS] = {200, 180, 37, 1};
+
+typedef struct {
+    int prompt_len;
+    int32_t vocab;
+    int32_t tokens[IV_TOKENS];
+    int n_tokens;
+    float *rows[IV_TOKENS];
+    int bad_callback;
+    uint64_t cached_prompt_tokens;
+} iv_seq;
+
+static void on_row(void *ud, qw_request *req, int32_t position, const float *logits, int32_t vocab) {
+    (void)req;
+    iv_seq *s = ud;
+    int k = position - s->prompt_len;
+    if (k < 0 || k >= IV_TOKENS || vocab != s->vocab) { s->bad_callback++; return; }
+    if (!s->rows[k]) s->rows[k] = malloc(sizeof(float) * (size_t)vocab);
+    if (s->rows[k]) memcpy(s->rows[k], logits, sizeof(float) * (size_t)vocab);
+    else s->bad_callback++;
+}
+
+static void record_token(const qw_event *ev) {
+    iv_seq *s = ev->user_data;
+    if (ev->kind == QW_EVENT_TOKEN && s && s->n_tokens < IV_TOKENS) s->tokens[s->n_tokens++] = ev->token;
+}
+
+static void free_seqs(iv_seq *s, int n) {
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < IV_TOKENS; k++) { free(s[i].rows[k]); s[i].rows[k] = NULL; }
+}
+
+/* One variant: its name, its key in --exact-invariants and its engine. */
+typedef struct {
+    const char *what, *key;
+    int prefix_cache, budget, blocks, one_seq; /* 0: the default */
+} iv_variant;
+
+/* An engine for one variant: e2e_make_engine's, plus a step budget, a KV
+ * pool size in blocks and one sequence a step where asked. */
+static qw_status variant_engine(const char *dir, const iv_variant *va, qw_engine **out) {
+    int prefix_cache = va->prefix_cache, budget = va->budget, blocks = va->blocks;
+    if (!budget && !blocks && !va->one_seq) return e2e_make_engine(dir, e2e_dut, 1024, 0.5, prefix_cache, out);
+    qw_engine_options *o = NULL;
+    qw_status st = qw_engine_options_create(&o);
+    if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, dir);
+    if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_DEVICE, e2e_dut);
+    /* a small pool must still hold one sequence of the model length */
+    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_MAX_MODEL_LEN, blocks ? 256 : 1024);
+    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_ENABLE_PREFIX_CACHING, prefix_cache);
+    if (st == QW_OK && budget) st = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_BATCHED_TOKENS, budget);
+    if (st == QW_OK && blocks) st = qw_engine_options_set_int(o, QW_OPT_NUM_KV_BLOCKS, blocks);
+    if (st == QW_OK && va->one_seq) st = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_SEQS, 1);
+    if (st == QW_OK && strncmp(e2e_dut, "cuda", 4) == 0)
+        st = qw_engine_options_set_double(o, QW_OPT_GPU_MEMORY_UTILIZATION, 0.5);
+    if (st == QW_OK) st = qw_engine_create(o, out);
+    qw_engine_options_destroy(o);
+    return st;
+}
+
+/* Runs prompts[first..first+n) together on e into seq[first..); 1 ok. */
+static int run_prompts(qw_engine *e, int32_t *const prompts[IV_PROMPTS], iv_seq seq[IV_PROMPTS], int first,
+                       int n) {
+    int32_t vocab = qw_engine_vocab_size(e);
+    qw_request *req[IV_PROMPTS] = {0};
+    int ok = 1;
+    for (int i = first; i < first + n && ok; i++) {
+        memset(&seq[i], 0, sizeof seq[i]);
+        seq[i].prompt_len = iv_lens[i];
+        seq[i].vocab = vocab;
+        req[i] = e2e_make_request(prompts[i], iv_lens[i], IV_TOKENS, &seq[i]);
+        qw_status st = req[i] ? qw_request_set_logits_callback(req[i], on_row, &seq[i]) : QW_ERR_INVALID_ARGUMENT;
+        if (st == QW_OK) st = qw_engine_submit(e, req[i]);
+        if (st != QW_OK) {
+            printf("e2e: invariants submit: %s (%s)\n", qw_status_string(st), qw_last_error());
+            ok = 0;
+        }
+    }
+    ok = e2e_run_requests(e, req, IV_PROMPTS, record_token) && ok;
+    for (int i = first; i < first + n; i++) {
+        qw_request_stats rs = {0};
+        if (req[i] && qw_request_get_stats(req[i], &rs, sizeof rs) == QW_OK)
+            seq[i].cached_prompt_tokens = rs.cached_prompt_tokens;
+        qw_request_release(req[i]);
+    }
+    return ok;
+}
+
+/* Compares a variant's sequences with the reference's; writes the verdict's
+ * detail into why. 1 pass. */
+static int compare(const iv_seq ref[IV_PROMPTS], const iv_seq got[IV_PROMPTS], int first, int n, double ptol,
+                   int exact, char *why, size_t cap) {
+    double worst = 0;
+    int n_equal = 0, pass = 1;
+    size_t len = 0;
+    why[0] = 0;
+    for (int i = first; i < first + n; i++) {
+        const iv_seq *a = &ref[i], *b = &got[i];
+        if (a->n_tokens != IV_TOKENS || b->n_tokens != IV_TOKENS || a->bad_callback || b->bad_callback) {
+            snprintf(why, cap, "prompt %d: %d / %d tokens, bad callbacks %d / %d", i, a->n_tokens, b->n_tokens,
+                     a->bad_callback, b->bad_callback);
+            return 0;
+        }
+        int d = 0;
+        while (d < IV_TOKENS && a->tokens[d] == b->tokens[d]) d++;
+        int32_t V = a->vocab;
+        for (int k = 0; k <= d && k < IV_TOKENS; k++) {
+            if (!a->rows[k] || !b->rows[k]) {
+                snprintf(why, cap, "prompt %d: no logits for output %d", i, k);
+                return 0;
+            }
+            double md = 0, mb = 0;
+            for (int32_t v = 0; v < V; v++) {
+                double dd = fabs((double)a->rows[k][v] - b->rows[k][v]);
+                if (!(dd <= md)) md = dd; /* NaN sticks */
+                if (fabs(a->rows[k][v]) > mb) mb = fabs(a->rows[k][v]);
+            }
+            double rel = mb > 0 ? md / mb : md;
+            if (!(rel <= worst)) worst = rel;
+            if (pass && (exact ? rel != 0 : !(rel <= ptol))) {
+                len += (size_t)snprintf(why + len, cap - len, "prompt %d (len %d) output %d: logits rel %.3e; ", i,
+                                        iv_lens[i], k, rel);
+                pass = 0;
+            }
+        }
+        if (d == IV_TOKENS) { n_equal++; continue; }
+        if (exact) {
+            if (pass) len += (size_t)snprintf(why + len, cap - len, "prompt %d diverges at output %d; ", i, d);
+            pass = 0;
+            continue;
+        }
+        /* a near-tie on the variant's own row: its token its max, the
+         * reference's token within the tolerance below it */
+        const float *r = b->rows[d];
+        double mb = 0, mx = r[0];
+        for (int32_t v = 0; v < V; v++) {
+            if (fabs(a->rows[d][v]) > mb) mb = fabs(a->rows[d][v]);
+            if (r[v] > mx) mx = r[v];
+        }
+        int32_t gt = b->tokens[d], rt = a->tokens[d];
+        if (!((double)r[gt] == mx && (double)r[gt] - r[rt] <= ptol * mb)) {
+            if (pass)
+                len += (size_t)snprintf(why + len, cap - len, "prompt %d diverges at output %d, not a near-tie; ", i,
+                                        d);
+            pass = 0;
+        }
+        if (len >= cap) len = cap - 1;
+    }
+    if (len >= cap) len = cap - 1;
+    snprintf(why + len, cap - len, "%d/%d prompts equal for %d tokens, largest logits rel %.3e%s", n_equal, n,
+             IV_TOKENS, worst, exact ? " (exact asked)" : "");
+    return pass;
+}
+
+/* Runs one variant on a fresh engine and compares it; 1 pass, 0 fail. */
+static int variant(const char *name, const iv_variant *va, const char *dir, int32_t *const prompts[IV_PROMPTS],
+                   const iv_seq ref[IV_PROMPTS], double ptol, int exact) {
+    const char *what = va->what;
+    const int prefix_cache = va->prefix_cache, blocks = va->blocks;
+    qw_engine *e = NULL;
+    qw_status st = variant_engine(dir, va, &e);
+    if (st != QW_OK) {
+        printf("INVARIANT %s %-20s FAIL engine: %s (%s)\n", name, what, qw_status_string(st), qw_last_error());
+        return 0;
+    }
+    iv_seq got[IV_PROMPTS];
+    memset(got, 0, sizeof got);
+    char why[600], extra[120] = "";
+    int ok, first = 0, n = IV_PROMPTS;
+    if (prefix_cache) {
+        /* prompt 0 first, alone: its full blocks go to the cache; then
+         * prompt 1, which starts with the same IV_SHARED tokens */
+        ok = run_prompts(e, prompts, got, 0, 1) && run_prompts(e, prompts, got, 1, 1);
+        first = 1, n = 1;
+        if (ok && got[1].cached_prompt_tokens < IV_SHARED) {
+            snprintf(extra, sizeof extra, "; only %llu prompt tokens came from the cache (want >= %d)",
+                     (unsigned long long)got[1].cached_prompt_tokens, IV_SHARED);
+            ok = 0;
+        } else snprintf(extra, sizeof extra, "; %llu prompt tokens from the cache",
+                        (unsigned long long)got[1].cached_prompt_tokens);
+    } else {
+        ok = run_prompts(e, prompts, got, 0, IV_PROMPTS);
+        qw_engine_stats es = {0};
+        if (blocks && ok && qw_engine_get_stats(e, &es, sizeof es) == QW_OK) {
+            if (es.num_preemptions == 0) {
+                snprintf(extra, sizeof extra, "; no preemption happened in %d blocks", blocks);
+                ok = 0;
+            } else snprintf(extra, sizeof extra, "; %llu preemptions", (unsigned long long)es.num_preemptions);
+        }
+    }
+    int pass = compare(ref, got, first, n, ptol, exact, why, sizeof why) && ok;
+    printf("INVARIANT %s %-20s %s %s%s\n", name, what, pass ? "PASS" : "FAIL", why, extra);
+    free_seqs(got, IV_PROMPTS);
+    qw_engine_destroy(e);
+    return pass;
+}
+
+/* 1 when variant key must be exact: --device cpu, or key (or "all") in
+ * the comma list of --exact-invariants. */
+static int exact_for(const char *key) {
+    if (strcmp(e2e_dut, "cpu") == 0) return 1;
+    const char *p = e2e_exact_invariants;
+    size_t n = strlen(key);
+    while (p && *p) {
+        size_t len = strcspn(p, ",");
+        if ((len == n && !strncmp(p, key, n)) || (len == 3 && !strncmp(p, "all", 3))) return 1;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+int e2e_invariants(const char *name, const char *dir) {
+    static const iv_variant variants[] = {
+        {"batched==alone", "batched", 0, 0, 0, 0},
+        {"chunked==unchunked", "chunked", 0, 32, 0, 1},
+        {"mixed==alone", "mixed", 0, 32, 0, 0},
+        {"cached==cold", "cached", 1, 0, 0, 0},
+        /* 16 blocks of 16: prompts 0, 2 and 3 start in 13 + 3 + 1 and grow
+         * to 14 + 4 + 2 (prompt 1 waits): the engine must preempt (twice on
+         * the CPU engine) */
+        {"preempted==not", "preempted", 0, 0, 16, 0},
+    };
+    enum { NV = sizeof variants / sizeof variants[0] };
+    const iv_variant plain = {"reference", "", 0, 0, 0, 0};
+    qw_engine *e = NULL;
+    qw_status st = variant_engine(dir, &plain, &e);
+    if (st == QW_ERR_NO_DEVICE) return -1;
+    if (st != QW_OK) {
+        printf("INVARIANTS %s FAIL engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
+        return 0;
+    }
+    const double ptol = e2e_parity_tol(dir);
+
+    int32_t V = qw_engine_vocab_size(e);
+    int32_t *prompts[IV_PROMPTS];
+    e2e_rng_reset();
+    for (int i = 0; i < IV_PROMPTS; i++) {
+        prompts[i] = malloc(sizeof(int32_t) * (size_t)iv_lens[i]);
+        if (prompts[i]) e2e_random_prompt(prompts[i], iv_lens[i], V);
+    }
+    memcpy(prompts[1], prompts[0], sizeof(int32_t) * IV_SHARED);
+
+    /* the reference: each prompt alone, prefix caching off */
+    iv_seq ref[IV_PROMPTS];
+    memset(ref, 0, sizeof ref);
+    double t0 = e2e_now_s();
+    int ok = 1;
+    for (int i = 0; i < IV_PROMPTS && ok; i++) ok = run_prompts(e, prompts, ref, i, 1);
+    qw_engine_destroy(e);
+    int npass = 0;
+    if (ok) {
+        for (int v = 0; v < NV; v++)
+            npass += variant(name, &variants[v], dir, prompts, ref, ptol, exact_for(variants[v].key));
+    } else {
+        printf("INVARIANTS %s FAIL the reference run failed\n", name);
+    }
+    printf("e2e: invariants %s: %.2f s on %s\n", name, e2e_now_s() - t0, e2e_dut);
+    printf("INVARIANTS %s %s %d/%d\n", name, npass == NV ? "PASS" : "FAIL", npass, (int)NV);
+    free_seqs(ref, IV_PROMPTS);
+    for (int i = 0; i < IV_PROMPTS; i++) free(prompts[i]);
+    return npass == NV;
+}
