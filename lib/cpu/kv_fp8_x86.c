@@ -47,59 +47,8 @@ AVX2_INLINE void fp8_split16(const uint8_t *p, __m256 *ev, __m256 *od) {
 #define KV_PV_SCALAR(e) qwi_e4m3_to_f32(e)
 #include "cpu/kv_pv_x86.h"
 
-/* Rows j .. j+7 (k[j+i] + d0, 8 bytes each) to kt[(d0+i)*ld + j ..], 8x8. */
-AVX2_INLINE void tr8x8(const uint8_t *const *k, int32_t j, int64_t d0, float *kt, int64_t ld) {
-    __m256 r[8], t[8], u[8];
-    for (int i = 0; i < 8; i++) r[i] = e8(k[j + i] + d0);
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    float *o = kt + d0 * ld + j;
-    for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps(o + i * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
-        _mm256_storeu_ps(o + (i + 4) * ld, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
-    }
-}
-
-/* Positions [j, j + len) lie consecutively in one K plane (k[j + i] ==
- * k[j] + i): per dim, one contiguous widening copy. */
-AVX2_INLINE void plane_run(const uint8_t *k0, int32_t len, int64_t hd, int64_t dstride, float *kt,
-                           int64_t ld) {
-    for (int64_t d = 0; d < hd; d++) {
-        const uint8_t *src = k0 + d * dstride;
-        float *dst = kt + d * ld;
-        int32_t i = 0;
-        for (; i + 8 <= len; i += 8) _mm256_storeu_ps(dst + i, e8(src + i));
-        for (; i < len; i++) dst[i] = qwi_e4m3_to_f32(src[i]);
-    }
-}
-
-static AVX2 void avx2_transpose(const uint8_t *const *k, int32_t n, int64_t hd, int64_t dstride,
-                                float *kt, int64_t ld) {
-    if (dstride != 1) {
-        for (int32_t j = 0; j < n;) {
-            int32_t len = 1;
-            while (j + len < n && k[j + len] == k[j] + len) len++;
-            plane_run(k[j], len, hd, dstride, kt + j, ld);
-            j += len;
-        }
-        return;
-    }
-    const int64_t hd8 = hd & ~(int64_t)7;
-    int32_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int64_t d = 0; d < hd8; d += 8) tr8x8(k, j, d, kt, ld);
-    if (j < n) qwi_cpu_kv_fp8_transpose(k + j, n - j, hd, 1, kt + j, ld);
-    for (int32_t jj = 0; jj < j && hd8 < hd; jj++)   /* the last hd % 8 columns */
-        for (int64_t d = hd8; d < hd; d++) kt[d * ld + jj] = qwi_e4m3_to_f32(k[jj][d]);
-}
+#define KV_TRANSPOSE_PORTABLE qwi_cpu_kv_fp8_transpose
+#include "cpu/kv_transpose_x86.h"
 
 /* to_bf16 (kv_fp8.h), 32 codes at a time: the nibble tables give each
  * code's bf16 high and low bytes, which interleave into words within each
