@@ -182,20 +182,28 @@ static double decode_weight_bytes(const shape *s) {
 static double kv_bytes_per_token(const shape *s) { return 2.0 * s->layers * s->kv_heads * s->head_dim * 2.0; }
 
 /* ---- engine helpers ---------------------------------------------------------------- */
-qw_status e2e_make_engine(const char *dir, const char *dev, int max_len, double gpu_frac,
-                             int prefix_cache, qw_engine **out) {
+qw_status e2e_make_engine_with(const char *dir, const char *dev, const e2e_engine_extra *x, qw_engine **out) {
     qw_engine_options *o = NULL;
     qw_status st = qw_engine_options_create(&o);
     if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, dir);
     if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_DEVICE, dev);
-    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_MAX_MODEL_LEN, max_len);
-    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_ENABLE_PREFIX_CACHING, prefix_cache);
+    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_MAX_MODEL_LEN, x->max_len);
+    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_ENABLE_PREFIX_CACHING, x->prefix_cache);
+    if (st == QW_OK && x->budget) st = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_BATCHED_TOKENS, x->budget);
+    if (st == QW_OK && x->blocks) st = qw_engine_options_set_int(o, QW_OPT_NUM_KV_BLOCKS, x->blocks);
+    if (st == QW_OK && x->max_seqs) st = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_SEQS, x->max_seqs);
     if (st == QW_OK && kv_dtype) st = qw_engine_options_set_int(o, QW_OPT_KV_CACHE_DTYPE, kv_dtype);
     if (st == QW_OK && strncmp(dev, "cuda", 4) == 0)
-        st = qw_engine_options_set_double(o, QW_OPT_GPU_MEMORY_UTILIZATION, gpu_frac);
+        st = qw_engine_options_set_double(o, QW_OPT_GPU_MEMORY_UTILIZATION, x->gpu_frac);
     if (st == QW_OK) st = qw_engine_create(o, out);
     qw_engine_options_destroy(o);
     return st;
+}
+
+qw_status e2e_make_engine(const char *dir, const char *dev, int max_len, double gpu_frac, int prefix_cache,
+                          qw_engine **out) {
+    const e2e_engine_extra x = {.max_len = max_len, .gpu_frac = gpu_frac, .prefix_cache = prefix_cache};
+    return e2e_make_engine_with(dir, dev, &x, out);
 }
 
 qw_request *e2e_make_request(const int32_t *ids, int n, int max_tokens, void *ud) {

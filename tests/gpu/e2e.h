@@ -30,6 +30,19 @@ void e2e_random_prompt(int32_t *ids, int n, int32_t vocab);
 qw_status e2e_make_engine(const char *dir, const char *dev, int max_len, double gpu_frac, int prefix_cache,
                           qw_engine **out);
 
+/* e2e_make_engine's settings, and the options some checks add (0: the
+ * engine's default). */
+typedef struct {
+    int max_len;       /* QW_OPT_MAX_MODEL_LEN                          */
+    double gpu_frac;   /* QW_OPT_GPU_MEMORY_UTILIZATION ("cuda" only)   */
+    int prefix_cache;  /* QW_OPT_ENABLE_PREFIX_CACHING 0/1               */
+    int budget;        /* QW_OPT_MAX_NUM_BATCHED_TOKENS                 */
+    int blocks;        /* QW_OPT_NUM_KV_BLOCKS                          */
+    int max_seqs;      /* QW_OPT_MAX_NUM_SEQS                           */
+} e2e_engine_extra;
+/* e2e_make_engine with every setting of x. */
+qw_status e2e_make_engine_with(const char *dir, const char *dev, const e2e_engine_extra *x, qw_engine **out);
+
 /* A greedy request of n prompt ids generating max_tokens tokens with EOS
  * ignored, user data ud; NULL (with the reason printed) on failure. The
  * caller owns the reference. */

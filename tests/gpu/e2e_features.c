@@ -6,7 +6,8 @@
  * token), logprobs and prompt logprobs, parallel samples (QW_REQ_N).
  *
  * Eight requests run batched on the engine under test (the DUT) and on a
- * "cpu" engine. Every token the DUT generates is checked against the DUT's
+ * "cpu" engine, both taking at most 12 sequences a step (so that the
+ * prompt logprobs need two passes of the CUDA backend's logits rows). Every token the DUT generates is checked against the DUT's
  * own raw logits (the logits callback): the host applies the bias and the
  * penalties by their definition (qwinfer.h, "Penalties") and picks the token
  * by the sampler's definition (lib/sample.c's header), written again here
@@ -486,13 +487,17 @@ static int report(const char *name, const char *what, int pass, const char *why)
 
 int e2e_features(const char *name, const char *dir) {
     qw_engine *dut = NULL, *cpu = NULL;
-    qw_status st = e2e_make_engine(dir, e2e_dut, 1024, 0.5, 1, &dut);
+    /* at most 12 sequences a step (the 9 here fit): the CUDA backend's
+     * logits buffer then has 12 rows, so the 23 prompt-logprob rows of the
+     * logprobs request take two passes */
+    const e2e_engine_extra x = {.max_len = 1024, .gpu_frac = 0.5, .prefix_cache = 1, .max_seqs = 12};
+    qw_status st = e2e_make_engine_with(dir, e2e_dut, &x, &dut);
     if (st == QW_ERR_NO_DEVICE) return -1;
     if (st != QW_OK) {
         printf("FEATURES %s FAIL engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
         return 0;
     }
-    if ((st = e2e_make_engine(dir, "cpu", 1024, 0, 1, &cpu)) != QW_OK) {
+    if ((st = e2e_make_engine_with(dir, "cpu", &x, &cpu)) != QW_OK) {
         printf("FEATURES %s FAIL cpu engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
         qw_engine_destroy(dut);
         return 0;

@@ -89,26 +89,13 @@ typedef struct {
     int prefix_cache, budget, blocks, one_seq; /* 0: the default */
 } iv_variant;
 
-/* An engine for one variant: e2e_make_engine's, plus a step budget, a KV
- * pool size in blocks and one sequence a step where asked. */
+/* A fresh engine for one variant. A small pool must still hold one
+ * sequence of the model length: 256 tokens there. */
 static qw_status variant_engine(const char *dir, const iv_variant *va, qw_engine **out) {
-    int prefix_cache = va->prefix_cache, budget = va->budget, blocks = va->blocks;
-    if (!budget && !blocks && !va->one_seq) return e2e_make_engine(dir, e2e_dut, 1024, 0.5, prefix_cache, out);
-    qw_engine_options *o = NULL;
-    qw_status st = qw_engine_options_create(&o);
-    if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, dir);
-    if (st == QW_OK) st = qw_engine_options_set_string(o, QW_OPT_DEVICE, e2e_dut);
-    /* a small pool must still hold one sequence of the model length */
-    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_MAX_MODEL_LEN, blocks ? 256 : 1024);
-    if (st == QW_OK) st = qw_engine_options_set_int(o, QW_OPT_ENABLE_PREFIX_CACHING, prefix_cache);
-    if (st == QW_OK && budget) st = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_BATCHED_TOKENS, budget);
-    if (st == QW_OK && blocks) st = qw_engine_options_set_int(o, QW_OPT_NUM_KV_BLOCKS, blocks);
-    if (st == QW_OK && va->one_seq) st = qw_engine_options_set_int(o, QW_OPT_MAX_NUM_SEQS, 1);
-    if (st == QW_OK && strncmp(e2e_dut, "cuda", 4) == 0)
-        st = qw_engine_options_set_double(o, QW_OPT_GPU_MEMORY_UTILIZATION, 0.5);
-    if (st == QW_OK) st = qw_engine_create(o, out);
-    qw_engine_options_destroy(o);
-    return st;
+    const e2e_engine_extra x = {.max_len = va->blocks ? 256 : 1024, .gpu_frac = 0.5,
+                                .prefix_cache = va->prefix_cache, .budget = va->budget, .blocks = va->blocks,
+                                .max_seqs = va->one_seq};
+    return e2e_make_engine_with(dir, e2e_dut, &x, out);
 }
 
 /* Runs prompts[first..first+n) together on e into seq[first..); 1 ok. */
