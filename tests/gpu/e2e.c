@@ -41,8 +41,9 @@
  *   mixed with decode rows), cached == cold and preempted == not on the
  *   engine under test, within the parity tolerance; bit for bit for the
  *   variants --exact-invariants LIST names (batched,chunked,mixed,cached,
- *   preempted or all) and for every one with --device cpu ("INVARIANT NAME
- *   ..." lines; e2e_invariants.c).
+ *   preempted or all; for the --invariants arguments after it) and for
+ *   every one with --device cpu ("INVARIANT NAME ..." lines;
+ *   e2e_invariants.c).
  * --dump DIR: also write each engine's parity prompts, tokens and logits to
  *   DIR/NAME_cpu.bin and DIR/NAME_dut.bin for tests/gpu/hf_oracle.py (format
  *   in write_dump below).
@@ -718,13 +719,15 @@ static int bench(const char *name, const char *dir, double seconds, double copy_
 }
 
 /* ---- main ------------------------------------------------------------------------------ */
-typedef struct { char *name; char *dir; int32_t kv; } model_arg;
+/* kv: the --parity-kv-fp8 cache; exact: the --exact-invariants list in
+ * force when an --invariants argument was read */
+typedef struct { char *name; char *dir; int32_t kv; const char *exact; } model_arg;
 
 static int split_arg(char *a, model_arg *m) {
     char *eq = strchr(a, '=');
     if (!eq || eq == a || !eq[1]) return 0;
     *eq = 0;
-    m->name = a, m->dir = eq + 1, m->kv = 0;
+    m->name = a, m->dir = eq + 1, m->kv = 0, m->exact = "";
     return 1;
 }
 
@@ -766,7 +769,7 @@ static int usage(void) {
 int main(int argc, char **argv) {
     model_arg par[MAX_MODELS], ben[MAX_MODELS], fea[MAX_MODELS], inv[MAX_MODELS];
     int npar = 0, nben = 0, nfea = 0, ninv = 0;
-    const char *kv_dir = NULL;
+    const char *kv_dir = NULL, *exact_list = "";
     double copy_gbs = 0, peak = 0, seconds = 2.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -783,9 +786,10 @@ int main(int argc, char **argv) {
             if (!split_arg(argv[++i], &par[npar])) return usage();
             par[npar++].kv = QW_KV_CACHE_FP8_E4M3;
         } else if (!strcmp(a, "--invariants") && ninv < MAX_MODELS) {
-            if (!split_arg(argv[++i], &inv[ninv++])) return usage();
+            if (!split_arg(argv[++i], &inv[ninv])) return usage();
+            inv[ninv++].exact = exact_list;
         } else if (!strcmp(a, "--exact-invariants")) {
-            e2e_exact_invariants = argv[++i];
+            exact_list = argv[++i];
         } else if (!strcmp(a, "--features") && nfea < MAX_MODELS) {
             if (!split_arg(argv[++i], &fea[nfea++])) return usage();
         } else if (!strcmp(a, "--bench") && nben < MAX_MODELS) {
@@ -809,6 +813,7 @@ int main(int argc, char **argv) {
         fails += r == 0;
     }
     for (int i = 0; i < ninv; i++) {
+        e2e_exact_invariants = inv[i].exact;
         int r = e2e_invariants(inv[i].name, inv[i].dir);
         if (r < 0) {
             printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
