@@ -18,6 +18,7 @@
 #include "cpu/kv_bf16.h"
 #include "cpu/cpu_features.h"
 #include "cpu/tile_out.h"
+#include "cpu/score_chunks.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -486,13 +487,6 @@ AVX512_INLINE void avx512_scores_chunk(const float *const *q, float *const *o, c
 
 #define TSQ_CHUNK(QB, NC) \
     avx512_scores_chunk(q + h, out + h, QB, hd, kt, ld, kpl, dstride, j0, n, scale, NC, planes)
-#define TSQ_NC(QB)                                          \
-    switch (QWI_MIN(4, (n - j0 + 15) / 16)) {               \
-    case 1: TSQ_CHUNK(QB, 1); break;                        \
-    case 2: TSQ_CHUNK(QB, 2); break;                        \
-    case 3: TSQ_CHUNK(QB, 3); break;                        \
-    default: TSQ_CHUNK(QB, 4); break;                       \
-    }
 
 /* avx512_tscores_q (planes 0: kt) or its K-plane twin (planes 1: kpl). */
 AVX512_INLINE void avx512_scores_q(const float *const *q, float *const *out, int32_t nq,
@@ -501,21 +495,9 @@ AVX512_INLINE void avx512_scores_q(const float *const *q, float *const *out, int
                                    float scale, const int planes) {
     /* lane chunks outer, groups of 6 q vectors inner: a chunk's columns
      * of the K tile (hd x 256 bytes) are reused from L1 by every group */
-    for (int32_t j0 = 0; j0 < n; j0 += 64)
-        for (int32_t h = 0; h < nq; h += 6) {
-            /* the last chunk runs only the vectors it needs */
-            switch (QWI_MIN(6, nq - h)) {
-            case 1: TSQ_NC(1) break;
-            case 2: TSQ_NC(2) break;
-            case 3: TSQ_NC(3) break;
-            case 4: TSQ_NC(4) break;
-            case 5: TSQ_NC(5) break;
-            default: TSQ_NC(6) break;
-            }
-        }
+    QWI_SCORE_CHUNKS(6, nq, n, TSQ_CHUNK);
 }
 
-#undef TSQ_NC
 #undef TSQ_CHUNK
 
 static AVX512 void avx512_tscores_q(const float *const *q, float *const *out, int32_t nq,

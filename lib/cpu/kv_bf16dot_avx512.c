@@ -20,6 +20,7 @@
  * moved afterwards.
  */
 #include "cpu/kv_bf16dot.h"
+#include "cpu/score_chunks.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -108,33 +109,15 @@ BF16DOT_INLINE void scores_chunk(const uint32_t *const *q, float *const *o, cons
 }
 
 #define SC_CHUNK(QB, NC) scores_chunk(q + h, out + h, QB, hd, k, dstride, j0, n, scale, NC, adjacent)
-#define SC_NC(QB)                                          \
-    switch (QWI_MIN(4, (n - j0 + 15) / 16)) {              \
-    case 1: SC_CHUNK(QB, 1); break;                        \
-    case 2: SC_CHUNK(QB, 2); break;                        \
-    case 3: SC_CHUNK(QB, 3); break;                        \
-    default: SC_CHUNK(QB, 4); break;                       \
-    }
 
 BF16DOT_INLINE void scores(const uint32_t *const *q, float *const *out, int32_t nq, int64_t hd,
                            const uint16_t *const *k, int64_t dstride, int32_t n, float scale,
                            const int adjacent) {
     /* lane chunks outer, groups of 6 heads inner: a chunk's K (hd x 64
      * positions of bf16) is reused from L1 by every group */
-    for (int32_t j0 = 0; j0 < n; j0 += 64)
-        for (int32_t h = 0; h < nq; h += 6) {
-            switch (QWI_MIN(6, nq - h)) {
-            case 1: SC_NC(1) break;
-            case 2: SC_NC(2) break;
-            case 3: SC_NC(3) break;
-            case 4: SC_NC(4) break;
-            case 5: SC_NC(5) break;
-            default: SC_NC(6) break;
-            }
-        }
+    QWI_SCORE_CHUNKS(6, nq, n, SC_CHUNK);
 }
 
-#undef SC_NC
 #undef SC_CHUNK
 
 BF16DOT void qwi_avx512bf16_kv_dscores(const uint32_t *const *q, float *const *out, int32_t nq,

@@ -21,6 +21,8 @@
 #ifndef QWI_CPU_KV_FP8_DOT_X86_H
 #define QWI_CPU_KV_FP8_DOT_X86_H
 
+#include "cpu/score_chunks.h"
+
 #ifndef UNROLL
 #define UNROLL _Pragma("GCC unroll 8")
 #endif
@@ -87,29 +89,13 @@ DOT_INLINE void dot_scores_chunk(const pair_regs *r, const uint32_t *const *q, f
 }
 
 #define SC_CHUNK(QB, NC) dot_scores_chunk(&r, q + h, out + h, QB, hd, k, dstride, j0, n, scale, NC)
-#define SC_NC(QB)                                          \
-    switch (QWI_MIN(4, (n - j0 + 15) / 16)) {              \
-    case 1: SC_CHUNK(QB, 1); break;                        \
-    case 2: SC_CHUNK(QB, 2); break;                        \
-    case 3: SC_CHUNK(QB, 3); break;                        \
-    default: SC_CHUNK(QB, 4); break;                       \
-    }
 
 static DOT void dot_scores8(const uint32_t *const *q, float *const *out, int32_t nq, int64_t hd,
                             const uint8_t *const *k, int64_t dstride, int32_t n, float scale) {
     const pair_regs r = pair_setup(0);
-    for (int32_t j0 = 0; j0 < n; j0 += 64)
-        for (int32_t h = 0; h < nq; h += 4) {
-            switch (QWI_MIN(4, nq - h)) {
-            case 1: SC_NC(1) break;
-            case 2: SC_NC(2) break;
-            case 3: SC_NC(3) break;
-            default: SC_NC(4) break;
-            }
-        }
+    QWI_SCORE_CHUNKS(4, nq, n, SC_CHUNK);
 }
 
-#undef SC_NC
 #undef SC_CHUNK
 
 /* ---- P.V ------------------------------------------------------------- */

@@ -43,6 +43,7 @@
 
 #include "cpu/e4m3_x86.h"
 #include "cpu/kv_bf16dot.h"
+#include "cpu/score_chunks.h"
 
 /* Filled once, by the table getter, before any kernel can run: the high
  * and low bytes of the bf16 of magnitude code m (m < 128), and the
@@ -202,33 +203,15 @@ VBMI_INLINE void scores_chunk(const widen_regs *r, const float *const *q, float 
 }
 
 #define SC_CHUNK(QB, NC) scores_chunk(&r, q + h, out + h, QB, hd, kpl, dstride, j0, n, scale, NC)
-#define SC_NC(QB)                                          \
-    switch (QWI_MIN(4, (n - j0 + 15) / 16)) {              \
-    case 1: SC_CHUNK(QB, 1); break;                        \
-    case 2: SC_CHUNK(QB, 2); break;                        \
-    case 3: SC_CHUNK(QB, 3); break;                        \
-    default: SC_CHUNK(QB, 4); break;                       \
-    }
 
 static VBMI void vbmi_pscores8_q(const float *const *q, float *const *out, int32_t nq, int64_t hd,
                                  const uint8_t *const *kpl, int64_t dstride, int32_t n, float scale) {
     const widen_regs r = widen_setup();
     /* lane chunks outer, groups of 6 q vectors inner: a chunk's K (hd x
      * 64 positions of fp8) is reused from L1 by every group */
-    for (int32_t j0 = 0; j0 < n; j0 += 64)
-        for (int32_t h = 0; h < nq; h += 6) {
-            switch (QWI_MIN(6, nq - h)) {
-            case 1: SC_NC(1) break;
-            case 2: SC_NC(2) break;
-            case 3: SC_NC(3) break;
-            case 4: SC_NC(4) break;
-            case 5: SC_NC(5) break;
-            default: SC_NC(6) break;
-            }
-        }
+    QWI_SCORE_CHUNKS(6, nq, n, SC_CHUNK);
 }
 
-#undef SC_NC
 #undef SC_CHUNK
 
 /* ---- bf16 pairs for the dot kernels (kv_fp8.h: dscores8, dpv8) -------- */
