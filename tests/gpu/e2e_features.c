@@ -97,7 +97,7 @@ enum { R_LOGPROBS, R_PENALTIES, R_SAMPLING, R_SAMPLING_PEN, R_N2, R_TWIN0, R_TWI
 static ft_spec specs[NREQ] = {
     [R_LOGPROBS] = {"logprobs", 24, 16, 0.0f, 1.0f, 0.0f, 0, 0, 1.0f, 0, 0, 0, {0}, {0}, 5, 3, 1, 0, -1, -1, 0},
     [R_PENALTIES] = {"penalties", 40, 16, 0.0f, 1.0f, 0.0f, 0, 0, 1.3f, 0.4f, 0.6f, 3, {-1, 1001, 20011},
-                     {3.0f, -8.0f, 2.5f}, 3, -1, 1, 0, -1, -1, 6},
+                     {0.0f /* calibrate_prompt_bias */, -8.0f, 2.5f}, 3, -1, 1, 0, -1, -1, 6},
     [R_SAMPLING] = {"sampling", 13, 16, 0.9f, 0.92f, 0.01f, 8, 1234, 1.0f, 0, 0, 0, {0}, {0}, 2, -1, 1, 0, -1, -1, 0},
     [R_SAMPLING_PEN] = {"sampling+penalties", 30, 16, 1.2f, 0.8f, 0.3f, 0, 99, 1.1f, 0.3f, 0.5f, 1, {11}, {2.0f},
                         3, -1, 1, 0, -1, -1, 5},
@@ -108,10 +108,16 @@ static ft_spec specs[NREQ] = {
                       -1, 0},
 };
 
-/* The vocabulary id of bias entry i of r's request. */
+/* The vocabulary id of bias entry i of r's request. A fixed id that
+ * falls on a prompt-named entry's id moves to the next one (the bias map's
+ * ids must be distinct; at most one entry names a prompt id). */
 static int32_t bias_id(const ft_run *r, int i) {
     int32_t id = r->sp->bias_ids[i];
-    return id < 0 ? r->prompt[-id - 1] : id % r->vocab;
+    if (id < 0) return r->prompt[-id - 1];
+    id %= r->vocab;
+    for (int j = 0; j < r->sp->nbias; j++)
+        if (r->sp->bias_ids[j] < 0 && r->prompt[-r->sp->bias_ids[j] - 1] == id) id = (id + 1) % r->vocab;
+    return id;
 }
 
 static void on_row(void *ud, qw_request *req, int32_t position, const float *logits, int32_t vocab) {
@@ -218,14 +224,16 @@ static void free_runs(ft_run runs[NREQ]) {
  * best other logit of the first output's raw row on e (the CPU engine): the
  * largest raw + bias then, the repetition penalty (1.3, the id is in the
  * prompt) takes it back below - so that output depends on the penalty
- * reaching prompt ids, not only output ids. The request's own value when
- * the row's best is not positive. */
+ * reaching prompt ids, not only output ids. PROMPT_BIAS_DEFAULT when the
+ * row's best is not positive. */
+#define PROMPT_BIAS_DEFAULT 3.0f
 static void calibrate_prompt_bias(qw_engine *e, const int32_t *prompt, ft_spec *sp) {
+    sp->bias[0] = PROMPT_BIAS_DEFAULT; /* not an earlier model's value */
     ft_run probe = {.sp = sp, .vocab = qw_engine_vocab_size(e)};
     memcpy(probe.prompt, prompt, sizeof probe.prompt);
     qw_request *q = e2e_make_request(prompt, sp->prompt_len, 1, &probe);
     if (q && qw_request_set_logits_callback(q, on_row, &probe) == QW_OK && qw_engine_submit(e, q) == QW_OK)
-        e2e_run_requests(e, &q, 1, NULL); /* without its row the request's own bias stays */
+        e2e_run_requests(e, &q, 1, NULL); /* without its row the default stays */
     qw_request_release(q);
     if (probe.rows[0]) {
         float best = -INFINITY;
@@ -311,8 +319,8 @@ static int32_t reference_pick(const ft_spec *sp, const float *x, int32_t V, int3
         if (e > 0) c[w++] = (cand){e, c[i].id};
     }
     n = w;
-    /* Z in ascending id order, as defined (a different order moves it by
-     * ~1e-16, far inside MARGIN) */
+    /* Z is defined as a sum in ascending id order; summed here in order O,
+     * which moves it by ~1e-16 relative, far inside MARGIN */
     double z = 0;
     for (int32_t i = 0; i < n; i++) z += c[i].e;
     if (sp->top_p < 1.0f) {

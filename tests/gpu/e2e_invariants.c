@@ -67,8 +67,10 @@ static void on_row(void *ud, qw_request *req, int32_t position, const float *log
     (void)req;
     iv_seq *s = ud;
     int k = position - s->prompt_len;
-    if (k < 0 || k >= IV_TOKENS || vocab != s->vocab) { s->bad_callback++; return; }
-    if (!s->rows[k]) s->rows[k] = malloc(sizeof(float) * (size_t)vocab);
+    /* a second row for one position (a preempted sequence sampling again
+     * what it sampled before) is as wrong as one out of range */
+    if (k < 0 || k >= IV_TOKENS || vocab != s->vocab || s->rows[k]) { s->bad_callback++; return; }
+    s->rows[k] = malloc(sizeof(float) * (size_t)vocab);
     if (s->rows[k]) memcpy(s->rows[k], logits, sizeof(float) * (size_t)vocab);
     else s->bad_callback++;
 }
