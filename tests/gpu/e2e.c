@@ -66,7 +66,7 @@
  *   may be quantized (qw-makemodel --quant): the CPU and CUDA engines then
  *   read the same codes.
  *
- * Each parity and features check starts the prompt generator afresh, so a
+ * Each parity, features and invariants check restarts the prompt generator, so a
  * model sees the same prompts wherever it stands on the command line.
  *
  * Output: "PARITY NAME PASS|FAIL ..." lines, machine-readable
@@ -103,7 +103,7 @@
 /* The engine under test; --device changes it (e.g. "cpu" to check this program here). */
 const char *e2e_dut = "cuda:0";
 static const char *dump_dir = NULL;   /* --dump */
-static int32_t kv_dtype = 0;          /* QW_OPT_KV_CACHE_DTYPE of make_engine; 0: not set (auto) */
+static int32_t kv_dtype = 0;          /* QW_OPT_KV_CACHE_DTYPE of e2e_make_engine*; 0: not set (auto) */
 
 double e2e_now_s(void) {
     struct timespec ts;

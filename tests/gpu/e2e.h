@@ -1,7 +1,9 @@
 /*
  * tests/gpu/e2e.h - what e2e.c shares with its other checks
- * (e2e_features.c): the engine under test, engine and request helpers and
- * the prompt generator. Public API only, like the program.
+ * (e2e_features.c, e2e_invariants.c): the engine under test, engine and
+ * request helpers, the prompt generator and the parity tolerance. Public
+ * API only, like the program (e2e_features.c also reads lib/philox.h, the
+ * definition of a seed's random stream).
  */
 #ifndef QW_TESTS_GPU_E2E_H
 #define QW_TESTS_GPU_E2E_H
@@ -64,9 +66,10 @@ int e2e_run_requests(qw_engine *e, qw_request *const *req, int n, void (*on_even
 int e2e_features(const char *name, const char *dir);
 
 /* --invariants NAME=DIR (e2e_invariants.c): 1 pass, 0 fail, -1 no device.
- * e2e_exact_invariants (--exact-invariants LIST): a comma list of the
- * variants (batched, chunked, mixed, cached, preempted, or all) that must
- * be bit-equal on the device, as they always are on the CPU engine. */
+ * e2e_exact_invariants (set from the --exact-invariants LIST in force for
+ * that argument): a comma list of the variants (batched, chunked, mixed,
+ * cached, preempted, or all) that must be bit-equal on the device, as they
+ * always are on the CPU engine. */
 int e2e_invariants(const char *name, const char *dir);
 extern const char *e2e_exact_invariants;
 
