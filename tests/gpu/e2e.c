@@ -255,39 +255,34 @@ int e2e_run_requests(qw_engine *e, qw_request *const *req, int n, void (*on_even
 #define NP 4
 static const int parity_lens[NP] = {1, 13, 64, 200};
 
-typedef struct {
-    int prompt_len;
-    int32_t vocab;
-    int32_t tokens[PARITY_TOKENS];
-    int n_tokens;
-    float *rows[PARITY_TOKENS]; /* logits of output position k */
-    int bad_callback;
-} par_seq;
+typedef e2e_seq par_seq;
 
 static void on_logits(void *ud, qw_request *req, int32_t position, const float *logits, int32_t vocab) {
     (void)req;
-    par_seq *s = ud;
+    e2e_seq *s = ud;
     int k = position - s->prompt_len;
-    if (k < 0 || k >= PARITY_TOKENS || vocab != s->vocab) { s->bad_callback++; return; }
-    if (!s->rows[k]) s->rows[k] = malloc(sizeof(float) * (size_t)vocab);
+    /* a second row for one position (a preempted sequence sampling again
+     * what it sampled before) is as wrong as one out of range */
+    if (k < 0 || k >= E2E_MAX_TOKENS || vocab != s->vocab || s->rows[k]) { s->bad_callback++; return; }
+    s->rows[k] = malloc(sizeof(float) * (size_t)vocab);
     if (s->rows[k]) memcpy(s->rows[k], logits, sizeof(float) * (size_t)vocab);
+    else s->bad_callback++;
 }
 
 static void record_token(const qw_event *ev) {
-    par_seq *s = ev->user_data;
-    if (ev->kind == QW_EVENT_TOKEN && s && s->n_tokens < PARITY_TOKENS) s->tokens[s->n_tokens++] = ev->token;
+    e2e_seq *s = ev->user_data;
+    if (ev->kind == QW_EVENT_TOKEN && s && s->n_tokens < E2E_MAX_TOKENS) s->tokens[s->n_tokens++] = ev->token;
 }
 
-/* Runs the parity prompts on an engine; 1 on success. */
-static int run_parity_engine(qw_engine *e, int32_t *const prompts[NP], par_seq seq[NP]) {
+int e2e_run_greedy(qw_engine *e, int32_t *const *prompts, const int *lens, int n, int max_tokens, e2e_seq *seq) {
     int32_t vocab = qw_engine_vocab_size(e);
-    qw_request *req[NP] = {0};
-    int ok = 1;
-    for (int i = 0; i < NP && ok; i++) {
+    qw_request *req[E2E_MAX_PROMPTS] = {0};
+    int ok = n <= E2E_MAX_PROMPTS && max_tokens <= E2E_MAX_TOKENS;
+    for (int i = 0; i < n && ok; i++) {
         memset(&seq[i], 0, sizeof seq[i]);
-        seq[i].prompt_len = parity_lens[i];
+        seq[i].prompt_len = lens[i];
         seq[i].vocab = vocab;
-        req[i] = e2e_make_request(prompts[i], parity_lens[i], PARITY_TOKENS, &seq[i]);
+        req[i] = e2e_make_request(prompts[i], lens[i], max_tokens, &seq[i]);
         if (!req[i]) { ok = 0; break; }
         qw_status st = qw_request_set_logits_callback(req[i], on_logits, &seq[i]);
         if (st == QW_OK) st = qw_engine_submit(e, req[i]);
@@ -298,15 +293,38 @@ static int run_parity_engine(qw_engine *e, int32_t *const prompts[NP], par_seq s
     }
     /* after a failed submit the others still run to their end: simpler
      * than a second path, and the result is a failure anyway */
-    ok = e2e_run_requests(e, req, NP, record_token) && ok;
-    for (int i = 0; i < NP; i++) qw_request_release(req[i]);
+    ok = e2e_run_requests(e, req, n < E2E_MAX_PROMPTS ? n : E2E_MAX_PROMPTS, record_token) && ok;
+    for (int i = 0; i < n && i < E2E_MAX_PROMPTS; i++) {
+        qw_request_stats rs = {0};
+        if (req[i] && qw_request_get_stats(req[i], &rs, sizeof rs) == QW_OK)
+            seq[i].cached_prompt_tokens = rs.cached_prompt_tokens;
+        qw_request_release(req[i]);
+    }
     return ok;
 }
 
-static void free_seqs(par_seq seq[NP]) {
-    for (int i = 0; i < NP; i++)
-        for (int k = 0; k < PARITY_TOKENS; k++) { free(seq[i].rows[k]); seq[i].rows[k] = NULL; }
+void e2e_seq_free(e2e_seq *seq, int n) {
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < E2E_MAX_TOKENS; k++) { free(seq[i].rows[k]); seq[i].rows[k] = NULL; }
 }
+
+double e2e_row_rel(const float *got, const float *ref, int32_t vocab) {
+    double md = 0, mb = 0;
+    for (int32_t v = 0; v < vocab; v++) {
+        double x = got[v], y = ref[v];
+        if (!(x == x) || !(y == y)) return 1e30;
+        if (fabs_(x - y) > md) md = fabs_(x - y);
+        if (fabs_(y) > mb) mb = fabs_(y);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+/* Runs the parity prompts on an engine; 1 on success. */
+static int run_parity_engine(qw_engine *e, int32_t *const prompts[NP], par_seq seq[NP]) {
+    return e2e_run_greedy(e, prompts, parity_lens, NP, PARITY_TOKENS, seq);
+}
+
+static void free_seqs(par_seq seq[NP]) { e2e_seq_free(seq, NP); }
 
 /* Parity data for tests/gpu/hf_oracle.py: little-endian int32s "QWPD", 1
  * (version), NP, vocab, PARITY_TOKENS; then per prompt: its length L, L ids,
@@ -444,17 +462,7 @@ static int parity(const char *name, const char *dir) {
                 pass = 0, seq_bad = 1;
                 break;
             }
-            double md = 0, mb = 0;
-            int nan = 0;
-            for (int32_t v = 0; v < vocab; v++) {
-                double x = a[v], y = b[v];
-                if (!(x == x) || !(y == y)) nan = 1;
-                double dd = fabs_(x - y);
-                if (dd > md) md = dd;
-                if (fabs_(y) > mb) mb = fabs_(y);
-            }
-            double rel = mb > 0 ? md / mb : md;
-            if (nan) rel = 1e30;
+            double rel = e2e_row_rel(a, b, vocab);
             if (rel > seq_rel) seq_rel = rel;
             if (!(rel <= ptol) && !seq_bad) {
                 printf("PARITY %s FAIL prompt %d (len %d) output %d: logits rel %.3e > %.1e\n", name, i,

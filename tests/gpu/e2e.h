@@ -62,6 +62,34 @@ double e2e_parity_tol(const char *dir);
  * Returns 1 when nothing failed. */
 int e2e_run_requests(qw_engine *e, qw_request *const *req, int n, void (*on_event)(const qw_event *ev));
 
+/* One greedy sequence as e2e_run_greedy records it: its tokens, the logits
+ * row before each output k (rows[k], malloc'd; e2e_seq_free), callbacks
+ * that came for a position out of range or a second time, and the prompt
+ * tokens the engine served from its prefix cache. */
+#define E2E_MAX_TOKENS 32
+#define E2E_MAX_PROMPTS 8
+typedef struct {
+    int prompt_len;
+    int32_t vocab;
+    int32_t tokens[E2E_MAX_TOKENS];
+    int n_tokens;
+    float *rows[E2E_MAX_TOKENS];
+    int bad_callback;
+    uint64_t cached_prompt_tokens;
+} e2e_seq;
+
+/* Runs n (<= E2E_MAX_PROMPTS) greedy requests of prompts[i] (lens[i] ids),
+ * max_tokens (<= E2E_MAX_TOKENS) each, EOS ignored, together on e until
+ * they finish, recording each into seq[i] (overwritten). Returns 1 when
+ * every request was submitted and ran without an error; seq holds what was
+ * recorded either way (free it with e2e_seq_free). */
+int e2e_run_greedy(qw_engine *e, int32_t *const *prompts, const int *lens, int n, int max_tokens, e2e_seq *seq);
+void e2e_seq_free(e2e_seq *seq, int n);
+
+/* max |got - ref| / max |ref| over a logits row of vocab entries (1e30
+ * when either holds a NaN). */
+double e2e_row_rel(const float *got, const float *ref, int32_t vocab);
+
 /* --features NAME=DIR (e2e_features.c): 1 pass, 0 fail, -1 no device. */
 int e2e_features(const char *name, const char *dir);
 

@@ -437,13 +437,7 @@ static int check_vs_cpu(const ft_run *g, const ft_run *c, double ptol, float *pe
     for (size_t k = 0; k <= d && k < n; k++) {
         const float *a = g->rows[k], *b = c->rows[k];
         if (!a || !b) break;
-        double md = 0, mb = 0;
-        for (int32_t v = 0; v < V; v++) {
-            double dd = fabs((double)a[v] - b[v]);
-            if (!(dd <= md)) md = dd;
-            if (fabs(b[v]) > mb) mb = fabs(b[v]);
-        }
-        double rel = mb > 0 ? md / mb : md;
+        double rel = e2e_row_rel(a, b, V);
         if (rel > worst) worst = rel;
         if (!(rel <= ptol)) {
             snprintf(why, cap, "raw logits before output %zu: rel %.3e vs cpu > %.1e", k, rel, ptol);

@@ -53,37 +53,9 @@ const char *e2e_exact_invariants = "";
 
 static const int iv_lens[IV_PROMPTS] = {200, 180, 37, 1};
 
-typedef struct {
-    int prompt_len;
-    int32_t vocab;
-    int32_t tokens[IV_TOKENS];
-    int n_tokens;
-    float *rows[IV_TOKENS];
-    int bad_callback;
-    uint64_t cached_prompt_tokens;
-} iv_seq;
+typedef e2e_seq iv_seq;
 
-static void on_row(void *ud, qw_request *req, int32_t position, const float *logits, int32_t vocab) {
-    (void)req;
-    iv_seq *s = ud;
-    int k = position - s->prompt_len;
-    /* a second row for one position (a preempted sequence sampling again
-     * what it sampled before) is as wrong as one out of range */
-    if (k < 0 || k >= IV_TOKENS || vocab != s->vocab || s->rows[k]) { s->bad_callback++; return; }
-    s->rows[k] = malloc(sizeof(float) * (size_t)vocab);
-    if (s->rows[k]) memcpy(s->rows[k], logits, sizeof(float) * (size_t)vocab);
-    else s->bad_callback++;
-}
-
-static void record_token(const qw_event *ev) {
-    iv_seq *s = ev->user_data;
-    if (ev->kind == QW_EVENT_TOKEN && s && s->n_tokens < IV_TOKENS) s->tokens[s->n_tokens++] = ev->token;
-}
-
-static void free_seqs(iv_seq *s, int n) {
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < IV_TOKENS; k++) { free(s[i].rows[k]); s[i].rows[k] = NULL; }
-}
+static void free_seqs(iv_seq *s, int n) { e2e_seq_free(s, n); }
 
 /* One variant: its name, its key in --exact-invariants and its engine. */
 typedef struct {
@@ -103,29 +75,7 @@ static qw_status variant_engine(const char *dir, const iv_variant *va, qw_engine
 /* Runs prompts[first..first+n) together on e into seq[first..); 1 ok. */
 static int run_prompts(qw_engine *e, int32_t *const prompts[IV_PROMPTS], iv_seq seq[IV_PROMPTS], int first,
                        int n) {
-    int32_t vocab = qw_engine_vocab_size(e);
-    qw_request *req[IV_PROMPTS] = {0};
-    int ok = 1;
-    for (int i = first; i < first + n && ok; i++) {
-        memset(&seq[i], 0, sizeof seq[i]);
-        seq[i].prompt_len = iv_lens[i];
-        seq[i].vocab = vocab;
-        req[i] = e2e_make_request(prompts[i], iv_lens[i], IV_TOKENS, &seq[i]);
-        qw_status st = req[i] ? qw_request_set_logits_callback(req[i], on_row, &seq[i]) : QW_ERR_INVALID_ARGUMENT;
-        if (st == QW_OK) st = qw_engine_submit(e, req[i]);
-        if (st != QW_OK) {
-            printf("e2e: invariants submit: %s (%s)\n", qw_status_string(st), qw_last_error());
-            ok = 0;
-        }
-    }
-    ok = e2e_run_requests(e, req, IV_PROMPTS, record_token) && ok;
-    for (int i = first; i < first + n; i++) {
-        qw_request_stats rs = {0};
-        if (req[i] && qw_request_get_stats(req[i], &rs, sizeof rs) == QW_OK)
-            seq[i].cached_prompt_tokens = rs.cached_prompt_tokens;
-        qw_request_release(req[i]);
-    }
-    return ok;
+    return e2e_run_greedy(e, prompts + first, iv_lens + first, n, IV_TOKENS, seq + first);
 }
 
 /* Compares a variant's sequences with the reference's; writes the verdict's
@@ -151,13 +101,7 @@ static int compare(const iv_seq ref[IV_PROMPTS], const iv_seq got[IV_PROMPTS], i
                 snprintf(why, cap, "prompt %d: no logits for output %d", i, k);
                 return 0;
             }
-            double md = 0, mb = 0;
-            for (int32_t v = 0; v < V; v++) {
-                double dd = fabs((double)a->rows[k][v] - b->rows[k][v]);
-                if (!(dd <= md)) md = dd; /* NaN sticks */
-                if (fabs(a->rows[k][v]) > mb) mb = fabs(a->rows[k][v]);
-            }
-            double rel = mb > 0 ? md / mb : md;
+            double rel = e2e_row_rel(b->rows[k], a->rows[k], V);
             if (!(rel <= worst)) worst = rel;
             if (pass && (exact ? rel != 0 : !(rel <= ptol))) {
                 len += (size_t)snprintf(why + len, cap - len, "prompt %d (len %d) output %d: logits rel %.3e; ", i,
