@@ -7,10 +7,12 @@
  *                      staged in shared memory, S = QK^T and O += PV on the
  *                      tensor cores (wmma bf16, f32 accumulate), online
  *                      softmax in f32, no score matrix in device memory.
- *   decode_attention   decode steps: one block per (seq, kv head, split)
- *                      computing all nh/nkv query heads of the group, so
- *                      each K/V element is read once per group; the split
- *                      partials are merged by log-sum-exp.
+ *   decode_attention   the one-row sequences of any step: one block per
+ *                      (seq, kv head, split) computing all nh/nkv query
+ *                      heads of the group, so each K/V element is read
+ *                      once per group; a sequence's splits follow its
+ *                      context length alone (decode_splits.h), their
+ *                      partials merged by log-sum-exp in split order.
  *
  * head_dim in {16, 32, 64, 128} (the backend refuses others at create);
  * decode needs nh/nkv <= 8.
@@ -27,6 +29,7 @@
 #include <mma.h>
 #include <math.h>
 
+#include "decode_splits.h"
 #include "kernels.h"
 #include "kv_e4m3.h"
 
@@ -315,8 +318,8 @@ void qwk_prefill_attention(const qwk_paged *pg, const qwk_bf16 *q, const int32_t
 
 template <int HD, typename KV>
 __global__ void __launch_bounds__(128)
-decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t splits, float *part_o,
-                        float *part_lse, qwk_bf16 *out) {
+decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, float *part_o, float *part_lse,
+                        qwk_bf16 *out) {
     constexpr int LPK = HD / 16 > 0 ? HD / 16 : 1;   /* lanes per key, 16 dims each */
     constexpr int KPP = 128 / LPK;                   /* keys per block pass         */
     constexpr int NKS = 256 / HD;                    /* key groups in the PV phase  */
@@ -326,23 +329,28 @@ decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t sp
     __shared__ float sRed[NKS][DC_MAXG][HD];
 
     const int seq = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    /* one-row sequences only: the others (prefill chunks of a mixed step,
+     * padding) belong to the prefill kernel or to no one */
+    const int row = pg.query_start[seq];
+    if (pg.query_start[seq + 1] - row != 1) return;
+    const int ctx = pg.context_lens[seq];
+    const int splits = qwi_cuda_decode_splits(ctx);
+    if (split >= splits) return;
     const int G = pg.nh / pg.nkv;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int ctx = pg.context_lens[seq];
     const int stride = pg.hdr[2];
     const int32_t *bt = pg.block_tables + (size_t)seq * stride;
     const int qd = pg.nh * HD;
     const KV *k_cache = (const KV *)pg.k_cache, *v_cache = (const KV *)pg.v_cache;
     const float sscale = score_scale<KV>(pg);
 
-    int per = (ctx + splits - 1) / splits;
-    per = (per + 15) & ~15;
+    const int per = qwi_cuda_decode_split_len(ctx);
     const int start = split * per;
     const int end = min(ctx, start + per);
 
     for (int c = tid; c < G * HD; c += 128) {
         int g = c / HD, d = c % HD;
-        sq[g][d] = bf2f(q[(size_t)seq * qd + (size_t)(kvh * G + g) * HD + d]);
+        sq[g][d] = bf2f(q[(size_t)row * qd + (size_t)(kvh * G + g) * HD + d]);
     }
     if (tid < DC_MAXG) {
         sM[tid] = -INFINITY;
@@ -441,19 +449,25 @@ decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, int32_t sp
         o = out_norm<KV>(pg, o, l);
         int h = kvh * G + g;
         if (splits == 1) {
-            out[(size_t)seq * qd + (size_t)h * HD + d] = f2bf(o);
+            out[(size_t)row * qd + (size_t)h * HD + d] = f2bf(o);
         } else {
-            size_t pi = ((size_t)seq * pg.nh + h) * splits + split;
+            size_t pi = ((size_t)seq * pg.nh + h) * QWI_CUDA_DECODE_MAX_SPLITS + split;
             part_o[pi * HD + d] = o;
             if (d == 0) part_lse[pi] = l > 0.f ? sM[g] + logf(l) : -INFINITY;
         }
     }
 }
 
-__global__ void merge_splits_kernel(const float *part_o, const float *part_lse, int32_t splits, int32_t nh,
-                                    int32_t hd, qwk_bf16 *out) {
-    const int seq = blockIdx.x, h = blockIdx.y;
-    const size_t base = ((size_t)seq * nh + h) * splits;
+/* One block per (seq, q head) of the sequences that split: the partials in
+ * split order, weighted by exp(lse - max). Sequences of one split were
+ * written by the decode kernel itself. */
+__global__ void merge_splits_kernel(qwk_paged pg, const float *part_o, const float *part_lse, qwk_bf16 *out) {
+    const int seq = blockIdx.x, h = blockIdx.y, nh = pg.nh, hd = pg.hd;
+    const int row = pg.query_start[seq];
+    if (pg.query_start[seq + 1] - row != 1) return;
+    const int splits = qwi_cuda_decode_splits(pg.context_lens[seq]);
+    if (splits == 1) return;
+    const size_t base = ((size_t)seq * nh + h) * QWI_CUDA_DECODE_MAX_SPLITS;
     float mx = -INFINITY;
     for (int s = 0; s < splits; s++) mx = fmaxf(mx, part_lse[base + s]);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -467,32 +481,32 @@ __global__ void merge_splits_kernel(const float *part_o, const float *part_lse, 
                 den += w;
             }
         }
-        out[((size_t)seq * nh + h) * hd + d] = f2bf(den > 0.f ? num / den : 0.f);
+        out[((size_t)row * nh + h) * hd + d] = f2bf(den > 0.f ? num / den : 0.f);
     }
 }
 
 template <int HD>
-static void launch_decode(const qwk_paged *pg, const qwk_bf16 *q, dim3 grid, int32_t splits, float *part_o,
-                          float *part_lse, qwk_bf16 *out, cudaStream_t stream) {
+static void launch_decode(const qwk_paged *pg, const qwk_bf16 *q, dim3 grid, float *part_o, float *part_lse,
+                          qwk_bf16 *out, cudaStream_t stream) {
     if (pg->kv_fp8)
-        decode_attention_kernel<HD, uint8_t><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out);
+        decode_attention_kernel<HD, uint8_t><<<grid, 128, 0, stream>>>(*pg, q, part_o, part_lse, out);
     else
-        decode_attention_kernel<HD, qwk_bf16><<<grid, 128, 0, stream>>>(*pg, q, splits, part_o, part_lse, out);
+        decode_attention_kernel<HD, qwk_bf16><<<grid, 128, 0, stream>>>(*pg, q, part_o, part_lse, out);
 }
 
-void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, int32_t splits,
-                          float *part_o, float *part_lse, qwk_bf16 *out, cudaStream_t stream) {
+void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, float *part_o, float *part_lse,
+                          qwk_bf16 *out, cudaStream_t stream) {
     if (seqs <= 0) return;
-    if (splits < 1) splits = 1;
-    dim3 grid(seqs, pg->nkv, splits);
+    /* every sequence gets the most splits' blocks: the grid stays the same
+     * from step to step (graphs replay it) and a block past its sequence's
+     * splits returns at once */
+    dim3 grid(seqs, pg->nkv, QWI_CUDA_DECODE_MAX_SPLITS);
     switch (pg->hd) {
-    case 16: launch_decode<16>(pg, q, grid, splits, part_o, part_lse, out, stream); break;
-    case 32: launch_decode<32>(pg, q, grid, splits, part_o, part_lse, out, stream); break;
-    case 64: launch_decode<64>(pg, q, grid, splits, part_o, part_lse, out, stream); break;
-    case 128: launch_decode<128>(pg, q, grid, splits, part_o, part_lse, out, stream); break;
+    case 16: launch_decode<16>(pg, q, grid, part_o, part_lse, out, stream); break;
+    case 32: launch_decode<32>(pg, q, grid, part_o, part_lse, out, stream); break;
+    case 64: launch_decode<64>(pg, q, grid, part_o, part_lse, out, stream); break;
+    case 128: launch_decode<128>(pg, q, grid, part_o, part_lse, out, stream); break;
     default: return;
     }
-    if (splits > 1)
-        merge_splits_kernel<<<dim3(seqs, pg->nh), pg->hd < 128 ? pg->hd : 128, 0, stream>>>(
-            part_o, part_lse, splits, pg->nh, pg->hd, out);
+    merge_splits_kernel<<<dim3(seqs, pg->nh), pg->hd < 128 ? pg->hd : 128, 0, stream>>>(*pg, part_o, part_lse, out);
 }

@@ -5,7 +5,9 @@
  *
  *   plan -> one pinned buffer (qwi_cuda_plan_pack) -> one H2D copy
  *   x = embed; per layer: h = norm(x); qkv = h Wqkv^T (f32);
- *     q, K/V pages = qk_norm_rope_kv(qkv); att = attention(q, pages);
+ *     q, K/V pages = qk_norm_rope_kv(qkv);
+ *     att = attention(q, pages): prefill tiles for the chunks of 2+ rows,
+ *       the decode kernel for one-row sequences whatever the step holds;
  *     x += att Wo^T, h = norm(x) (fused); gu = h Wgu^T (f32);
  *     act = silu(g) * u; x += act Wd^T (fused into the next norm)
  *   logit rows: hf = final_norm(x[row]); logits = hf Wlm^T; sample
@@ -34,6 +36,7 @@ extern "C" {
 #include "progress.h"
 #include "quant_host.h"
 }
+#include "decode_splits.h"
 #include "gemm.h"
 #include "kernels.h"
 #include "quant.h"
@@ -42,7 +45,6 @@ extern "C" {
 
 #define GRAPH_BANNED_CAP 1024
 #define EAGER_BANNED_CAP 65536
-#define MAX_SPLITS 16
 #define KV_RESERVE (256ull << 20)
 
 typedef struct cu_layer {
@@ -53,7 +55,6 @@ typedef struct cu_layer {
 
 typedef struct cu_graph {
     cudaGraphExec_t exec;
-    int32_t splits;
     qwi_cuda_graph_state state;  /* qwi_cuda_graph_next/after (cuda_host.h) */
 } cu_graph;
 
@@ -62,7 +63,6 @@ typedef struct cu_backend {
     qwi_config cfg;
     qwi_backend_config bc;
     int device;
-    int num_sms;
     cudaStream_t stream;
     qwk_gemm *gemm;
 
@@ -491,12 +491,9 @@ static qw_status setup_activations(cu_backend *b) {
     const size_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim, V = c->vocab_size;
     const size_t qd = (size_t)c->num_heads * hd, kvd = (size_t)c->num_kv_heads * hd;
     const size_t T = b->tmax, Lr = b->lmax;
-    size_t splits_rows = 0;   /* max over buckets of bucket * splits */
-    for (int i = 0; i < b->nbuckets; i++) {
-        size_t r = (size_t)b->buckets[i] *
-                   qwi_cuda_decode_splits(b->buckets[i], c->num_kv_heads, b->num_sms, MAX_SPLITS);
-        if (r > splits_rows) splits_rows = r;
-    }
+    /* decode partials: every sequence of the widest step (a graph bucket
+     * or max_num_seqs) may split as far as its context allows */
+    const size_t splits_rows = (size_t)QWI_MAX(b->smax, b->buckets[b->nbuckets - 1]) * QWI_CUDA_DECODE_MAX_SPLITS;
     size_t sz[16] = {
         T * H * 4, T * (qd + 2 * kvd) * 4, T * H * 4, T * 2 * I * 4, Lr * V * 4,
         splits_rows * c->num_heads * hd * 4, splits_rows * c->num_heads * 4,
@@ -556,8 +553,9 @@ static qw_status setup_kv(cu_backend *b) {
 
 typedef struct step {
     qwi_cuda_plan_layout L;
-    int32_t tpad, spad, lpad, ntiles, splits;
-    bool decode;
+    int32_t tpad, spad, lpad, ntiles;
+    bool decode;        /* every sequence one row: the decode kernel alone  */
+    bool decode_rows;   /* a mixed step with one-row sequences among chunks */
 } step;
 
 #define DP(T, off) ((T *)((char *)b->d_plan + (off)))
@@ -638,10 +636,11 @@ static qw_status run_model(cu_backend *b, const step *s) {
         }
         pg.k_cache = kc;
         pg.v_cache = vc;
-        if (s->decode)
-            qwk_decode_attention(&pg, b->q, s->spad, s->splits, b->part_o, b->part_lse, b->att, b->stream);
-        else
-            qwk_prefill_attention(&pg, b->q, DP(int32_t, L->tiles), s->ntiles, b->att, b->stream);
+        /* one-row sequences take the decode kernel in every step, so a
+         * decode row beside prefill chunks gets the bits it gets alone */
+        if (!s->decode) qwk_prefill_attention(&pg, b->q, DP(int32_t, L->tiles), s->ntiles, b->att, b->stream);
+        if (s->decode || s->decode_rows)
+            qwk_decode_attention(&pg, b->q, s->spad, b->part_o, b->part_lse, b->att, b->stream);
         if ((st = linear(b, b->att, Ly->wo, &Ly->qo, b->delta, T, H, qd)) != QW_OK) return st;
         qwk_add_rmsnorm(b->x, b->delta, NULL, Ly->post_norm, T, H, eps, b->h, b->stream);
         if ((st = linear(b, b->h, Ly->wgu, &Ly->qgu, b->gu, T, 2 * I, H)) != QW_OK) return st;
@@ -697,7 +696,6 @@ static qw_status run_decode_step(cu_backend *b, const step *s, int bi) {
         graph_fallback(b, g);
         return run_model(b, s);
     }
-    g->splits = s->splits;
     g->state = qwi_cuda_graph_after(g->state, a, true);
     CK(cudaGraphLaunch(g->exec, b->stream), "graph launch");
     return QW_OK;
@@ -818,10 +816,8 @@ static qw_status cu_forward(qwi_backend *base, const qwi_plan *p) {
             if (b->buckets[i] == B) bi = i;
         s.decode = true;
         s.tpad = s.spad = s.lpad = B;
-        s.ntiles = B;
-        s.splits = b->graphs[bi].exec ? b->graphs[bi].splits
-                                      : qwi_cuda_decode_splits(B, b->cfg.num_kv_heads, b->num_sms, MAX_SPLITS);
-        qwi_cuda_plan_layout_make(&s.L, B, B, B, cnt.bt_stride, GRAPH_BANNED_CAP, B);
+        s.ntiles = 0;
+        qwi_cuda_plan_layout_make(&s.L, B, B, B, cnt.bt_stride, GRAPH_BANNED_CAP, 1);
     } else {
         if (cnt.num_banned > EAGER_BANNED_CAP)
             return qwi_fail(QW_ERR_UNSUPPORTED, "cuda: %d banned ids in one step (most %d)", cnt.num_banned,
@@ -830,6 +826,7 @@ static qw_status cu_forward(qwi_backend *base, const qwi_plan *p) {
         s.spad = p->num_seqs;
         s.lpad = cnt.num_logit_rows;
         s.ntiles = cnt.num_tiles;
+        s.decode_rows = cnt.num_decode_rows > 0;
         qwi_cuda_plan_layout_make(&s.L, s.tpad, s.spad, s.lpad, cnt.bt_stride, cnt.num_banned, cnt.num_tiles);
     }
     if (s.L.total > b->plan_cap)
@@ -978,7 +975,6 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
                       prop.name, prop.major, prop.minor);
         goto fail;
     }
-    b->num_sms = prop.multiProcessorCount;
     {
         /* QWINFER_CUDA_GRAPHS=0 runs every step eagerly (vLLM's enforce_eager):
          * for debugging, and for tests/gpu/e2e.c's graph-vs-eager check */

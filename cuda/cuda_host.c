@@ -113,15 +113,6 @@ qwi_cuda_graph_state qwi_cuda_graph_after(qwi_cuda_graph_state s, qwi_cuda_graph
     }
 }
 
-int32_t qwi_cuda_decode_splits(int32_t batch, int32_t kv_heads, int32_t num_sms, int32_t max_splits) {
-    if (batch < 1 || kv_heads < 1) return 1;
-    int64_t blocks = (int64_t)batch * kv_heads;
-    int64_t want = (2 * (int64_t)(num_sms > 0 ? num_sms : 1) + blocks - 1) / blocks;
-    if (want < 1) want = 1;
-    if (want > max_splits) want = max_splits;
-    return (int32_t)want;
-}
-
 void qwi_cuda_plan_count(const qwi_plan *p, int32_t block_size, qwi_cuda_plan_counts *c) {
     memset(c, 0, sizeof *c);
     c->decode_only = p->num_seqs > 0;
@@ -132,7 +123,10 @@ void qwi_cuda_plan_count(const qwi_plan *p, int32_t block_size, qwi_cuda_plan_co
         if (q > c->max_query_len) c->max_query_len = q;
         int32_t nb = QWI_DIV_UP(p->context_lens[s], block_size);
         if (nb > c->bt_stride) c->bt_stride = nb;
-        c->num_tiles += QWI_DIV_UP(q, QWI_CUDA_PREFILL_TILE);
+        /* one-row sequences go to the decode kernel in every step, as
+         * they do alone (batch invariance); the rest to prefill tiles */
+        if (q == 1) c->num_decode_rows++;
+        else c->num_tiles += QWI_DIV_UP(q, QWI_CUDA_PREFILL_TILE);
         bool want = p->want_logits && p->want_logits[s];
         if ((p->do_sample[s] || want) && q > 0) {
             c->num_logit_rows++;
@@ -210,8 +204,9 @@ void qwi_cuda_plan_pack(const qwi_plan *p, const qwi_cuda_plan_counts *c,
     for (int32_t s = 0; s < S; s++) {
         qs[s] = p->query_start[s];
         cl[s] = p->context_lens[s];
-        for (int32_t r = p->query_start[s]; r < p->query_start[s + 1]; r++) rs[r] = s;
-        for (int32_t r = p->query_start[s]; r < p->query_start[s + 1]; r += QWI_CUDA_PREFILL_TILE) {
+        const int32_t q0 = p->query_start[s], q1 = p->query_start[s + 1];
+        for (int32_t r = q0; r < q1; r++) rs[r] = s;
+        for (int32_t r = q0; q1 - q0 > 1 && r < q1; r += QWI_CUDA_PREFILL_TILE) {   /* as in plan_count */
             tiles[2 * nt] = s;
             tiles[2 * nt + 1] = r;
             nt++;

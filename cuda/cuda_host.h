@@ -91,9 +91,6 @@ qwi_cuda_graph_action qwi_cuda_graph_next(qwi_cuda_graph_state s);
  * failed eager run changes nothing: the step failed for another reason). */
 qwi_cuda_graph_state qwi_cuda_graph_after(qwi_cuda_graph_state s, qwi_cuda_graph_action a, bool ok);
 
-/* KV splits of decode attention for batch x kv_heads blocks on num_sms
- * multiprocessors: enough blocks for ~2 waves, at most max_splits. */
-int32_t qwi_cuda_decode_splits(int32_t batch, int32_t kv_heads, int32_t num_sms, int32_t max_splits);
 
 /* Header at the start of the packed plan (read by kernels on the device). */
 typedef struct qwi_cuda_step_hdr {
@@ -138,14 +135,16 @@ typedef struct qwi_cuda_plan_layout {
     size_t total;
 } qwi_cuda_plan_layout;
 
-/* Query rows per tile of the mixed-step attention kernel. */
+/* Query rows per tile of the prefill attention kernel. */
 #define QWI_CUDA_PREFILL_TILE 64
 
 /* Counts a plan needs before packing: the block-table stride (largest
  * number of blocks any sequence uses), logit rows, banned ids and prefill
  * tiles of QWI_CUDA_PREFILL_TILE rows. */
 typedef struct qwi_cuda_plan_counts {
-    int32_t bt_stride, num_logit_rows, num_banned, num_tiles, max_query_len;
+    int32_t bt_stride, num_logit_rows, num_banned, max_query_len;
+    int32_t num_tiles;         /* prefill tiles of the multi-row sequences      */
+    int32_t num_decode_rows;   /* one-row sequences (the decode kernel's)       */
     bool decode_only;          /* every sequence has exactly one row            */
 } qwi_cuda_plan_counts;
 

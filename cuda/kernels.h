@@ -81,19 +81,24 @@ typedef struct qwk_paged {
  * head_dim without a kernel gives cudaErrorInvalidValue. */
 cudaError_t qwk_attention_init(int head_dim);
 
-/* Mixed steps: each of ntiles tiles ((seq, first row) pairs, int32 [2])
+/* Prefill chunks: each of ntiles tiles ((seq, first row) pairs, int32 [2])
  * covers up to 64 query rows of one sequence; row r attends causally to
  * context positions 0..positions[r]. out bf16 [rows][nh*hd]. Flash-attention
  * style: 64x32 tiles, tensor-core (wmma) products, online softmax. */
 void qwk_prefill_attention(const qwk_paged *pg, const qwk_bf16 *q, const int32_t *tiles,
                            int32_t ntiles, qwk_bf16 *out, cudaStream_t stream);
 
-/* Decode steps (one query row per sequence, row s of q belongs to seq s):
- * one block per (seq, kv head, split) holding all nh/nkv query heads of the
- * group; splits > 1 writes partials to part_o [seqs][nh][splits][hd] and
- * part_lse [seqs][nh][splits] and merges them by log-sum-exp. */
-void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, int32_t splits,
-                          float *part_o, float *part_lse, qwk_bf16 *out, cudaStream_t stream);
+/* The sequences of seqs with exactly one query row this step (row
+ * query_start[s]; every sequence of a decode step, the decode rows of a
+ * mixed one), attending to context positions 0..context_lens[s]-1; rows of
+ * other sequences are not touched. One block per (seq, kv head, split)
+ * holding all nh/nkv query heads of the group; a sequence's splits depend on
+ * its context length alone (decode_splits.h), so its result does not depend
+ * on the batch. A sequence of more than one split writes partials to part_o
+ * [seqs][nh][QWI_CUDA_DECODE_MAX_SPLITS][hd] and part_lse [seqs][nh][same],
+ * merged by log-sum-exp in split order. */
+void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, float *part_o, float *part_lse,
+                          qwk_bf16 *out, cudaStream_t stream);
 
 /* Copy K/V blocks src[i] -> dst[i] (device int32 arrays of n) in every
  * plane of the pool: planes (2 * layers) of plane_bytes, blocks of

@@ -42,6 +42,7 @@ Test(cuda_host, no_device_gives_status_and_message) {
 
 #ifdef QW_HAVE_CUDA
 #include "../cuda/cuda_host.h"
+#include "../cuda/decode_splits.h"
 
 qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_backend_config *bc, qwi_backend **out);
 
@@ -111,11 +112,26 @@ Test(cuda_host, kv_sizing) {
 }
 
 Test(cuda_host, decode_splits) {
-    cr_assert_eq(qwi_cuda_decode_splits(1, 8, 132, 16), 16);     /* 8 blocks: split to fill 264 */
-    cr_assert_eq(qwi_cuda_decode_splits(16, 8, 132, 16), 3);     /* 128 blocks -> ceil(264/128) */
-    cr_assert_eq(qwi_cuda_decode_splits(64, 8, 132, 16), 1);
-    cr_assert_eq(qwi_cuda_decode_splits(256, 8, 132, 16), 1);
-    cr_assert_eq(qwi_cuda_decode_splits(0, 8, 132, 16), 1);
+    cr_assert_eq(qwi_cuda_decode_splits(0), 1);
+    cr_assert_eq(qwi_cuda_decode_splits(1), 1);
+    cr_assert_eq(qwi_cuda_decode_splits(256), 1);
+    cr_assert_eq(qwi_cuda_decode_splits(257), 2);
+    cr_assert_eq(qwi_cuda_decode_split_len(257), 144);   /* 129 -> a multiple of 16 */
+    cr_assert_eq(qwi_cuda_decode_splits(2048), 8);
+    cr_assert_eq(qwi_cuda_decode_split_len(2048), 256);
+    cr_assert_eq(qwi_cuda_decode_splits(4097), 16);
+    cr_assert_eq(qwi_cuda_decode_split_len(4097), 272);
+    cr_assert_eq(qwi_cuda_decode_splits(1 << 20), QWI_CUDA_DECODE_MAX_SPLITS);
+    /* every context: the splits cover it, none is empty, none is shorter
+     * than 16 positions' worth of rounding below the minimum */
+    for (int32_t ctx = 1; ctx <= 200000; ctx++) {
+        int32_t n = qwi_cuda_decode_splits(ctx), len = qwi_cuda_decode_split_len(ctx);
+        cr_assert(n >= 1 && n <= QWI_CUDA_DECODE_MAX_SPLITS, "ctx %d: %d splits", ctx, n);
+        cr_assert_eq(len % 16, 0, "ctx %d", ctx);
+        cr_assert((int64_t)n * len >= ctx, "ctx %d: %d x %d does not cover it", ctx, n, len);
+        cr_assert((int64_t)(n - 1) * len < ctx, "ctx %d: split %d of %d x %d is empty", ctx, n - 1, n, len);
+        cr_assert(n == 1 || len >= QWI_CUDA_DECODE_SPLIT_MIN / 2, "ctx %d: splits of %d", ctx, len);
+    }
 }
 
 Test(cuda_host, plan_pack_layout) {
@@ -147,7 +163,8 @@ Test(cuda_host, plan_pack_layout) {
     cr_assert_eq(c.bt_stride, 5);
     cr_assert_eq(c.num_logit_rows, 3);
     cr_assert_eq(c.num_banned, 2);
-    cr_assert_eq(c.num_tiles, 2 + 1 + 1);
+    cr_assert_eq(c.num_tiles, 2 + 1);   /* seq 1's one row goes to the decode kernel */
+    cr_assert_eq(c.num_decode_rows, 1);
     cr_assert_eq(c.max_query_len, 70);
     cr_assert(!c.decode_only);
 
@@ -199,8 +216,8 @@ Test(cuda_host, plan_pack_layout) {
     i32 = (const int32_t *)(buf + L.tiles);
     cr_assert_eq(i32[0], 0); cr_assert_eq(i32[1], 0);
     cr_assert_eq(i32[2], 0); cr_assert_eq(i32[3], 64);
-    cr_assert_eq(i32[4], 1); cr_assert_eq(i32[5], 70);
-    cr_assert_eq(i32[6], 2); cr_assert_eq(i32[7], 71);
+    cr_assert_eq(i32[4], 2); cr_assert_eq(i32[5], 71);
+    cr_assert_eq(h->num_prefill_tiles, 3);
     const int32_t *lr = (const int32_t *)(buf + L.logit_rows), *ls = (const int32_t *)(buf + L.logit_seq);
     cr_assert_eq(lr[0], 69); cr_assert_eq(ls[0], 0);
     cr_assert_eq(lr[1], 70); cr_assert_eq(ls[1], 1);
@@ -228,5 +245,7 @@ Test(cuda_host, plan_pack_layout) {
     qwi_cuda_plan_count(&d, 16, &c);
     cr_assert(c.decode_only);
     cr_assert_eq(c.bt_stride, 2);
+    cr_assert_eq(c.num_tiles, 0);
+    cr_assert_eq(c.num_decode_rows, 2);
 }
 #endif

@@ -15,10 +15,12 @@
 #      quantized model costs ~20 s under ASan); and the request features
 #      (sampling, penalties, min-tokens bans, logprobs, n) and the
 #      scheduling invariants on the bf16 one - batched == alone, chunked ==
-#      unchunked and cached == cold bit for bit (the emulated arithmetic
-#      does not depend on the batch), mixed and preempted steps within the
-#      parity tolerance (their decode rows take the prefill kernel); --full
-#      runs both on GPTQ int4 + head too (cached == cold bit for bit).
+#      unchunked, mixed == alone and cached == cold bit for bit (one-row
+#      sequences take the decode kernel in every step, and its splits follow
+#      the context, not the batch), preempted within the parity tolerance
+#      (the recomputed tokens take the prefill kernel); --full runs both on
+#      GPTQ int4 + head too (cached == cold bit for bit: there the step's
+#      row count picks the GEMV or the dequantized GEMM).
 # Prints what failed and one summary line; exit 0 when everything passed.
 #   tests/cudasim/run.sh BUILD [--full]
 # BUILD: the main tree (make test's): its qw-makemodel makes the models; the
@@ -124,7 +126,7 @@ mk() { "$build/bin/qw-makemodel" --dtype bf16 --shape tiny "$@" >/dev/null 2>&1;
 mk --out "$models/tiny" || { echo "cudasim: qw-makemodel failed"; exit 1; }
 # bit for bit where the emulated arithmetic does not depend on the step
 e2e_args="--parity tiny=$models/tiny --features tiny=$models/tiny"
-e2e_args="$e2e_args --exact-invariants batched,chunked,cached --invariants tiny=$models/tiny"
+e2e_args="$e2e_args --exact-invariants batched,chunked,mixed,cached --invariants tiny=$models/tiny"
 names="fp8 gptq4head"
 [ "$full" = --full ] && names="$names awq gptq4 gptq8"
 for n in $names; do

@@ -22,6 +22,7 @@ extern "C" {
 #include "fp8.h"
 }
 #include "../../cuda/cuda_host.h"
+#include "../../cuda/decode_splits.h"
 #include "../../cuda/gemm.h"
 #include "../../cuda/kernels.h"
 #include "../../cuda/kv_e4m3.h"
@@ -66,14 +67,24 @@ static void qwr_attention(const std::vector<uint16_t> &q, const std::vector<uint
     for (int i = 0; i < hd; i++) out[i] /= l;
 }
 
+/* Which kernels a check runs: the prefill kernel over every sequence's rows
+ * (one-row sequences too: it must handle them); the decode kernel alone
+ * (every qlen 1); or both as the backend runs a step - prefill tiles for
+ * sequences of 2+ rows, the decode kernel for the one-row ones - where
+ * each one-row sequence is also run alone and must give the same bits
+ * (batched == alone: its splits follow its context, not the batch). */
+enum att_mode { ATT_PREFILL, ATT_DECODE, ATT_STEP };
+
 /* One attention check: nseq sequences, each with ctx[s] positions of which
- * the last qlen[s] are this step's query rows. decode: all qlen 1.
- * fp8: the cache holds e4m3 codes (k_scale 2^-6, v_scale 2^-5: every K/V
- * value then dequantizes exactly to bf16), and the reference runs on the
- * dequantized cache - a kernel that dropped or doubled a scale, or read
- * the bytes as another format, is off by far more than the tolerance. */
+ * the last qlen[s] are this step's query rows. A decode sequence splits by
+ * its context (decode_splits.h): 1 up to 256 positions, 2 up to 512, ...,
+ * 16 from 3841. fp8: the cache holds e4m3 codes (k_scale 2^-6, v_scale
+ * 2^-5: every K/V value then dequantizes exactly to bf16), and the
+ * reference runs on the dequantized cache - a kernel that dropped or doubled
+ * a scale, or read the bytes as another format, is off by far more than
+ * the tolerance. The output starts as NaN, so a row no kernel wrote fails. */
 static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx, const std::vector<int> &qlen,
-                            bool decode, int splits, const char *tag, bool fp8 = false) {
+                            att_mode mode, const char *tag, bool fp8 = false) {
     const float ks = 0x1p-6f, vs = 0x1p-5f;
     const int bs = 16, S = (int)ctx.size(), G = nh / nkv;
     int T = 0, maxb = 1;
@@ -106,15 +117,17 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
         cl[s] = ctx[s];
         for (int i = 0; i < (ctx[s] + bs - 1) / bs; i++) bt[(size_t)s * maxb + i] = perm[used++];
         for (int i = 0; i < qlen[s]; i++) pos[r + i] = ctx[s] - qlen[s] + i;
-        for (int i = 0; i < qlen[s]; i += 64) { tiles.push_back(s); tiles.push_back(r + i); }
+        if (mode == ATT_PREFILL || qlen[s] > 1)
+            for (int i = 0; i < qlen[s]; i += 64) { tiles.push_back(s); tiles.push_back(r + i); }
         r += qlen[s];
     }
     qs[S] = T;
     hdr[2] = maxb;
+    const int32_t MS = QWI_CUDA_DECODE_MAX_SPLITS;
     uint16_t *dK = dev<uint16_t>(kvn), *dV = dev<uint16_t>(kvn), *dq = dev<uint16_t>(q.size()), *dout = dev<uint16_t>(q.size());
     int32_t *dh = dev<int32_t>(8), *dqs = dev<int32_t>(S + 1), *dcl = dev<int32_t>(S), *dpos = dev<int32_t>(T),
             *dbt = dev<int32_t>(bt.size()), *dt = dev<int32_t>(tiles.size());
-    float *po = dev<float>((size_t)S * nh * splits * hd), *pl = dev<float>((size_t)S * nh * splits);
+    float *po = dev<float>((size_t)S * nh * MS * hd), *pl = dev<float>((size_t)S * nh * MS);
     if (fp8) {   /* the codes, packed at one byte an element, in the same buffers */
         CK(cudaMemcpy(dK, K8.data(), kvn, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dV, V8.data(), kvn, cudaMemcpyHostToDevice));
@@ -128,7 +141,7 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     CK(cudaMemcpy(dcl, cl.data(), 4 * S, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dpos, pos.data(), 4 * T, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dbt, bt.data(), 4 * bt.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dt, tiles.data(), 4 * tiles.size(), cudaMemcpyHostToDevice));
+    if (!tiles.empty()) CK(cudaMemcpy(dt, tiles.data(), 4 * tiles.size(), cudaMemcpyHostToDevice));
     CK(cudaMemset(dout, 0xff, q.size() * 2));   /* poison: NaN bf16 */
     qwk_paged pg = {dK, dV, dh, dqs, dcl, dpos, dbt, bs, nh, nkv, hd, (float)(1.0 / sqrt((double)hd))};
     if (fp8) {
@@ -136,12 +149,56 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
         pg.k_scale = ks;
         pg.v_scale = vs;
     }
-    if (decode) qwk_decode_attention(&pg, dq, S, splits, po, pl, dout, 0);
-    else qwk_prefill_attention(&pg, dq, dt, (int)tiles.size() / 2, dout, 0);
+    if (mode != ATT_DECODE) qwk_prefill_attention(&pg, dq, dt, (int)tiles.size() / 2, dout, 0);
+    if (mode != ATT_PREFILL) qwk_decode_attention(&pg, dq, S, po, pl, dout, 0);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> out(q.size());
     CK(cudaMemcpy(out.data(), dout, q.size() * 2, cudaMemcpyDeviceToHost));
+    /* batched == alone: each one-row sequence again as a step of its own
+     * (its block-table row, its q row), output compared bit for bit - and,
+     * for a sequence that splits, its f32 partials and log-sum-exps too
+     * (kernels.h's layout): a split that moved with the batch changes
+     * those in every element, where the bf16 output only shows the few
+     * elements whose rounding it happens to flip */
+    long alone_diff = -1;
+    if (mode == ATT_STEP) {
+        alone_diff = 0;
+        const size_t per_seq = (size_t)nh * MS;
+        std::vector<float> bpo((size_t)S * per_seq * hd), bpl((size_t)S * per_seq), apo(per_seq * hd), apl(per_seq);
+        CK(cudaMemcpy(bpo.data(), po, bpo.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(bpl.data(), pl, bpl.size() * 4, cudaMemcpyDeviceToHost));
+        int32_t *qs1 = dev<int32_t>(2), *cl1 = dev<int32_t>(1), *bt1 = dev<int32_t>(maxb);
+        uint16_t *q1 = dev<uint16_t>((size_t)nh * hd), *o1 = dev<uint16_t>((size_t)nh * hd);
+        const int32_t qs1h[2] = {0, 1};
+        std::vector<uint16_t> got((size_t)nh * hd);
+        CK(cudaMemcpy(qs1, qs1h, 8, cudaMemcpyHostToDevice));
+        for (int s = 0; s < S; s++) {
+            if (qlen[s] != 1) continue;
+            CK(cudaMemcpy(cl1, &cl[s], 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(bt1, &bt[(size_t)s * maxb], 4 * (size_t)maxb, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(q1, &q[(size_t)qs[s] * nh * hd], (size_t)nh * hd * 2, cudaMemcpyHostToDevice));
+            qwk_paged p1 = pg;
+            p1.query_start = qs1;
+            p1.context_lens = cl1;
+            p1.block_tables = bt1;
+            qwk_decode_attention(&p1, q1, 1, po, pl, o1, 0);
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(got.data(), o1, got.size() * 2, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < got.size(); i++) alone_diff += got[i] != out[(size_t)qs[s] * nh * hd + i];
+            const int ns = qwi_cuda_decode_splits(ctx[s]);
+            if (ns == 1) continue;
+            CK(cudaMemcpy(apo.data(), po, apo.size() * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(apl.data(), pl, apl.size() * 4, cudaMemcpyDeviceToHost));
+            for (int h = 0; h < nh; h++)
+                for (int k = 0; k < ns; k++) {
+                    const size_t a = (size_t)h * MS + k, b = (size_t)s * per_seq + a;
+                    alone_diff += memcmp(&apl[a], &bpl[b], 4) != 0;
+                    alone_diff += memcmp(&apo[a * hd], &bpo[b * hd], 4 * (size_t)hd) != 0;
+                }
+        }
+        cudaFree(qs1); cudaFree(cl1); cudaFree(bt1); cudaFree(q1); cudaFree(o1);
+    }
     double num = 0, den = 0;
     std::vector<double> ref(hd);
     /* check at most ~64 rows per sequence (first, last, and spread) */
@@ -162,9 +219,13 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
         }
     }
     char name[128];
-    snprintf(name, sizeof name, "%s%s %s h%d/%d hd%d S%d", decode ? "decode" : "prefill", fp8 ? " fp8kv" : "", tag,
-             nh, nkv, hd, S);
+    static const char *const mode_name[] = {"prefill", "decode", "step"};
+    snprintf(name, sizeof name, "%s%s %s h%d/%d hd%d S%d", mode_name[mode], fp8 ? " fp8kv" : "", tag, nh, nkv, hd, S);
     report(name, sqrt(num / (den > 0 ? den : 1)), 2e-2);
+    if (alone_diff >= 0) {   /* the count of differing elements, which must be 0 */
+        snprintf(name, sizeof name, "step%s %s h%d/%d S%d: decode alone==batched", fp8 ? " fp8kv" : "", tag, nh, nkv, S);
+        report(name, (double)alone_diff, 0);
+    }
     cudaFree(dK); cudaFree(dV); cudaFree(dq); cudaFree(dout); cudaFree(dh); cudaFree(dqs); cudaFree(dcl);
     cudaFree(dpos); cudaFree(dbt); cudaFree(dt); cudaFree(po); cudaFree(pl);
 }
@@ -758,7 +819,7 @@ struct paged_bench {
     int ntiles;
 };
 
-static paged_bench paged_setup(int S, int ctx, int qlen, int splits) {
+static paged_bench paged_setup(int S, int ctx, int qlen) {
     const int bs = 16, nh = 32, nkv = 8, hd = 128, maxb = (ctx + bs - 1) / bs, T = S * qlen;
     paged_bench p;
     size_t kvn = (size_t)S * maxb * bs * nkv * hd;
@@ -778,7 +839,8 @@ static paged_bench paged_setup(int S, int ctx, int qlen, int splits) {
     p.ntiles = (int)tiles.size() / 2;
     p.hdr = dev<int32_t>(8); p.qs = dev<int32_t>(S + 1); p.cl = dev<int32_t>(S); p.pos = dev<int32_t>(T);
     p.bt = dev<int32_t>(bt.size()); p.tiles = dev<int32_t>(tiles.size() + 2);
-    p.po = dev<float>((size_t)S * nh * splits * hd); p.pl = dev<float>((size_t)S * nh * splits);
+    p.po = dev<float>((size_t)S * nh * QWI_CUDA_DECODE_MAX_SPLITS * hd);
+    p.pl = dev<float>((size_t)S * nh * QWI_CUDA_DECODE_MAX_SPLITS);
     CK(cudaMemcpy(p.hdr, hdr.data(), 32, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(p.qs, qs.data(), 4 * (S + 1), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(p.cl, cl.data(), 4 * S, cudaMemcpyHostToDevice));
@@ -793,32 +855,32 @@ static void paged_free(paged_bench &p) {
     cudaFree(p.pos); cudaFree(p.bt); cudaFree(p.tiles); cudaFree(p.po); cudaFree(p.pl);
 }
 
-/* Decode attention at 64 sequences x 2K context: GB/s of K/V read, with
+/* Decode attention at S sequences x ctx positions: GB/s of K/V read, with
  * the bf16 cache, then the fp8 (e4m3) one (the same buffers read as bytes:
- * 0x3c is 1.5; half the bytes; also its time per call vs bf16). */
-static void bench_decode_attention(double copy_gbs, int num_sms) {
-    const int S = 64, ctx = 2048;
-    const int splits = qwi_cuda_decode_splits(S, 8, num_sms, 16);
-    paged_bench p = paged_setup(S, ctx, 1, splits);
+ * 0x3c is 1.5; half the bytes; also its time per call vs bf16). Each
+ * sequence splits by its context alone (decode_splits.h): 2K is 8 splits,
+ * 32K 16, whatever S. */
+static void bench_decode_attention(double copy_gbs, int S, int ctx, const char *tag) {
+    paged_bench p = paged_setup(S, ctx, 1);
     double ms_bf16 = 0;
     for (int fp8 = 0; fp8 < 2; fp8++) {
         qwk_paged pg = {p.k, p.v, p.hdr, p.qs, p.cl, p.pos, p.bt, 16, 32, 8, 128, (float)(1.0 / sqrt(128.0)),
                         fp8, 1.f, 1.f};
-        for (int i = 0; i < 3; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
+        for (int i = 0; i < 3; i++) qwk_decode_attention(&pg, p.q, S, p.po, p.pl, p.out, 0);
         CK(cudaGetLastError());
         cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
         cudaEventRecord(e0);
-        for (int i = 0; i < 20; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
+        for (int i = 0; i < 20; i++) qwk_decode_attention(&pg, p.q, S, p.po, p.pl, p.out, 0);
         cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
         float ms; cudaEventElapsedTime(&ms, e0, e1);
         double bytes = (double)S * ctx * 8 * 128 * 2 * (fp8 ? 1 : 2);   /* K and V, bf16 or e4m3 */
         double gbs = bytes * 20 / (ms * 1e-3) / 1e9;
         if (!fp8) {
             ms_bf16 = ms;
-            printf("BENCH decode_attn_64x2K %.0f GB/s %.1f%%\n", gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
+            printf("BENCH decode_attn_%s %.0f GB/s %.1f%%\n", tag, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
         } else {
-            printf("BENCH decode_attn_fp8kv_64x2K %.0f GB/s %.1f%%\n", gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
-            printf("BENCH decode_attn_fp8kv_speedup %.2f x_vs_bf16 -\n", ms > 0 ? ms_bf16 / ms : 0.0);
+            printf("BENCH decode_attn_fp8kv_%s %.0f GB/s %.1f%%\n", tag, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
+            printf("BENCH decode_attn_fp8kv_%s_speedup %.2f x_vs_bf16 -\n", tag, ms > 0 ? ms_bf16 / ms : 0.0);
         }
         cudaEventDestroy(e0); cudaEventDestroy(e1);
     }
@@ -828,7 +890,7 @@ static void bench_decode_attention(double copy_gbs, int num_sms) {
 /* Prefill attention, 4 sequences of 2K causal: TFLOP/s (QK^T + PV). */
 static void bench_prefill_attention(double peak_tflops) {
     const int S = 4, L = 2048;
-    paged_bench p = paged_setup(S, L, L, 1);
+    paged_bench p = paged_setup(S, L, L);
     qwk_paged pg = {p.k, p.v, p.hdr, p.qs, p.cl, p.pos, p.bt, 16, 32, 8, 128, (float)(1.0 / sqrt(128.0))};
     qwk_prefill_attention(&pg, p.q, p.tiles, p.ntiles, p.out, 0);
     CK(cudaGetLastError());
@@ -846,28 +908,35 @@ static void bench_prefill_attention(double peak_tflops) {
 /* ---- check groups: each one its own process under run.sh ------------------- */
 
 static void group_attention() {
-    check_attention(4, 2, 16, {1, 17, 40}, {1, 1, 1}, true, 2, "tiny");
-    check_attention(4, 2, 16, {40, 9}, {40, 9}, false, 1, "tiny");
+    /* decode contexts of 1 split (<= 256 positions), 2 (257..512), 3 (..768) */
+    check_attention(4, 2, 16, {1, 17, 300}, {1, 1, 1}, ATT_DECODE, "tiny");
+    check_attention(4, 2, 16, {40, 9}, {40, 9}, ATT_PREFILL, "tiny");
+    /* a mixed step: prefill chunks beside decode rows of 1 and 2 splits */
+    check_attention(4, 2, 16, {40, 300, 9, 17}, {40, 1, 9, 1}, ATT_STEP, "tiny");
     /* fp8 (e4m3) cache: both kernels, split and unsplit decode */
-    check_attention(4, 2, 16, {1, 17, 40}, {1, 1, 1}, true, 2, "tiny", true);
-    check_attention(4, 2, 16, {40, 9}, {40, 9}, false, 1, "tiny", true);
-    check_attention(16, 8, 128, {1, 17, 70}, {1, 1, 1}, true, small ? 3 : 1, "small", true);
-    check_attention(16, 8, 128, {70, 16}, {70, 3}, false, 1, "small", true);
+    check_attention(4, 2, 16, {1, 17, 300}, {1, 1, 1}, ATT_DECODE, "tiny", true);
+    check_attention(4, 2, 16, {40, 9}, {40, 9}, ATT_PREFILL, "tiny", true);
+    check_attention(16, 8, 128, {1, 17, 600}, {1, 1, 1}, ATT_DECODE, "small", true);
+    check_attention(16, 8, 128, {70, 16}, {70, 3}, ATT_PREFILL, "small", true);
+    check_attention(16, 8, 128, {70, 600, 16, 1}, {70, 1, 3, 1}, ATT_STEP, "small", true);
     if (small) {
-        check_attention(16, 8, 128, {1, 17, 70}, {1, 1, 1}, true, 3, "small");
-        check_attention(16, 8, 128, {70, 16}, {70, 3}, false, 1, "small");
+        check_attention(16, 8, 128, {1, 17, 600}, {1, 1, 1}, ATT_DECODE, "small");
+        check_attention(16, 8, 128, {70, 16}, {70, 3}, ATT_PREFILL, "small");
+        check_attention(16, 8, 128, {70, 600, 16, 1}, {70, 1, 3, 1}, ATT_STEP, "small");
         return;
     }
-    check_attention(32, 8, 128, {33, 4097}, {1, 1}, true, 7, "split7", true);
-    check_attention(40, 8, 128, {70, 16, 200, 5}, {70, 3, 64, 1}, false, 1, "mixed/chunked", true);
+    check_attention(32, 8, 128, {33, 4097}, {1, 1}, ATT_DECODE, "splits", true);
+    check_attention(40, 8, 128, {70, 16, 200, 5}, {70, 3, 64, 1}, ATT_PREFILL, "mixed/chunked", true);
+    check_attention(40, 8, 128, {70, 4097, 16, 200, 5, 1000}, {70, 1, 3, 64, 1, 1}, ATT_STEP, "mixed", true);
     const int cfgs[4][2] = {{16, 8}, {32, 8}, {40, 8}, {64, 8}};
     for (auto &c : cfgs) {
-        check_attention(c[0], c[1], 128, {1, 15, 16, 17, 300, 2048}, {1, 1, 1, 1, 1, 1}, true, 1, "ragged");
-        check_attention(c[0], c[1], 128, {33, 4097}, {1, 1}, true, 7, "split7");
-        check_attention(c[0], c[1], 128, {70, 16, 200, 5}, {70, 3, 64, 1}, false, 1, "mixed/chunked");
+        check_attention(c[0], c[1], 128, {1, 15, 16, 17, 300, 2048}, {1, 1, 1, 1, 1, 1}, ATT_DECODE, "ragged");
+        check_attention(c[0], c[1], 128, {33, 4097}, {1, 1}, ATT_DECODE, "splits");
+        check_attention(c[0], c[1], 128, {70, 16, 200, 5}, {70, 3, 64, 1}, ATT_PREFILL, "mixed/chunked");
+        check_attention(c[0], c[1], 128, {70, 4097, 16, 200, 5, 1000}, {70, 1, 3, 64, 1, 1}, ATT_STEP, "mixed");
     }
-    check_attention(32, 8, 128, {32768}, {1}, true, 16, "ctx32K");
-    check_attention(32, 8, 128, {32768}, {64}, false, 1, "ctx32K-chunk");
+    check_attention(32, 8, 128, {32768}, {1}, ATT_DECODE, "ctx32K");
+    check_attention(32, 8, 128, {32768}, {64}, ATT_PREFILL, "ctx32K-chunk");
 }
 
 static void group_norms() {
@@ -900,14 +969,15 @@ static void group_gemm() {
     cudaFree(ws);
 }
 
-static void group_bench(int num_sms) {
+static void group_bench() {
     double copy = bench_copy_gbs();
     printf("BENCH copy_d2d %.0f GB/s 100%%\n", copy);
     double peak = bench_gemm_tflops(8192, 8192, 8192);
     printf("BENCH gemm_bf16_8192 %.0f TFLOP/s -\n", peak);
     double pf = bench_gemm_tflops(2048, 12288 * 2, 4096);
     printf("BENCH gemm_prefill_8b_gateup %.0f TFLOP/s %.0f%%\n", pf, 100 * pf / peak);
-    bench_decode_attention(copy, num_sms);
+    bench_decode_attention(copy, 64, 2048, "64x2K");
+    bench_decode_attention(copy, 1, 32768, "1x32K");   /* batch 1: the splits fill the device */
     bench_prefill_attention(peak);
 }
 
@@ -944,7 +1014,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(g, "sampler")) check_sampler();
         else if (!strcmp(g, "logprobs")) check_logprobs();
         else if (!strcmp(g, "penalties")) check_penalties();
-        else if (!strcmp(g, "bench")) group_bench(prop.multiProcessorCount);
+        else if (!strcmp(g, "bench")) group_bench();
         else { printf("unknown group %s\n", g); return 2; }
     }
     CK(cudaDeviceSynchronize());

@@ -67,7 +67,7 @@ int e2e_run_requests(qw_engine *e, qw_request *const *req, int n, void (*on_even
  * that came for a position out of range or a second time, and the prompt
  * tokens the engine served from its prefix cache. */
 #define E2E_MAX_TOKENS 32
-#define E2E_MAX_PROMPTS 8
+#define E2E_MAX_PROMPTS 16
 typedef struct {
     int prompt_len;
     int32_t vocab;

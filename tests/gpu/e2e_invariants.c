@@ -2,7 +2,11 @@
  * tests/gpu/e2e_invariants.c - e2e's --invariants NAME=DIR: the design's
  * scheduling invariants on the engine under test (the DUT), end to end:
  *
- *   batched   batched == alone: four prompts together vs each on its own;
+ *   batched   batched == alone: four prompts together, beside 12 short
+ *             others (16 sequences a decode step: a batch at which a kernel
+ *             sized by the batch - split-K over the context, a GEMM's tile
+ *             choice - takes another shape than for one sequence), vs each
+ *             on its own;
  *   chunked   chunked == unchunked: each prompt alone under a 32-token step
  *             budget, so it prefills in chunks of 32 that start mid-prompt;
  *   mixed     the four together under that budget: chunks of one prompt in
@@ -23,9 +27,9 @@
  * Exact (the variants --exact-invariants names, and all of them for
  * --device cpu, whose design makes them bit for bit): tokens and logits
  * equal. Otherwise (a GPU, where a GEMM may take another kernel for another
- * row count, and the CUDA backend runs a mixed step's decode rows - and a
- * preempted sequence's recomputed ones - through the prefill attention
- * kernel, whose arithmetic is not the decode kernel's): logits rows
+ * row count, and the CUDA backend recomputes a preempted sequence's
+ * generated tokens through the prefill attention kernel, whose arithmetic
+ * is not the decode kernel's): logits rows
  * within the parity tolerance up to the first divergence, which must be a
  * near-tie on the variant's own logits, as e2e.c's parity. Each line also
  * gives the largest difference, so a tolerance pass still says how far from
@@ -48,6 +52,7 @@
 #define IV_PROMPTS 4
 #define IV_TOKENS 16
 #define IV_SHARED 160 /* prompt 1's prefix shared with prompt 0: 10 blocks of 16 */
+#define IV_FILLERS 12 /* the batched variant's other sequences, not compared */
 
 const char *e2e_exact_invariants = "";
 
@@ -60,7 +65,7 @@ static void free_seqs(iv_seq *s, int n) { e2e_seq_free(s, n); }
 /* One variant: its name, its key in --exact-invariants and its engine. */
 typedef struct {
     const char *what, *key;
-    int prefix_cache, budget, blocks, one_seq; /* 0: the default */
+    int prefix_cache, budget, blocks, one_seq, fillers; /* 0: the default */
 } iv_variant;
 
 /* A fresh engine for one variant. A small pool must still hold one
@@ -76,6 +81,29 @@ static qw_status variant_engine(const char *dir, const iv_variant *va, qw_engine
 static int run_prompts(qw_engine *e, int32_t *const prompts[IV_PROMPTS], iv_seq seq[IV_PROMPTS], int first,
                        int n) {
     return e2e_run_greedy(e, prompts + first, iv_lens + first, n, IV_TOKENS, seq + first);
+}
+
+/* Runs the four prompts together with IV_FILLERS short random ones (3 to
+ * 36 tokens) on e, the four into seq[0..4); 1 ok. The fillers' outputs are
+ * not compared: they are there to make the batch wide. */
+static int run_with_fillers(qw_engine *e, int32_t *const prompts[IV_PROMPTS], iv_seq seq[IV_PROMPTS]) {
+    enum { N = IV_PROMPTS + IV_FILLERS };
+    int32_t *all[N];
+    int lens[N], ok = 1;
+    iv_seq got[N];
+    memset(got, 0, sizeof got);
+    const int32_t V = qw_engine_vocab_size(e);
+    for (int i = 0; i < N; i++) {
+        lens[i] = i < IV_PROMPTS ? iv_lens[i] : 3 + 3 * (i - IV_PROMPTS);
+        all[i] = i < IV_PROMPTS ? prompts[i] : malloc(sizeof(int32_t) * (size_t)lens[i]);
+        if (!all[i]) ok = 0;
+        else if (i >= IV_PROMPTS) e2e_random_prompt(all[i], lens[i], V);
+    }
+    if (ok) ok = e2e_run_greedy(e, all, lens, N, IV_TOKENS, got);
+    memcpy(seq, got, sizeof(iv_seq) * IV_PROMPTS);
+    e2e_seq_free(got + IV_PROMPTS, IV_FILLERS);
+    for (int i = IV_PROMPTS; i < N; i++) free(all[i]);
+    return ok;
 }
 
 /* Compares a variant's sequences with the reference's; writes the verdict's
@@ -164,6 +192,9 @@ static int variant(const char *name, const iv_variant *va, const char *dir, int3
             ok = 0;
         } else snprintf(extra, sizeof extra, "; %llu prompt tokens from the cache",
                         (unsigned long long)got[1].cached_prompt_tokens);
+    } else if (va->fillers) {
+        ok = run_with_fillers(e, prompts, got);
+        snprintf(extra, sizeof extra, "; beside %d other sequences", va->fillers);
     } else {
         ok = run_prompts(e, prompts, got, 0, IV_PROMPTS);
         qw_engine_stats es = {0};
@@ -197,17 +228,17 @@ static int exact_for(const char *key) {
 
 int e2e_invariants(const char *name, const char *dir) {
     static const iv_variant variants[] = {
-        {"batched==alone", "batched", 0, 0, 0, 0},
-        {"chunked==unchunked", "chunked", 0, 32, 0, 1},
-        {"mixed==alone", "mixed", 0, 32, 0, 0},
-        {"cached==cold", "cached", 1, 0, 0, 0},
+        {"batched==alone", "batched", 0, 0, 0, 0, IV_FILLERS},
+        {"chunked==unchunked", "chunked", 0, 32, 0, 1, 0},
+        {"mixed==alone", "mixed", 0, 32, 0, 0, 0},
+        {"cached==cold", "cached", 1, 0, 0, 0, 0},
         /* 16 blocks of 16: prompts 0, 2 and 3 start in 13 + 3 + 1 and grow
          * to 14 + 4 + 2 (prompt 1 waits): the engine must preempt (twice on
          * the CPU engine) */
-        {"preempted==not", "preempted", 0, 0, 16, 0},
+        {"preempted==not", "preempted", 0, 0, 16, 0, 0},
     };
     enum { NV = sizeof variants / sizeof variants[0] };
-    const iv_variant plain = {"reference", "", 0, 0, 0, 0};
+    const iv_variant plain = {"reference", "", 0, 0, 0, 0, 0};
     qw_engine *e = NULL;
     qw_status st = variant_engine(dir, &plain, &e);
     if (st == QW_ERR_NO_DEVICE) return -1;
