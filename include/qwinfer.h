@@ -777,7 +777,11 @@ typedef struct qw_event {
  * then does no model work; so a loop of steps never loses an event, and
  * every successful call delivers an event or advances the work, so a loop
  * on qw_engine_has_work() ends. Step thread only. On a backend failure the requests of that step finish
- * with QW_FINISH_ERROR, their events are delivered and the engine stays usable.
+ * with QW_FINISH_ERROR, their events are delivered and the engine stays usable;
+ * so they do when the backend reports success but an output fails the
+ * engine's check (a sampled id outside the vocabulary, a logprobs row it did
+ * not compute): QW_ERR_INTERNAL naming the backend and the row, and no such
+ * token or logprob reaches a request.
  * When host memory runs out growing one request's token arrays, that request
  * finishes with QW_FINISH_ERROR on its token's event (the token is kept),
  * the step returns QW_ERR_OUT_OF_MEMORY naming it, and the others go on. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "forward_check.h"
 #include "progress.h"
 #include "kv_budget.h"
 #include "options.h"
@@ -860,8 +861,13 @@ static qw_status step_once(qw_engine *e, void *events, size_t cap, size_t event_
             e->stats.prompt_tokens += (uint64_t)(so.entries[i].num_new_tokens - (decode ? 1 : 0));
         }
         double tf = qwi_now();
-        if (st == QW_OK) st = e->backend->ops->forward(e->backend, plan);
+        if (st == QW_OK) {
+            qwi_forward_check_arm(plan);
+            st = e->backend->ops->forward(e->backend, plan);
+        }
         forward_s = qwi_now() - tf;
+        /* nothing a backend got wrong reaches a request (forward_check.h) */
+        if (st == QW_OK) st = qwi_forward_check(plan, e->vocab_size, e->backend->ops->name);
         e->stats.steps++;
         e->stats.last_batch = (uint64_t)so.num_entries;
         e->stats.batch_sum += (uint64_t)so.num_entries;
