@@ -7,7 +7,7 @@
  *                      staged in shared memory, S = QK^T and O += PV on the
  *                      tensor cores (wmma bf16, f32 accumulate), online
  *                      softmax in f32, no score matrix in device memory.
- *   decode_attention   the one-row sequences of any step: one block per
+ *   decode_attention   the decode rows of any step: one block per
  *                      (seq, kv head, split) computing all nh/nkv query
  *                      heads of the group, so each K/V element is read
  *                      once per group; a sequence's splits follow its
@@ -314,6 +314,12 @@ void qwk_prefill_attention(const qwk_paged *pg, const qwk_bf16 *q, const int32_t
 /* ---- decode -------------------------------------------------------------- */
 
 #define DC_CK 128      /* context positions per chunk */
+
+/* Whether seq (its first row at row) is the decode kernel's: one row, and
+ * marked a decode row where the plan marks them (kernels.h). */
+static __device__ __forceinline__ bool is_decode_seq(const qwk_paged &pg, int seq, int row) {
+    return pg.query_start[seq + 1] - row == 1 && (!pg.decode_seq || pg.decode_seq[seq]);
+}
 #define DC_MAXG 8
 
 template <int HD, typename KV>
@@ -329,10 +335,10 @@ decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, float *par
     __shared__ float sRed[NKS][DC_MAXG][HD];
 
     const int seq = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-    /* one-row sequences only: the others (prefill chunks of a mixed step,
-     * padding) belong to the prefill kernel or to no one */
+    /* decode rows only: the others (prompt chunks of a mixed step, one row
+     * long or more, and padding) belong to the prefill kernel or to no one */
     const int row = pg.query_start[seq];
-    if (pg.query_start[seq + 1] - row != 1) return;
+    if (!is_decode_seq(pg, seq, row)) return;
     const int ctx = pg.context_lens[seq];
     const int splits = qwi_cuda_decode_splits(ctx);
     if (split >= splits) return;
@@ -464,7 +470,7 @@ decode_attention_kernel(qwk_paged pg, const qwk_bf16 *__restrict__ q, float *par
 __global__ void merge_splits_kernel(qwk_paged pg, const float *part_o, const float *part_lse, qwk_bf16 *out) {
     const int seq = blockIdx.x, h = blockIdx.y, nh = pg.nh, hd = pg.hd;
     const int row = pg.query_start[seq];
-    if (pg.query_start[seq + 1] - row != 1) return;
+    if (!is_decode_seq(pg, seq, row)) return;
     const int splits = qwi_cuda_decode_splits(pg.context_lens[seq]);
     if (splits == 1) return;
     const size_t base = ((size_t)seq * nh + h) * QWI_CUDA_DECODE_MAX_SPLITS;

@@ -6,8 +6,8 @@
  *   plan -> one pinned buffer (qwi_cuda_plan_pack) -> one H2D copy
  *   x = embed; per layer: h = norm(x); qkv = h Wqkv^T (f32);
  *     q, K/V pages = qk_norm_rope_kv(qkv);
- *     att = attention(q, pages): prefill tiles for the chunks of 2+ rows,
- *       the decode kernel for one-row sequences whatever the step holds;
+ *     att = attention(q, pages): prefill tiles for prompt chunks (any
+ *       length), the decode kernel for decode rows, whatever the step holds;
  *     x += att Wo^T, h = norm(x) (fused); gu = h Wgu^T (f32);
  *     act = silu(g) * u; x += act Wd^T (fused into the next norm)
  *   logit rows: hf = final_norm(x[row]); logits = hf Wlm^T; sample
@@ -554,8 +554,8 @@ static qw_status setup_kv(cu_backend *b) {
 typedef struct step {
     qwi_cuda_plan_layout L;
     int32_t tpad, spad, lpad, ntiles;
-    bool decode;        /* every sequence one row: the decode kernel alone  */
-    bool decode_rows;   /* a mixed step with one-row sequences among chunks */
+    bool decode;        /* every sequence a decode row: the decode kernel   */
+    bool decode_rows;   /* a mixed step with decode rows among its chunks   */
 } step;
 
 #define DP(T, off) ((T *)((char *)b->d_plan + (off)))
@@ -617,6 +617,7 @@ static qw_status run_model(cu_backend *b, const step *s) {
     pg.scale = (float)(1.0 / sqrt((double)hd));
     pg.kv_fp8 = b->kv_elem == 1;
     pg.k_scale = pg.v_scale = 1.f;
+    pg.decode_seq = DP(int32_t, L->decode_seq);
     for (int l = 0; l < c->num_layers; l++) {
         const cu_layer *Ly = &b->layers[l];
         const size_t plane = b->plane_elems * (size_t)b->kv_elem;
@@ -636,8 +637,8 @@ static qw_status run_model(cu_backend *b, const step *s) {
         }
         pg.k_cache = kc;
         pg.v_cache = vc;
-        /* one-row sequences take the decode kernel in every step, so a
-         * decode row beside prefill chunks gets the bits it gets alone */
+        /* decode rows take the decode kernel in every step and prompt rows
+         * the prefill kernel, so a row gets the bits it gets alone */
         if (!s->decode) qwk_prefill_attention(&pg, b->q, DP(int32_t, L->tiles), s->ntiles, b->att, b->stream);
         if (s->decode || s->decode_rows)
             qwk_decode_attention(&pg, b->q, s->spad, b->part_o, b->part_lse, b->att, b->stream);

@@ -113,19 +113,27 @@ qwi_cuda_graph_state qwi_cuda_graph_after(qwi_cuda_graph_state s, qwi_cuda_graph
     }
 }
 
+/* Whether seq s (q rows this step) is the decode kernel's: a decode row
+ * (backend.h's is_decode), or without that array any one-row sequence. */
+static bool decode_seq(const qwi_plan *p, int32_t s, int32_t q) {
+    return q == 1 && (!p->is_decode || p->is_decode[s]);
+}
+
 void qwi_cuda_plan_count(const qwi_plan *p, int32_t block_size, qwi_cuda_plan_counts *c) {
     memset(c, 0, sizeof *c);
     c->decode_only = p->num_seqs > 0;
     c->bt_stride = 1;
     for (int32_t s = 0; s < p->num_seqs; s++) {
         int32_t q = p->query_start[s + 1] - p->query_start[s];
-        if (q != 1) c->decode_only = false;
+        const bool dec = decode_seq(p, s, q);
+        if (!dec) c->decode_only = false;
         if (q > c->max_query_len) c->max_query_len = q;
         int32_t nb = QWI_DIV_UP(p->context_lens[s], block_size);
         if (nb > c->bt_stride) c->bt_stride = nb;
-        /* one-row sequences go to the decode kernel in every step, as
-         * they do alone (batch invariance); the rest to prefill tiles */
-        if (q == 1) c->num_decode_rows++;
+        /* decode rows go to the decode kernel in every step, as they do
+         * alone; prompt rows to prefill tiles, a chunk of one row too, as
+         * they do in a chunk of many (batch invariance, docs/cuda.md) */
+        if (dec) c->num_decode_rows++;
         else c->num_tiles += QWI_DIV_UP(q, QWI_CUDA_PREFILL_TILE);
         bool want = p->want_logits && p->want_logits[s];
         if ((p->do_sample[s] || want) && q > 0) {
@@ -156,6 +164,7 @@ void qwi_cuda_plan_layout_make(qwi_cuda_plan_layout *L, int32_t tpad, int32_t sp
     PUT(row_seq, 4 * (size_t)tpad);
     PUT(query_start, 4 * ((size_t)spad + 1));
     PUT(context_lens, 4 * (size_t)spad);
+    PUT(decode_seq, 4 * (size_t)spad);
     PUT(logit_rows, 4 * (size_t)lpad);
     PUT(logit_seq, 4 * (size_t)lpad);
     PUT(temperature, 4 * (size_t)lpad);
@@ -200,13 +209,16 @@ void qwi_cuda_plan_pack(const qwi_plan *p, const qwi_cuda_plan_counts *c,
     }
     int32_t *qs = (int32_t *)(d + L->query_start), *cl = (int32_t *)(d + L->context_lens);
     int32_t *bt = (int32_t *)(d + L->block_tables), *tiles = (int32_t *)(d + L->tiles);
+    int32_t *dseq = (int32_t *)(d + L->decode_seq);   /* padded seqs: 0 (memset) */
     int32_t nt = 0;
     for (int32_t s = 0; s < S; s++) {
         qs[s] = p->query_start[s];
         cl[s] = p->context_lens[s];
         const int32_t q0 = p->query_start[s], q1 = p->query_start[s + 1];
+        const bool dec = decode_seq(p, s, q1 - q0);
+        dseq[s] = dec;
         for (int32_t r = q0; r < q1; r++) rs[r] = s;
-        for (int32_t r = q0; q1 - q0 > 1 && r < q1; r += QWI_CUDA_PREFILL_TILE) {   /* as in plan_count */
+        for (int32_t r = q0; !dec && r < q1; r += QWI_CUDA_PREFILL_TILE) {   /* as in plan_count */
             tiles[2 * nt] = s;
             tiles[2 * nt + 1] = r;
             nt++;

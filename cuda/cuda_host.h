@@ -116,6 +116,7 @@ typedef struct qwi_cuda_plan_layout {
     size_t row_seq;            /* int32 [tpad]; padded rows: -1                 */
     size_t query_start;        /* int32 [spad+1]; padded seqs: empty at tokens  */
     size_t context_lens;       /* int32 [spad]; padded: 0                       */
+    size_t decode_seq;         /* int32 [spad]: 1 the decode kernel's; padded 0 */
     size_t logit_rows;         /* int32 [lpad]: row of logit row i (pad: 0)     */
     size_t logit_seq;          /* int32 [lpad]: seq of logit row i (pad: -1)    */
     size_t temperature;        /* float [lpad]                                  */
@@ -143,9 +144,9 @@ typedef struct qwi_cuda_plan_layout {
  * tiles of QWI_CUDA_PREFILL_TILE rows. */
 typedef struct qwi_cuda_plan_counts {
     int32_t bt_stride, num_logit_rows, num_banned, max_query_len;
-    int32_t num_tiles;         /* prefill tiles of the multi-row sequences      */
-    int32_t num_decode_rows;   /* one-row sequences (the decode kernel's)       */
-    bool decode_only;          /* every sequence has exactly one row            */
+    int32_t num_tiles;         /* prefill tiles of the prompt rows              */
+    int32_t num_decode_rows;   /* decode rows (the decode kernel's)             */
+    bool decode_only;          /* every sequence is one decode row              */
 } qwi_cuda_plan_counts;
 
 void qwi_cuda_plan_count(const qwi_plan *p, int32_t block_size, qwi_cuda_plan_counts *c);

@@ -74,6 +74,9 @@ typedef struct qwk_paged {
      * per element. */
     int32_t kv_fp8;
     float k_scale, v_scale;
+    /* [spad]: nonzero for the decode kernel's sequences (decode rows); NULL
+     * when left out of an initializer: every one-row sequence is. */
+    const int32_t *decode_seq;
 } qwk_paged;
 
 /* Allow the prefill attention kernel for head_dim its dynamic shared memory
@@ -88,10 +91,10 @@ cudaError_t qwk_attention_init(int head_dim);
 void qwk_prefill_attention(const qwk_paged *pg, const qwk_bf16 *q, const int32_t *tiles,
                            int32_t ntiles, qwk_bf16 *out, cudaStream_t stream);
 
-/* The sequences of seqs with exactly one query row this step (row
- * query_start[s]; every sequence of a decode step, the decode rows of a
- * mixed one), attending to context positions 0..context_lens[s]-1; rows of
- * other sequences are not touched. One block per (seq, kv head, split)
+/* The decode rows among seqs: each sequence with one query row this step
+ * (row query_start[s]) and pg->decode_seq[s] set (or no decode_seq),
+ * attending to context positions 0..context_lens[s]-1; rows of other
+ * sequences are not touched. One block per (seq, kv head, split)
  * holding all nh/nkv query heads of the group; a sequence's splits depend on
  * its context length alone (decode_splits.h), so its result does not depend
  * on the batch. A sequence of more than one split writes partials to part_o

@@ -39,6 +39,14 @@ typedef struct qwi_plan {
     const int32_t *block_tables;   /* [num_seqs][max_blocks_per_seq]            */
     int32_t max_blocks_per_seq;
 
+    /* [num_seqs] 1: seq i's one row is a generated token (a decode row); 0:
+     * its rows are prompt tokens - a prefill chunk, a 1-row one too - or a
+     * recomputation after preemption. A backend with separate prefill and
+     * decode attention routes by this, not by the row count, so a prompt
+     * token takes the same arithmetic in a chunk of one row as in a chunk
+     * of many (chunked == unchunked, cached == cold). NULL: every one-row
+     * sequence counts as a decode row. */
+    const uint8_t *is_decode;
     const uint8_t *do_sample;      /* [num_seqs] 1: sample after the last row   */
     const qwi_sampling *sampling;  /* [num_seqs] (read where do_sample)         */
     /* Optional logits copy-out: where want_logits[i], the pre-sampling logits

@@ -22,11 +22,12 @@ qw_status qwi_plan_buffers_init(qwi_plan_buffers *b, int32_t max_tokens, int32_t
     b->context_lens = malloc(ns * sizeof(int32_t));
     b->block_tables = malloc(ns * (size_t)max_blocks_per_seq * sizeof(int32_t));
     b->sampled = malloc(ns * sizeof(int32_t));
+    b->is_decode = malloc(ns);
     b->do_sample = malloc(ns);
     b->want_logits = malloc(ns);
     b->sampling = malloc(ns * sizeof(qwi_sampling));
     if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start || !b->context_lens ||
-        !b->block_tables || !b->sampled || !b->do_sample || !b->want_logits || !b->sampling) {
+        !b->block_tables || !b->sampled || !b->is_decode || !b->do_sample || !b->want_logits || !b->sampling) {
         qwi_plan_buffers_destroy(b);
         return qwi_fail(QW_ERR_OUT_OF_MEMORY, "plan buffers for %d tokens / %d sequences", max_tokens,
                         max_seqs);
@@ -42,6 +43,7 @@ void qwi_plan_buffers_destroy(qwi_plan_buffers *b) {
     free(b->context_lens);
     free(b->block_tables);
     free(b->sampled);
+    free(b->is_decode);
     free(b->do_sample);
     free(b->want_logits);
     free(b->sampling);
@@ -79,6 +81,7 @@ qwi_plan *qwi_plan_build(qwi_plan_buffers *b, const qwi_sched_output *out) {
         b->context_lens[i] = start + n;
         memcpy(b->block_tables + (size_t)i * (size_t)b->max_blocks_per_seq, seq->table.blocks,
                (size_t)seq->table.num_blocks * sizeof(int32_t));
+        b->is_decode[i] = (uint8_t)(n == 1 && start >= seq->num_prompt_tokens);
         b->do_sample[i] = (uint8_t)(start + n == seq->num_tokens);
         b->want_logits[i] = 0;
         b->sampled[i] = -1;
@@ -95,6 +98,7 @@ qwi_plan *qwi_plan_build(qwi_plan_buffers *b, const qwi_sched_output *out) {
     p->context_lens = b->context_lens;
     p->block_tables = b->block_tables;
     p->max_blocks_per_seq = b->max_blocks_per_seq;
+    p->is_decode = b->is_decode;
     p->do_sample = b->do_sample;
     p->sampling = b->sampling;
     p->want_logits = b->want_logits;

@@ -16,7 +16,7 @@ typedef struct qwi_plan_buffers {
     int32_t max_tokens, max_seqs, max_blocks_per_seq, block_size, vocab_size;
     int32_t *token_ids, *positions, *slot_mapping;
     int32_t *query_start, *context_lens, *block_tables, *sampled;
-    uint8_t *do_sample, *want_logits;
+    uint8_t *is_decode, *do_sample, *want_logits;
     qwi_sampling *sampling;
     float *logits;               /* [max_seqs * vocab], allocated on first need */
     /* logprobs.c: allocated on first need (qwi_logprobs_plan_seq) */

@@ -218,6 +218,9 @@ Test(cuda_host, plan_pack_layout) {
     cr_assert_eq(i32[2], 0); cr_assert_eq(i32[3], 64);
     cr_assert_eq(i32[4], 2); cr_assert_eq(i32[5], 71);
     cr_assert_eq(h->num_prefill_tiles, 3);
+    i32 = (const int32_t *)(buf + L.decode_seq);
+    cr_assert_eq(i32[0], 0); cr_assert_eq(i32[1], 1); cr_assert_eq(i32[2], 0);
+    cr_assert_eq(i32[3], 0);   /* padded seq */
     const int32_t *lr = (const int32_t *)(buf + L.logit_rows), *ls = (const int32_t *)(buf + L.logit_seq);
     cr_assert_eq(lr[0], 69); cr_assert_eq(ls[0], 0);
     cr_assert_eq(lr[1], 70); cr_assert_eq(ls[1], 1);
@@ -247,5 +250,26 @@ Test(cuda_host, plan_pack_layout) {
     cr_assert_eq(c.bt_stride, 2);
     cr_assert_eq(c.num_tiles, 0);
     cr_assert_eq(c.num_decode_rows, 2);
+
+    /* the engine's marks: seq 1's one row a prompt token (a 1-row chunk,
+     * e.g. the last of a cached prompt): the prefill kernel's, no graph */
+    uint8_t isd[2] = {1, 0};
+    d.is_decode = isd;
+    qwi_cuda_plan_count(&d, 16, &c);
+    cr_assert(!c.decode_only);
+    cr_assert_eq(c.num_tiles, 1);
+    cr_assert_eq(c.num_decode_rows, 1);
+    qwi_cuda_plan_layout_make(&L, 2, 2, 2, c.bt_stride, c.num_banned, c.num_tiles);
+    buf = malloc(L.total);
+    cr_assert_not_null(buf);
+    qwi_cuda_plan_pack(&d, &c, &L, buf);
+    i32 = (const int32_t *)(buf + L.decode_seq);
+    cr_assert_eq(i32[0], 1); cr_assert_eq(i32[1], 0);
+    i32 = (const int32_t *)(buf + L.tiles);
+    cr_assert_eq(i32[0], 1); cr_assert_eq(i32[1], 1);   /* (seq 1, row 1) */
+    free(buf);
+    isd[1] = 1;
+    qwi_cuda_plan_count(&d, 16, &c);
+    cr_assert(c.decode_only);
 }
 #endif

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <algorithm>
 #include <vector>
 
 extern "C" {
@@ -70,10 +71,50 @@ static void qwr_attention(const std::vector<uint16_t> &q, const std::vector<uint
 /* Which kernels a check runs: the prefill kernel over every sequence's rows
  * (one-row sequences too: it must handle them); the decode kernel alone
  * (every qlen 1); or both as the backend runs a step - prefill tiles for
- * sequences of 2+ rows, the decode kernel for the one-row ones - where
- * each one-row sequence is also run alone and must give the same bits
- * (batched == alone: its splits follow its context, not the batch). */
+ * the prompt chunks, the decode kernel for the decode rows (decode_seq) -
+ * where each decode row is also run alone and must give the same bits
+ * (batched == alone: its splits follow its context, not the batch), and
+ * each one-row prompt chunk (a sequence named in prompt1) must give the
+ * bits of its row in the whole prompt prefilled as one chunk (chunked ==
+ * unchunked, cached == cold). */
 enum att_mode { ATT_PREFILL, ATT_DECODE, ATT_STEP };
+
+/* A one-row prompt chunk (its q row at qrow of q, context ctx, block-table
+ * row bt) against the same row in the whole prompt prefilled as one chunk
+ * of ctx rows on the same cache (the other rows' q random): the number of
+ * output elements of that row whose bits differ from out's. */
+static long prompt_row_vs_whole(const qwk_paged &pg, const std::vector<uint16_t> &q, int qrow, int ctx,
+                                const int32_t *bt, int maxb, const std::vector<uint16_t> &out) {
+    const size_t w = (size_t)pg.nh * pg.hd;
+    std::vector<uint16_t> qf((size_t)ctx * w), got(w);
+    for (auto &x : qf) x = qwi_f32_to_bf16(frand());
+    memcpy(&qf[(size_t)(ctx - 1) * w], &q[(size_t)qrow * w], w * 2);
+    std::vector<int32_t> qs = {0, ctx}, cl = {ctx}, pos(ctx), tiles;
+    for (int i = 0; i < ctx; i++) pos[i] = i;
+    for (int i = 0; i < ctx; i += 64) { tiles.push_back(0); tiles.push_back(i); }
+    int32_t *dqs = dev<int32_t>(2), *dcl = dev<int32_t>(1), *dpos = dev<int32_t>(ctx), *dbt = dev<int32_t>(maxb),
+            *dt = dev<int32_t>(tiles.size());
+    uint16_t *dq = dev<uint16_t>(qf.size()), *dout = dev<uint16_t>(qf.size());
+    CK(cudaMemcpy(dqs, qs.data(), 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dcl, cl.data(), 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dpos, pos.data(), 4 * (size_t)ctx, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dbt, bt, 4 * (size_t)maxb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dt, tiles.data(), 4 * tiles.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dq, qf.data(), qf.size() * 2, cudaMemcpyHostToDevice));
+    qwk_paged p = pg;
+    p.query_start = dqs;
+    p.context_lens = dcl;
+    p.positions = dpos;
+    p.block_tables = dbt;
+    p.decode_seq = NULL;
+    qwk_prefill_attention(&p, dq, dt, (int)tiles.size() / 2, dout, 0);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(got.data(), dout + (size_t)(ctx - 1) * w, w * 2, cudaMemcpyDeviceToHost));
+    long diff = 0;
+    for (size_t i = 0; i < w; i++) diff += got[i] != out[(size_t)qrow * w + i];
+    cudaFree(dqs); cudaFree(dcl); cudaFree(dpos); cudaFree(dbt); cudaFree(dt); cudaFree(dq); cudaFree(dout);
+    return diff;
+}
 
 /* One attention check: nseq sequences, each with ctx[s] positions of which
  * the last qlen[s] are this step's query rows. A decode sequence splits by
@@ -84,7 +125,7 @@ enum att_mode { ATT_PREFILL, ATT_DECODE, ATT_STEP };
  * a scale, or read the bytes as another format, is off by far more than
  * the tolerance. The output starts as NaN, so a row no kernel wrote fails. */
 static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx, const std::vector<int> &qlen,
-                            att_mode mode, const char *tag, bool fp8 = false) {
+                            att_mode mode, const char *tag, bool fp8 = false, const std::vector<int> &prompt1 = {}) {
     const float ks = 0x1p-6f, vs = 0x1p-5f;
     const int bs = 16, S = (int)ctx.size(), G = nh / nkv;
     int T = 0, maxb = 1;
@@ -110,14 +151,15 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     /* block tables: a permutation, so pages are scattered */
     std::vector<int32_t> perm(nblocks);
     for (int i = 0; i < nblocks; i++) perm[i] = (i * 7919 + 3) % nblocks;
-    std::vector<int32_t> hdr(8, 0), qs(S + 1), cl(S), pos(T), bt((size_t)S * maxb, 0), tiles;
+    std::vector<int32_t> hdr(8, 0), qs(S + 1), cl(S), pos(T), bt((size_t)S * maxb, 0), tiles, dec(S);
     int used = 0, r = 0;
     for (int s = 0; s < S; s++) {
         qs[s] = r;
         cl[s] = ctx[s];
         for (int i = 0; i < (ctx[s] + bs - 1) / bs; i++) bt[(size_t)s * maxb + i] = perm[used++];
         for (int i = 0; i < qlen[s]; i++) pos[r + i] = ctx[s] - qlen[s] + i;
-        if (mode == ATT_PREFILL || qlen[s] > 1)
+        dec[s] = qlen[s] == 1 && std::find(prompt1.begin(), prompt1.end(), s) == prompt1.end();
+        if (mode == ATT_PREFILL || !dec[s])
             for (int i = 0; i < qlen[s]; i += 64) { tiles.push_back(s); tiles.push_back(r + i); }
         r += qlen[s];
     }
@@ -126,7 +168,7 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     const int32_t MS = QWI_CUDA_DECODE_MAX_SPLITS;
     uint16_t *dK = dev<uint16_t>(kvn), *dV = dev<uint16_t>(kvn), *dq = dev<uint16_t>(q.size()), *dout = dev<uint16_t>(q.size());
     int32_t *dh = dev<int32_t>(8), *dqs = dev<int32_t>(S + 1), *dcl = dev<int32_t>(S), *dpos = dev<int32_t>(T),
-            *dbt = dev<int32_t>(bt.size()), *dt = dev<int32_t>(tiles.size());
+            *dbt = dev<int32_t>(bt.size()), *dt = dev<int32_t>(tiles.size()), *ddec = dev<int32_t>(S);
     float *po = dev<float>((size_t)S * nh * MS * hd), *pl = dev<float>((size_t)S * nh * MS);
     if (fp8) {   /* the codes, packed at one byte an element, in the same buffers */
         CK(cudaMemcpy(dK, K8.data(), kvn, cudaMemcpyHostToDevice));
@@ -141,6 +183,7 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     CK(cudaMemcpy(dcl, cl.data(), 4 * S, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dpos, pos.data(), 4 * T, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dbt, bt.data(), 4 * bt.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ddec, dec.data(), 4 * S, cudaMemcpyHostToDevice));
     if (!tiles.empty()) CK(cudaMemcpy(dt, tiles.data(), 4 * tiles.size(), cudaMemcpyHostToDevice));
     CK(cudaMemset(dout, 0xff, q.size() * 2));   /* poison: NaN bf16 */
     qwk_paged pg = {dK, dV, dh, dqs, dcl, dpos, dbt, bs, nh, nkv, hd, (float)(1.0 / sqrt((double)hd))};
@@ -149,6 +192,7 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
         pg.k_scale = ks;
         pg.v_scale = vs;
     }
+    if (mode == ATT_STEP) pg.decode_seq = ddec;
     if (mode != ATT_DECODE) qwk_prefill_attention(&pg, dq, dt, (int)tiles.size() / 2, dout, 0);
     if (mode != ATT_PREFILL) qwk_decode_attention(&pg, dq, S, po, pl, dout, 0);
     CK(cudaGetLastError());
@@ -174,7 +218,8 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
         std::vector<uint16_t> got((size_t)nh * hd);
         CK(cudaMemcpy(qs1, qs1h, 8, cudaMemcpyHostToDevice));
         for (int s = 0; s < S; s++) {
-            if (qlen[s] != 1) continue;
+            if (qlen[s] == 1 && !dec[s]) alone_diff += prompt_row_vs_whole(pg, q, qs[s], ctx[s], &bt[(size_t)s * maxb], maxb, out);
+            if (!dec[s]) continue;
             CK(cudaMemcpy(cl1, &cl[s], 4, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(bt1, &bt[(size_t)s * maxb], 4 * (size_t)maxb, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(q1, &q[(size_t)qs[s] * nh * hd], (size_t)nh * hd * 2, cudaMemcpyHostToDevice));
@@ -182,6 +227,7 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
             p1.query_start = qs1;
             p1.context_lens = cl1;
             p1.block_tables = bt1;
+            p1.decode_seq = NULL;   /* alone: its one row is the decode row */
             qwk_decode_attention(&p1, q1, 1, po, pl, o1, 0);
             CK(cudaGetLastError());
             CK(cudaMemcpy(got.data(), o1, got.size() * 2, cudaMemcpyDeviceToHost));
@@ -223,11 +269,11 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     snprintf(name, sizeof name, "%s%s %s h%d/%d hd%d S%d", mode_name[mode], fp8 ? " fp8kv" : "", tag, nh, nkv, hd, S);
     report(name, sqrt(num / (den > 0 ? den : 1)), 2e-2);
     if (alone_diff >= 0) {   /* the count of differing elements, which must be 0 */
-        snprintf(name, sizeof name, "step%s %s h%d/%d S%d: decode alone==batched", fp8 ? " fp8kv" : "", tag, nh, nkv, S);
+        snprintf(name, sizeof name, "step%s %s h%d/%d S%d: alone==batched", fp8 ? " fp8kv" : "", tag, nh, nkv, S);
         report(name, (double)alone_diff, 0);
     }
     cudaFree(dK); cudaFree(dV); cudaFree(dq); cudaFree(dout); cudaFree(dh); cudaFree(dqs); cudaFree(dcl);
-    cudaFree(dpos); cudaFree(dbt); cudaFree(dt); cudaFree(po); cudaFree(pl);
+    cudaFree(dpos); cudaFree(dbt); cudaFree(dt); cudaFree(po); cudaFree(pl); cudaFree(ddec);
 }
 
 /* more rows than a grid's y dimension holds (65,535): every row written */
@@ -911,29 +957,30 @@ static void group_attention() {
     /* decode contexts of 1 split (<= 256 positions), 2 (257..512), 3 (..768) */
     check_attention(4, 2, 16, {1, 17, 300}, {1, 1, 1}, ATT_DECODE, "tiny");
     check_attention(4, 2, 16, {40, 9}, {40, 9}, ATT_PREFILL, "tiny");
-    /* a mixed step: prefill chunks beside decode rows of 1 and 2 splits */
-    check_attention(4, 2, 16, {40, 300, 9, 17}, {40, 1, 9, 1}, ATT_STEP, "tiny");
+    /* a mixed step: prefill chunks beside decode rows of 1 and 2 splits and
+     * a one-row prompt chunk (seq 4: the prefill kernel's) */
+    check_attention(4, 2, 16, {40, 300, 9, 17, 161}, {40, 1, 9, 1, 1}, ATT_STEP, "tiny", false, {4});
     /* fp8 (e4m3) cache: both kernels, split and unsplit decode */
     check_attention(4, 2, 16, {1, 17, 300}, {1, 1, 1}, ATT_DECODE, "tiny", true);
     check_attention(4, 2, 16, {40, 9}, {40, 9}, ATT_PREFILL, "tiny", true);
     check_attention(16, 8, 128, {1, 17, 600}, {1, 1, 1}, ATT_DECODE, "small", true);
     check_attention(16, 8, 128, {70, 16}, {70, 3}, ATT_PREFILL, "small", true);
-    check_attention(16, 8, 128, {70, 600, 16, 1}, {70, 1, 3, 1}, ATT_STEP, "small", true);
+    check_attention(16, 8, 128, {70, 600, 16, 1, 90}, {70, 1, 3, 1, 1}, ATT_STEP, "small", true, {4});
     if (small) {
         check_attention(16, 8, 128, {1, 17, 600}, {1, 1, 1}, ATT_DECODE, "small");
         check_attention(16, 8, 128, {70, 16}, {70, 3}, ATT_PREFILL, "small");
-        check_attention(16, 8, 128, {70, 600, 16, 1}, {70, 1, 3, 1}, ATT_STEP, "small");
+        check_attention(16, 8, 128, {70, 600, 16, 1, 90}, {70, 1, 3, 1, 1}, ATT_STEP, "small", false, {4});
         return;
     }
     check_attention(32, 8, 128, {33, 4097}, {1, 1}, ATT_DECODE, "splits", true);
     check_attention(40, 8, 128, {70, 16, 200, 5}, {70, 3, 64, 1}, ATT_PREFILL, "mixed/chunked", true);
-    check_attention(40, 8, 128, {70, 4097, 16, 200, 5, 1000}, {70, 1, 3, 64, 1, 1}, ATT_STEP, "mixed", true);
+    check_attention(40, 8, 128, {70, 4097, 16, 200, 5, 1000, 333}, {70, 1, 3, 64, 1, 1, 1}, ATT_STEP, "mixed", true, {6});
     const int cfgs[4][2] = {{16, 8}, {32, 8}, {40, 8}, {64, 8}};
     for (auto &c : cfgs) {
         check_attention(c[0], c[1], 128, {1, 15, 16, 17, 300, 2048}, {1, 1, 1, 1, 1, 1}, ATT_DECODE, "ragged");
         check_attention(c[0], c[1], 128, {33, 4097}, {1, 1}, ATT_DECODE, "splits");
         check_attention(c[0], c[1], 128, {70, 16, 200, 5}, {70, 3, 64, 1}, ATT_PREFILL, "mixed/chunked");
-        check_attention(c[0], c[1], 128, {70, 4097, 16, 200, 5, 1000}, {70, 1, 3, 64, 1, 1}, ATT_STEP, "mixed");
+        check_attention(c[0], c[1], 128, {70, 4097, 16, 200, 5, 1000, 333}, {70, 1, 3, 64, 1, 1, 1}, ATT_STEP, "mixed", false, {6});
     }
     check_attention(32, 8, 128, {32768}, {1}, ATT_DECODE, "ctx32K");
     check_attention(32, 8, 128, {32768}, {64}, ATT_PREFILL, "ctx32K-chunk");

@@ -41,7 +41,7 @@
  *   mixed with decode rows), cached == cold and preempted == not on the
  *   engine under test, within the parity tolerance; bit for bit for the
  *   variants --exact-invariants LIST names (batched,chunked,mixed,cached,
- *   preempted or all; for the --invariants arguments after it) and for
+ *   preempted, all, or none; for the --invariants arguments after it) and for
  *   every one with --device cpu ("INVARIANT NAME ..." lines;
  *   e2e_invariants.c).
  * --dump DIR: also write each engine's parity prompts, tokens and logits to

@@ -2,18 +2,21 @@
  * tests/gpu/e2e_invariants.c - e2e's --invariants NAME=DIR: the design's
  * scheduling invariants on the engine under test (the DUT), end to end:
  *
- *   batched   batched == alone: four prompts together, beside 12 short
+ *   batched   batched == alone: five prompts together, beside 11 short
  *             others (16 sequences a decode step: a batch at which a kernel
  *             sized by the batch - split-K over the context, a GEMM's tile
  *             choice - takes another shape than for one sequence), vs each
  *             on its own;
  *   chunked   chunked == unchunked: each prompt alone under a 32-token step
- *             budget, so it prefills in chunks of 32 that start mid-prompt;
- *   mixed     the four together under that budget: chunks of one prompt in
+ *             budget, so it prefills in chunks of 32 that start mid-prompt
+ *             (the 161-token prompt's last chunk is one row);
+ *   mixed     the five together under that budget: chunks of one prompt in
  *             the same steps as other prompts' decode rows;
- *   cached    cached == cold: a prompt whose first 160 tokens (10 blocks)
- *             are in the prefix cache from an earlier request;
- *   preempted preempted == not: the four in a KV pool too small for all of
+ *   cached    cached == cold: two prompts whose first 160 tokens (10 blocks)
+ *             are in the prefix cache from an earlier request, one with 20
+ *             more tokens to prefill, one with a single one (a chunk of one
+ *             row that is a prompt token, not a decode row);
+ *   preempted preempted == not: the five in a KV pool too small for all of
  *             them (the engine must preempt and recompute).
  *
  * These are the paths where a backend indexes its paged KV cache in every
@@ -49,14 +52,17 @@
 
 #include "e2e.h"
 
-#define IV_PROMPTS 4
+#define IV_PROMPTS 5
 #define IV_TOKENS 16
-#define IV_SHARED 160 /* prompt 1's prefix shared with prompt 0: 10 blocks of 16 */
-#define IV_FILLERS 12 /* the batched variant's other sequences, not compared */
+#define IV_SHARED 160 /* prefix shared with prompt 0 (IV_CACHED below): 10 blocks of 16 */
+#define IV_FILLERS 11 /* the batched variant's other sequences, not compared */
 
 const char *e2e_exact_invariants = "";
 
-static const int iv_lens[IV_PROMPTS] = {200, 180, 37, 1};
+/* IV_CACHED and IV_CACHED + 1 start with prompt 0's first IV_SHARED tokens;
+ * the second is prompt 0's first 161 */
+#define IV_CACHED 3
+static const int iv_lens[IV_PROMPTS] = {200, 37, 1, 180, 161};
 
 typedef e2e_seq iv_seq;
 
@@ -83,8 +89,8 @@ static int run_prompts(qw_engine *e, int32_t *const prompts[IV_PROMPTS], iv_seq 
     return e2e_run_greedy(e, prompts + first, iv_lens + first, n, IV_TOKENS, seq + first);
 }
 
-/* Runs the four prompts together with IV_FILLERS short random ones (3 to
- * 36 tokens) on e, the four into seq[0..4); 1 ok. The fillers' outputs are
+/* Runs the prompts together with IV_FILLERS short random ones (3 to 33
+ * tokens) on e, the prompts into seq[0..IV_PROMPTS); 1 ok. The fillers' outputs are
  * not compared: they are there to make the batch wide. */
 static int run_with_fillers(qw_engine *e, int32_t *const prompts[IV_PROMPTS], iv_seq seq[IV_PROMPTS]) {
     enum { N = IV_PROMPTS + IV_FILLERS };
@@ -183,15 +189,18 @@ static int variant(const char *name, const iv_variant *va, const char *dir, int3
     int ok, first = 0, n = IV_PROMPTS;
     if (prefix_cache) {
         /* prompt 0 first, alone: its full blocks go to the cache; then
-         * prompt 1, which starts with the same IV_SHARED tokens */
-        ok = run_prompts(e, prompts, got, 0, 1) && run_prompts(e, prompts, got, 1, 1);
-        first = 1, n = 1;
-        if (ok && got[1].cached_prompt_tokens < IV_SHARED) {
-            snprintf(extra, sizeof extra, "; only %llu prompt tokens came from the cache (want >= %d)",
-                     (unsigned long long)got[1].cached_prompt_tokens, IV_SHARED);
+         * the two that start with the same IV_SHARED tokens, each alone (the
+         * second has one token more: a one-row prompt chunk) */
+        ok = run_prompts(e, prompts, got, 0, 1) && run_prompts(e, prompts, got, IV_CACHED, 1) &&
+             run_prompts(e, prompts, got, IV_CACHED + 1, 1);
+        first = IV_CACHED, n = 2;
+        const unsigned long long c1 = got[IV_CACHED].cached_prompt_tokens,
+                                 c2 = got[IV_CACHED + 1].cached_prompt_tokens;
+        if (ok && (c1 < IV_SHARED || c2 < IV_SHARED)) {
+            snprintf(extra, sizeof extra, "; only %llu and %llu prompt tokens came from the cache (want >= %d)",
+                     c1, c2, IV_SHARED);
             ok = 0;
-        } else snprintf(extra, sizeof extra, "; %llu prompt tokens from the cache",
-                        (unsigned long long)got[1].cached_prompt_tokens);
+        } else snprintf(extra, sizeof extra, "; %llu and %llu prompt tokens from the cache", c1, c2);
     } else if (va->fillers) {
         ok = run_with_fillers(e, prompts, got);
         snprintf(extra, sizeof extra, "; beside %d other sequences", va->fillers);
@@ -232,9 +241,8 @@ int e2e_invariants(const char *name, const char *dir) {
         {"chunked==unchunked", "chunked", 0, 32, 0, 1, 0},
         {"mixed==alone", "mixed", 0, 32, 0, 0, 0},
         {"cached==cold", "cached", 1, 0, 0, 0, 0},
-        /* 16 blocks of 16: prompts 0, 2 and 3 start in 13 + 3 + 1 and grow
-         * to 14 + 4 + 2 (prompt 1 waits): the engine must preempt (twice on
-         * the CPU engine) */
+        /* 16 blocks of 16: prompt 0 alone takes 13 and grows to 14, the
+         * others wait or take the rest: the engine must preempt */
         {"preempted==not", "preempted", 0, 0, 16, 0, 0},
     };
     enum { NV = sizeof variants / sizeof variants[0] };
@@ -255,7 +263,8 @@ int e2e_invariants(const char *name, const char *dir) {
         prompts[i] = malloc(sizeof(int32_t) * (size_t)iv_lens[i]);
         if (prompts[i]) e2e_random_prompt(prompts[i], iv_lens[i], V);
     }
-    memcpy(prompts[1], prompts[0], sizeof(int32_t) * IV_SHARED);
+    memcpy(prompts[IV_CACHED], prompts[0], sizeof(int32_t) * IV_SHARED);
+    memcpy(prompts[IV_CACHED + 1], prompts[0], sizeof(int32_t) * (size_t)iv_lens[IV_CACHED + 1]);
 
     /* the reference: each prompt alone, prefix caching off */
     iv_seq ref[IV_PROMPTS];
