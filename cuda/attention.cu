@@ -314,13 +314,13 @@ void qwk_prefill_attention(const qwk_paged *pg, const qwk_bf16 *q, const int32_t
 /* ---- decode -------------------------------------------------------------- */
 
 #define DC_CK 128      /* context positions per chunk */
+#define DC_MAXG 8
 
 /* Whether seq (its first row at row) is the decode kernel's: one row, and
  * marked a decode row where the plan marks them (kernels.h). */
 static __device__ __forceinline__ bool is_decode_seq(const qwk_paged &pg, int seq, int row) {
     return pg.query_start[seq + 1] - row == 1 && (!pg.decode_seq || pg.decode_seq[seq]);
 }
-#define DC_MAXG 8
 
 template <int HD, typename KV>
 __global__ void __launch_bounds__(128)
