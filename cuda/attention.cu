@@ -500,13 +500,14 @@ static void launch_decode(const qwk_paged *pg, const qwk_bf16 *q, dim3 grid, flo
         decode_attention_kernel<HD, qwk_bf16><<<grid, 128, 0, stream>>>(*pg, q, part_o, part_lse, out);
 }
 
-void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, float *part_o, float *part_lse,
-                          qwk_bf16 *out, cudaStream_t stream) {
+void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, int32_t max_splits, float *part_o,
+                          float *part_lse, qwk_bf16 *out, cudaStream_t stream) {
     if (seqs <= 0) return;
-    /* every sequence gets the most splits' blocks: the grid stays the same
-     * from step to step (graphs replay it) and a block past its sequence's
-     * splits returns at once */
-    dim3 grid(seqs, pg->nkv, QWI_CUDA_DECODE_MAX_SPLITS);
+    if (max_splits < 1) max_splits = 1;
+    if (max_splits > QWI_CUDA_DECODE_MAX_SPLITS) max_splits = QWI_CUDA_DECODE_MAX_SPLITS;
+    /* every sequence gets max_splits blocks; a block past its sequence's
+     * own splits returns at once */
+    dim3 grid(seqs, pg->nkv, max_splits);
     switch (pg->hd) {
     case 16: launch_decode<16>(pg, q, grid, part_o, part_lse, out, stream); break;
     case 32: launch_decode<32>(pg, q, grid, part_o, part_lse, out, stream); break;
@@ -514,5 +515,7 @@ void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, 
     case 128: launch_decode<128>(pg, q, grid, part_o, part_lse, out, stream); break;
     default: return;
     }
-    merge_splits_kernel<<<dim3(seqs, pg->nh), pg->hd < 128 ? pg->hd : 128, 0, stream>>>(*pg, part_o, part_lse, out);
+    if (max_splits > 1)
+        merge_splits_kernel<<<dim3(seqs, pg->nh), pg->hd < 128 ? pg->hd : 128, 0, stream>>>(*pg, part_o, part_lse,
+                                                                                           out);
 }

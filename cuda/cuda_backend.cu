@@ -554,6 +554,7 @@ static qw_status setup_kv(cu_backend *b) {
 typedef struct step {
     qwi_cuda_plan_layout L;
     int32_t tpad, spad, lpad, ntiles;
+    int32_t decode_splits;   /* qwk_decode_attention's max_splits             */
     bool decode;        /* every sequence a decode row: the decode kernel   */
     bool decode_rows;   /* a mixed step with decode rows among its chunks   */
 } step;
@@ -641,7 +642,7 @@ static qw_status run_model(cu_backend *b, const step *s) {
          * the prefill kernel, so a row gets the bits it gets alone */
         if (!s->decode) qwk_prefill_attention(&pg, b->q, DP(int32_t, L->tiles), s->ntiles, b->att, b->stream);
         if (s->decode || s->decode_rows)
-            qwk_decode_attention(&pg, b->q, s->spad, b->part_o, b->part_lse, b->att, b->stream);
+            qwk_decode_attention(&pg, b->q, s->spad, s->decode_splits, b->part_o, b->part_lse, b->att, b->stream);
         if ((st = linear(b, b->att, Ly->wo, &Ly->qo, b->delta, T, H, qd)) != QW_OK) return st;
         qwk_add_rmsnorm(b->x, b->delta, NULL, Ly->post_norm, T, H, eps, b->h, b->stream);
         if ((st = linear(b, b->h, Ly->wgu, &Ly->qgu, b->gu, T, 2 * I, H)) != QW_OK) return st;
@@ -818,6 +819,7 @@ static qw_status cu_forward(qwi_backend *base, const qwi_plan *p) {
         s.decode = true;
         s.tpad = s.spad = s.lpad = B;
         s.ntiles = 0;
+        s.decode_splits = QWI_CUDA_DECODE_MAX_SPLITS;   /* the graph outlives this step's contexts */
         qwi_cuda_plan_layout_make(&s.L, B, B, B, cnt.bt_stride, GRAPH_BANNED_CAP, 1);
     } else {
         if (cnt.num_banned > EAGER_BANNED_CAP)
@@ -828,6 +830,7 @@ static qw_status cu_forward(qwi_backend *base, const qwi_plan *p) {
         s.lpad = cnt.num_logit_rows;
         s.ntiles = cnt.num_tiles;
         s.decode_rows = cnt.num_decode_rows > 0;
+        s.decode_splits = qwi_cuda_decode_splits(cnt.max_decode_ctx);
         qwi_cuda_plan_layout_make(&s.L, s.tpad, s.spad, s.lpad, cnt.bt_stride, cnt.num_banned, cnt.num_tiles);
     }
     if (s.L.total > b->plan_cap)

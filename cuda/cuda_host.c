@@ -133,7 +133,10 @@ void qwi_cuda_plan_count(const qwi_plan *p, int32_t block_size, qwi_cuda_plan_co
         /* decode rows go to the decode kernel in every step, as they do
          * alone; prompt rows to prefill tiles, a chunk of one row too, as
          * they do in a chunk of many (batch invariance, docs/cuda.md) */
-        if (dec) c->num_decode_rows++;
+        if (dec) {
+            c->num_decode_rows++;
+            if (p->context_lens[s] > c->max_decode_ctx) c->max_decode_ctx = p->context_lens[s];
+        }
         else c->num_tiles += QWI_DIV_UP(q, QWI_CUDA_PREFILL_TILE);
         bool want = p->want_logits && p->want_logits[s];
         if ((p->do_sample[s] || want) && q > 0) {

@@ -146,6 +146,7 @@ typedef struct qwi_cuda_plan_counts {
     int32_t bt_stride, num_logit_rows, num_banned, max_query_len;
     int32_t num_tiles;         /* prefill tiles of the prompt rows              */
     int32_t num_decode_rows;   /* decode rows (the decode kernel's)             */
+    int32_t max_decode_ctx;    /* longest context among the decode rows         */
     bool decode_only;          /* every sequence is one decode row              */
 } qwi_cuda_plan_counts;
 

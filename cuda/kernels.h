@@ -99,9 +99,14 @@ void qwk_prefill_attention(const qwk_paged *pg, const qwk_bf16 *q, const int32_t
  * its context length alone (decode_splits.h), so its result does not depend
  * on the batch. A sequence of more than one split writes partials to part_o
  * [seqs][nh][QWI_CUDA_DECODE_MAX_SPLITS][hd] and part_lse [seqs][nh][same],
- * merged by log-sum-exp in split order. */
-void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, float *part_o, float *part_lse,
-                          qwk_bf16 *out, cudaStream_t stream);
+ * merged by log-sum-exp in split order. max_splits: at least the splits of
+ * the longest context among them (qwi_cuda_decode_splits), clamped to
+ * [1, QWI_CUDA_DECODE_MAX_SPLITS]; the grid's split dimension, so a step of
+ * short contexts launches no empty split blocks and, at 1, no merge. A
+ * graph replayed for growing contexts passes the maximum. The result does
+ * not depend on it. */
+void qwk_decode_attention(const qwk_paged *pg, const qwk_bf16 *q, int32_t seqs, int32_t max_splits, float *part_o,
+                          float *part_lse, qwk_bf16 *out, cudaStream_t stream);
 
 /* Copy K/V blocks src[i] -> dst[i] (device int32 arrays of n) in every
  * plane of the pool: planes (2 * layers) of plane_bytes, blocks of

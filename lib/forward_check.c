@@ -20,7 +20,6 @@ static bool wants_sampled(const qwi_plan *p, int32_t i) {
 
 void qwi_forward_check_arm(const qwi_plan *p) {
     for (int32_t i = 0; i < p->num_seqs; i++) {
-        p->sampled[i] = UNWRITTEN;
         if (wants_sampled(p, i)) p->logprobs_out[(size_t)i * QWI_LP_STRIDE].token = UNWRITTEN;
         if (!wants_prompt(p, i)) continue;
         for (int32_t r = p->query_start[i]; r < p->query_start[i + 1]; r++)

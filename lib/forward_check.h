@@ -12,8 +12,9 @@
  *   - every sequence that samples got a token in [0, vocab);
  *   - every logprobs row that was asked for (sampled rows and marked prompt
  *     rows) was written: its first pair names the row's target (the sampled
- *     token, the prompt token), its logprob is a number <= 0, and its top
- *     pairs name tokens in [0, vocab) with logprobs <= 0.
+ *     token, the prompt token), its top pairs name tokens in [0, vocab), and
+ *     no logprob is above 0 (NaN passes: NaN logits give NaN logprobs by
+ *     qwi_logprobs_row's definition).
  *
  * A failed check is QW_ERR_INTERNAL with the sequence or row and the value
  * in qw_last_error(): the engine then fails the step's requests as for a
@@ -28,9 +29,9 @@
 
 #include "backend.h"
 
-/* Before forward(): sampled[i] = -1 for every sequence, and the first pair
- * of every logprobs row the plan asks for gets token -1 (no target is
- * negative). Touches nothing else. */
+/* Before forward(): the first pair of every logprobs row the plan asks for
+ * gets token -1 (no target is negative). sampled[] needs no arming:
+ * qwi_plan_build starts it at -1. Touches nothing else. */
 void qwi_forward_check_arm(const qwi_plan *p);
 
 /* After forward() returned QW_OK: QW_OK when every output the plan asked

@@ -62,6 +62,14 @@ static void backend_writes(fixture *f) {
     qwi_logprobs_row(logits, V, 6, 1, f->plp_out + 3 * W);
 }
 
+/* A step as a correct backend leaves it. */
+static void fixture_written(fixture *f) {
+    fixture_init(f);
+    for (int i = 0; i < 3; i++) f->sampled[i] = -1;   /* as qwi_plan_build leaves it */
+    qwi_forward_check_arm(&f->p);
+    backend_writes(f);
+}
+
 static void expect_internal(const fixture *f, const char *needle) {
     cr_assert_eq(qwi_forward_check(&f->p, V, "test"), QW_ERR_INTERNAL);
     cr_assert(strstr(qw_last_error(), needle) != NULL, "message '%s' lacks '%s'", qw_last_error(), needle);
@@ -75,7 +83,7 @@ Test(forward_check, arms_only_what_is_asked) {
     for (int i = 0; i < 3 * W; i++) f.lp_out[i].token = 42;
     for (int i = 0; i < 5 * W; i++) f.plp_out[i].token = 42;
     qwi_forward_check_arm(&f.p);
-    for (int i = 0; i < 3; i++) cr_assert_eq(f.sampled[i], -1);
+    for (int i = 0; i < 3; i++) cr_assert_eq(f.sampled[i], 99);   /* qwi_plan_build's, not the arm's */
     cr_assert_eq(f.lp_out[0].token, -1);
     cr_assert_eq(f.lp_out[1].token, 42);      /* top pairs untouched */
     cr_assert_eq(f.lp_out[2 * W].token, 42);  /* seq 2 asked for no logprobs */
@@ -87,9 +95,7 @@ Test(forward_check, arms_only_what_is_asked) {
 
 Test(forward_check, written_outputs_pass) {
     fixture f;
-    fixture_init(&f);
-    qwi_forward_check_arm(&f.p);
-    backend_writes(&f);
+    fixture_written(&f);
     cr_assert_eq(qwi_forward_check(&f.p, V, "test"), QW_OK, "%s", qw_last_error());
     /* a NaN row is NaN by qwi_logprobs_row's definition: allowed */
     f.plp_out[2 * W].logprob = NAN;
@@ -101,9 +107,7 @@ Test(forward_check, written_outputs_pass) {
 
 Test(forward_check, sampled_token_out_of_range) {
     fixture f;
-    fixture_init(&f);
-    qwi_forward_check_arm(&f.p);
-    backend_writes(&f);
+    fixture_written(&f);
     f.sampled[2] = V;
     expect_internal(&f, "sequence 2 of the step sampled token 8, outside [0, 8)");
     f.sampled[2] = -1;   /* never written */
@@ -112,23 +116,17 @@ Test(forward_check, sampled_token_out_of_range) {
 
 Test(forward_check, skipped_logprob_passes) {
     fixture f;
-    fixture_init(&f);
-    qwi_forward_check_arm(&f.p);
-    backend_writes(&f);
+    fixture_written(&f);
     f.plp_out[3 * W].token = -1;   /* the second prompt row's pass never ran */
     expect_internal(&f, "logprobs of prompt row 3 were not computed");
-    fixture_init(&f);
-    qwi_forward_check_arm(&f.p);
-    backend_writes(&f);
+    fixture_written(&f);
     f.lp_out[0].token = 4;         /* a row reduced for another token */
     expect_internal(&f, "sampled row of sequence 0 were not computed (first pair names token 4, want 3)");
 }
 
 Test(forward_check, top_pairs_and_values) {
     fixture f;
-    fixture_init(&f);
-    qwi_forward_check_arm(&f.p);
-    backend_writes(&f);
+    fixture_written(&f);
     f.lp_out[2].token = V;         /* second top pair */
     expect_internal(&f, "top logprob 2 of the sampled row of sequence 0 names token 8");
     backend_writes(&f);

@@ -194,7 +194,7 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
     }
     if (mode == ATT_STEP) pg.decode_seq = ddec;
     if (mode != ATT_DECODE) qwk_prefill_attention(&pg, dq, dt, (int)tiles.size() / 2, dout, 0);
-    if (mode != ATT_PREFILL) qwk_decode_attention(&pg, dq, S, po, pl, dout, 0);
+    if (mode != ATT_PREFILL) qwk_decode_attention(&pg, dq, S, QWI_CUDA_DECODE_MAX_SPLITS, po, pl, dout, 0);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> out(q.size());
@@ -228,7 +228,9 @@ static void check_attention(int nh, int nkv, int hd, const std::vector<int> &ctx
             p1.context_lens = cl1;
             p1.block_tables = bt1;
             p1.decode_seq = NULL;   /* alone: its one row is the decode row */
-            qwk_decode_attention(&p1, q1, 1, po, pl, o1, 0);
+            /* alone with the grid its own context needs (the batch used the
+             * most): the grid's split dimension must not change the bits */
+            qwk_decode_attention(&p1, q1, 1, qwi_cuda_decode_splits(ctx[s]), po, pl, o1, 0);
             CK(cudaGetLastError());
             CK(cudaMemcpy(got.data(), o1, got.size() * 2, cudaMemcpyDeviceToHost));
             for (size_t i = 0; i < got.size(); i++) alone_diff += got[i] != out[(size_t)qs[s] * nh * hd + i];
@@ -912,11 +914,12 @@ static void bench_decode_attention(double copy_gbs, int S, int ctx, const char *
     for (int fp8 = 0; fp8 < 2; fp8++) {
         qwk_paged pg = {p.k, p.v, p.hdr, p.qs, p.cl, p.pos, p.bt, 16, 32, 8, 128, (float)(1.0 / sqrt(128.0)),
                         fp8, 1.f, 1.f};
-        for (int i = 0; i < 3; i++) qwk_decode_attention(&pg, p.q, S, p.po, p.pl, p.out, 0);
+        const int splits = qwi_cuda_decode_splits(ctx);
+        for (int i = 0; i < 3; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
         CK(cudaGetLastError());
         cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
         cudaEventRecord(e0);
-        for (int i = 0; i < 20; i++) qwk_decode_attention(&pg, p.q, S, p.po, p.pl, p.out, 0);
+        for (int i = 0; i < 20; i++) qwk_decode_attention(&pg, p.q, S, splits, p.po, p.pl, p.out, 0);
         cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
         float ms; cudaEventElapsedTime(&ms, e0, e1);
         double bytes = (double)S * ctx * 8 * 128 * 2 * (fp8 ? 1 : 2);   /* K and V, bf16 or e4m3 */

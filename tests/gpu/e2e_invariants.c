@@ -66,7 +66,6 @@ static const int iv_lens[IV_PROMPTS] = {200, 37, 1, 180, 161};
 
 typedef e2e_seq iv_seq;
 
-static void free_seqs(iv_seq *s, int n) { e2e_seq_free(s, n); }
 
 /* One variant: its name, its key in --exact-invariants and its engine. */
 typedef struct {
@@ -216,7 +215,7 @@ static int variant(const char *name, const iv_variant *va, const char *dir, int3
     }
     int pass = compare(ref, got, first, n, ptol, exact, why, sizeof why) && ok;
     printf("INVARIANT %s %-20s %s %s%s\n", name, what, pass ? "PASS" : "FAIL", why, extra);
-    free_seqs(got, IV_PROMPTS);
+    e2e_seq_free(got, IV_PROMPTS);
     qw_engine_destroy(e);
     return pass;
 }
@@ -282,7 +281,7 @@ int e2e_invariants(const char *name, const char *dir) {
     }
     printf("e2e: invariants %s: %.2f s on %s\n", name, e2e_now_s() - t0, e2e_dut);
     printf("INVARIANTS %s %s %d/%d\n", name, npass == NV ? "PASS" : "FAIL", npass, (int)NV);
-    free_seqs(ref, IV_PROMPTS);
+    e2e_seq_free(ref, IV_PROMPTS);
     for (int i = 0; i < IV_PROMPTS; i++) free(prompts[i]);
     return npass == NV;
 }
