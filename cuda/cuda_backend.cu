@@ -37,6 +37,7 @@ extern "C" {
 #include "quant_host.h"
 }
 #include "decode_splits.h"
+#include "fp8_block.h"
 #include "gemm.h"
 #include "kernels.h"
 #include "quant.h"
@@ -73,6 +74,14 @@ typedef struct cu_backend {
     cu_layer *layers;
     qwk_bf16 *embed, *lm_head;  /* lm_head NULL where the head is quantized  */
     qwk_qlinear qhead;          /* fmt QWK_Q_NONE where the head is bf16   */
+    bool fp8_gemm;              /* FP8 linears in 128 x 128 blocks take the
+                                   block-scaled GEMM over QWK_QGEMV_MAX_M rows
+                                   (fp8_block.h): sm_90, not turned off    */
+    int fp8_refused;            /* cuBLAS status of the first refusal of that
+                                   GEMM (then every step dequantizes); 0 none */
+    int32_t fp8_kmax;           /* widest k among them (0: none)           */
+    uint8_t *xq;                /* their activations: e4m3 [tmax4][fp8_kmax] */
+    float *xs;                  /*   and scales [fp8_kmax/128][tmax4]       */
     float *final_norm;
     double *inv_freq;
 
@@ -119,6 +128,8 @@ static void cu_destroy(qwi_backend *base) {
     qwk_gemm_destroy(b->gemm);
     cudaFree(b->wmem);
     cudaFree(b->amem);
+    cudaFree(b->xq);
+    cudaFree(b->xs);
     cudaFree(b->kv);
     cudaFree(b->d_plan);
     cudaFreeHost(b->h_plan);
@@ -271,10 +282,16 @@ static qw_status group_format(const qwi_layer *ml, int l, const lin_group *g, qw
     return QW_OK;
 }
 
+/* Bytes of ql's block-scale grid (0 unless grid_ld is set). */
+static size_t grid_bytes(const qwk_qlinear *ql) {
+    return (size_t)(ql->n / QWI_CUDA_FP8_BLOCK) * (size_t)ql->grid_ld * 4;
+}
+
 /* Device bytes of a quantized linear in quant.h's layout. */
 static size_t qlinear_bytes(const qwk_qlinear *ql) {
     const size_t sg = (size_t)ql->n * (size_t)ql->ngroups * 4;
-    return al256(qwk_qcode_bytes(ql->fmt, ql->n, ql->k)) + al256(sg) + (ql->fmt != QWK_Q_E4M3 ? al256(sg) : 0);
+    return al256(qwk_qcode_bytes(ql->fmt, ql->n, ql->k)) + al256(sg) + (ql->fmt != QWK_Q_E4M3 ? al256(sg) : 0) +
+           al256(grid_bytes(ql));
 }
 
 /* Device bytes of group g in the form ql (bf16, or quant.h's layout). */
@@ -316,6 +333,10 @@ static void group_take(char **p, qwk_qlinear *ql) {
         ql->zeros = (const float *)*p;
         *p += al256(sg);
     }
+    if (ql->grid_ld) {
+        ql->grid = (const float *)*p;
+        *p += al256(grid_bytes(ql));
+    }
 }
 
 /* Host staging of at least bytes in u. */
@@ -327,13 +348,10 @@ static qw_status stage(uploader *u, size_t bytes, const char *what) {
     return u->host ? QW_OK : qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: staging %zu bytes for %s", bytes, what);
 }
 
-/* Upload the quantized linears ws[0..nl) (rows[i] output rows each, the
- * same k) into ql's device layout: qwi_qweight_unpack_rows in chunks of
- * rows, U4 codes packed two per byte on the host, each linear at its row
- * offset of the fused weight. Adds the source tensors' bytes to the
- * progress. what names the first linear in messages. */
-static qw_status upload_qlinears(uploader *u, const qwi_qweight *const *ws, const size_t *rows_of, int nl,
-                                 const qwk_qlinear *ql, const char *what) {
+/* upload_qlinears' rows; *grid_ok cleared when a row's scales break the
+ * 128 x 128 blocks (grid NULL: no grid). */
+static qw_status upload_qrows(uploader *u, const qwi_qweight *const *ws, const size_t *rows_of, int nl,
+                              const qwk_qlinear *ql, const char *what, float *grid, bool *grid_ok) {
     const size_t K = (size_t)ql->k, G = (size_t)ql->ngroups;
     const size_t row_host = 8 * G + K;   /* scales, zeros, codes */
     size_t chunk = (16u << 20) / row_host;
@@ -352,6 +370,8 @@ static qw_status upload_qlinears(uploader *u, const qwi_qweight *const *ws, cons
             uint8_t *codes = (uint8_t *)(zp + rows * G);
             qwi_cuda_qpack_rows(w, (int64_t)r0, (int64_t)(r0 + rows), codes, sc, zp);
             const size_t r = off + r0;
+            if (grid && *grid_ok)
+                *grid_ok = qwi_cuda_fp8_grid_rows(grid, ql->grid_ld, (int64_t)r, (int64_t)rows, sc, (int64_t)G);
             CK(cudaMemcpy((uint8_t *)ql->codes + qwk_qcode_bytes(ql->fmt, (int64_t)r, ql->k), codes,
                           qwk_qcode_bytes(ql->fmt, (int64_t)rows, ql->k), cudaMemcpyHostToDevice), "weight upload");
             CK(cudaMemcpy((float *)ql->scales + r * G, sc, rows * G * 4, cudaMemcpyHostToDevice), "weight upload");
@@ -366,8 +386,35 @@ static qw_status upload_qlinears(uploader *u, const qwi_qweight *const *ws, cons
     return QW_OK;
 }
 
+/* Upload the quantized linears ws[0..nl) (rows[i] output rows each, the
+ * same k) into ql's device layout: qwi_qweight_unpack_rows in chunks of
+ * rows, U4 codes packed two per byte on the host, each linear at its row
+ * offset of the fused weight. Where ql has a block-scale grid, it is
+ * gathered from the rows' scales and uploaded too, or - the scales not
+ * constant over the fused rows' 128 x 128 blocks - dropped (ql->grid NULL:
+ * this linear dequantizes). Adds the source tensors' bytes to the
+ * progress. what names the first linear in messages. */
+static qw_status upload_qlinears(uploader *u, const qwi_qweight *const *ws, const size_t *rows_of, int nl,
+                                 qwk_qlinear *ql, const char *what) {
+    float *grid = NULL;
+    bool grid_ok = ql->grid_ld > 0;
+    if (grid_ok && !(grid = (float *)calloc(grid_bytes(ql), 1)))
+        return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: FP8 block-scale grid of %s", what);
+    qw_status st = upload_qrows(u, ws, rows_of, nl, ql, what, grid, &grid_ok);
+    if (st == QW_OK && grid) {
+        if (grid_ok) {
+            cudaError_t e = cudaMemcpy((void *)ql->grid, grid, grid_bytes(ql), cudaMemcpyHostToDevice);
+            if (e != cudaSuccess) st = cu_fail(e, "weight upload");
+        } else {
+            ql->grid = NULL;
+        }
+    }
+    free(grid);
+    return st;
+}
+
 /* upload_qlinears of group g of layer ml. */
-static qw_status upload_qgroup(uploader *u, const qwi_layer *ml, const lin_group *g, const qwk_qlinear *ql) {
+static qw_status upload_qgroup(uploader *u, const qwi_layer *ml, const lin_group *g, qwk_qlinear *ql) {
     const qwi_qweight *ws[3];
     for (int i = 0; i < g->nl; i++) ws[i] = &ml->quant[g->lin[i]];
     return upload_qlinears(u, ws, g->rows, g->nl, ql, LIN_NAMES[g->lin[0]]);
@@ -395,6 +442,8 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
         for (int gi = 0; gi < 4; gi++) {
             qw_status st = group_format(&m->layers[l], l, &grp[gi], ql[gi]);
             if (st != QW_OK) return st;
+            if (b->fp8_gemm && qwi_cuda_fp8_block_shape(ql[gi]->fmt, ql[gi]->n, ql[gi]->k, ql[gi]->group_k))
+                ql[gi]->grid_ld = (int32_t)qwi_cuda_fp8_grid_ld(ql[gi]->k);
             total += group_bytes(&grp[gi], ql[gi]);
             if (ql[gi]->fmt != QWK_Q_NONE) scratch = QWI_MAX(scratch, group_rows(&grp[gi]) * grp[gi].k * 2);
         }
@@ -490,7 +539,9 @@ static qw_status setup_activations(cu_backend *b) {
     const qwi_config *c = &b->cfg;
     const size_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim, V = c->vocab_size;
     const size_t qd = (size_t)c->num_heads * hd, kvd = (size_t)c->num_kv_heads * hd;
-    const size_t T = b->tmax, Lr = b->lmax;
+    /* rows: the block-scaled FP8 GEMM writes its outputs (qkv, delta, gu)
+     * for the step's rows rounded up to 4 (fp8_block.h) */
+    const size_t T = (size_t)qwk_fp8_rows(b->tmax), Lr = b->lmax;
     /* decode partials: every sequence of the widest step (a graph bucket
      * or max_num_seqs) may split as far as its context allows */
     const size_t splits_rows = (size_t)QWI_MAX(b->smax, b->buckets[b->nbuckets - 1]) * QWI_CUDA_DECODE_MAX_SPLITS;
@@ -523,6 +574,17 @@ static qw_status setup_activations(cu_backend *b) {
     CK(cudaMallocHost(&b->h_plan, b->plan_cap), "pinned plan buffer");
     CK(cudaMallocHost((void **)&b->h_sampled, (size_t)b->lmax * 4), "pinned sample buffer");
     if (qwk_gemm_create(b->ws, &b->gemm) != 0) return qwi_fail(QW_ERR_INTERNAL, "cuda: cublasLtCreate failed");
+    /* the FP8 linears' quantized activations, for the widest of them */
+    for (int l = 0; l < c->num_layers; l++) {
+        const cu_layer *Ly = &b->layers[l];
+        const qwk_qlinear *ql[4] = {&Ly->qqkv, &Ly->qo, &Ly->qgu, &Ly->qd};
+        for (int i = 0; i < 4; i++)
+            if (ql[i]->grid) b->fp8_kmax = QWI_MAX(b->fp8_kmax, ql[i]->k);
+    }
+    if (b->fp8_kmax) {
+        CK(cudaMalloc((void **)&b->xq, T * (size_t)b->fp8_kmax), "FP8 activation allocation");
+        CK(cudaMalloc((void **)&b->xs, T * (size_t)(b->fp8_kmax / QWK_FP8_GROUP) * 4), "FP8 activation allocation");
+    }
     return QW_OK;
 }
 
@@ -568,14 +630,28 @@ static qw_status gemm(cu_backend *b, const void *x, const void *w, void *y, int 
 }
 
 /* y f32 [M][N] = x bf16 [M][K] times linear (w, q)^T: w's bf16 GEMM when q
- * is plain; else the fused GEMV for decode-sized M, or q dequantized into
- * the scratch weight and the bf16 GEMM (capturable either way). */
+ * is plain; else the fused GEMV for decode-sized M; else, for an FP8
+ * linear in 128 x 128 blocks, x quantized per 1 x 128 group and the
+ * block-scaled FP8 GEMM (fp8_block.h; y needs qwk_fp8_rows(M) rows); else
+ * q dequantized into the scratch weight and the bf16 GEMM. Capturable
+ * every way. Should cuBLASLt refuse the FP8 GEMM, this and every later
+ * step dequantize instead (b->fp8_refused keeps its status). */
 static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, const qwk_qlinear *q, float *y,
                         int32_t M, int32_t N, int32_t K) {
     if (q->fmt == QWK_Q_NONE) return gemm(b, x, w, y, 1, M, N, K);
     if (M <= QWK_QGEMV_MAX_M) {
         qwk_qgemv(x, M, q, y, N, b->stream);
         return QW_OK;
+    }
+    if (q->grid && !b->fp8_refused) {
+        const int32_t M4 = qwk_fp8_rows(M);
+        qwk_fp8_quant_act(x, M, K, b->xq, b->xs, b->stream);
+        int st = qwk_gemm_run_fp8(b->gemm, b->stream, b->xq, b->xs, q->codes, q->grid, y, M4, N, K);
+        if (st == 0) return QW_OK;
+        if (!qwk_gemm_refused(st))
+            return qwi_fail(QW_ERR_INTERNAL, "cuda: block-scaled FP8 cublasLtMatmul %dx%dx%d failed (status %d)", M4,
+                            N, K, st);
+        b->fp8_refused = st;
     }
     qwk_qdequant(q, b->qscratch, b->stream);
     return gemm(b, x, b->qscratch, y, 1, M, N, K);
@@ -926,6 +1002,9 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
                         "cuda: QW_OPT_KV_CACHE_DTYPE %s is not supported by the CUDA backend, which keeps its KV "
                         "cache in bf16 or fp8 (use auto, bf16 or fp8)",
                         bc->kv_cache_dtype == QW_KV_CACHE_F32 ? "f32" : "(unknown value)");
+    bool fp8_block = true;
+    qw_status mst = qwi_cuda_fp8_gemm_mode(getenv("QWINFER_CUDA_FP8_GEMM"), &fp8_block);
+    if (mst != QW_OK) return mst;
     {
         lin_group grp[4];
         layer_groups(&model->cfg, grp);
@@ -979,6 +1058,9 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
                       prop.name, prop.major, prop.minor);
         goto fail;
     }
+    /* cuBLASLt's 1 x 128 / 128 x 128 FP8 block scaling exists on Hopper
+     * only (Blackwell's FP8 scaling modes are the MX ones) */
+    b->fp8_gemm = fp8_block && prop.major == 9;
     {
         /* QWINFER_CUDA_GRAPHS=0 runs every step eagerly (vLLM's enforce_eager):
          * for debugging, and for tests/gpu/e2e.c's graph-vs-eager check */

@@ -269,3 +269,13 @@ void qwi_cuda_plan_pack(const qwi_plan *p, const qwi_cuda_plan_counts *c,
     }
     bs[L->lpad] = nb;
 }
+
+qw_status qwi_cuda_fp8_gemm_mode(const char *env, bool *block) {
+    *block = true;
+    if (!env || !*env || !strcmp(env, "auto")) return QW_OK;
+    if (!strcmp(env, "dequant")) {
+        *block = false;
+        return QW_OK;
+    }
+    return qwi_fail(QW_ERR_INVALID_ARGUMENT, "QWINFER_CUDA_FP8_GEMM=\"%s\": expected auto or dequant", env);
+}

@@ -41,6 +41,10 @@ typedef struct qwk_qlinear {
     int32_t n, k, group_k, ngroups;
     const uint8_t *codes;         /* device, as above                            */
     const float *scales, *zeros;  /* device; zeros NULL for E4M3                 */
+    const float *grid;            /* E4M3 in 128 x 128 blocks: the weight's block
+                                     scales for the block-scaled FP8 GEMM
+                                     (fp8_block.h, [n/128][grid_ld]); else NULL */
+    int32_t grid_ld;
 } qwk_qlinear;
 
 /* Bytes of the codes of an n x k linear in fmt (U4: n * k/2). */

@@ -168,8 +168,10 @@ typedef enum qw_engine_option {
                                         KV cache; see qw_kv_cache_dtype              */
 } qw_engine_option;
 
-/* Values of QW_OPT_NUMERICS (CPU backend; the CUDA backend always computes
- * in bf16 and ignores it).
+/* Values of QW_OPT_NUMERICS (CPU backend; the CUDA backend ignores it: it
+ * computes in bf16, and on sm_90 runs FP8 checkpoints in 128 x 128 blocks
+ * with e4m3 activations in steps of more than 8 rows - docs/quantization.md,
+ * "CUDA").
  * QW_NUMERICS_FAST: the activations entering each linear layer (matmul) are
  *   rounded to bf16 (round to nearest even, subnormals to zero) and the
  *   weights are held as bf16 (f32/f16 checkpoints are rounded to bf16 once,

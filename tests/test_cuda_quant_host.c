@@ -8,6 +8,14 @@
  * that layout as the kernels do (nibble 2j low, per-row scales and zeros,
  * e4m3 codes) must give qwi_qweight_get's value of every element exactly,
  * whatever the row chunking.
+ * fp8_grid_*: the weight scale grid of the block-scaled FP8 GEMM
+ * (cuda/fp8_block.h), gathered from packed rows in odd chunks across a
+ * fused linear (q|k|v, gate|up): every element equals e4m3(code) times its
+ * block's grid entry exactly, where the checkpoint's 128 x 128 blocks line
+ * up with the fused rows; where they do not (k_proj and v_proj of 64 rows
+ * each in one 128-row block), the gathering says so. fp8_block_shape and
+ * fp8_gemm_mode: which linears qualify, and QWINFER_CUDA_FP8_GEMM's values
+ * (an unknown one refused at create, before any device is looked for).
  * refuse_*: what the CUDA backend never supports (an f32 KV cache, fused
  * linears quantized differently; the fp8 cache is supported, see
  * test_cuda_kv_fp8_host.c) gives QW_ERR_UNSUPPORTED naming the
@@ -24,6 +32,7 @@
 #include "util/testutil.h"
 
 #ifdef QW_HAVE_CUDA
+#include "../cuda/cuda_host.h"
 #include "../cuda/quant_host.h"
 #include "backend.h"
 #include "fp8.h"
@@ -105,6 +114,126 @@ Test(cuda_quant_host, pack_fp8_partial_blocks) {
     char *dir = qwt_model("cudaq-fp8", "--shape tiny --dtype bf16 --seed 14 --quant fp8 --fp8-block 48");
     cr_assert_not_null(dir);
     cr_assert_eq(check_pack(dir, QWI_QFMT_E4M3, 3), 2 * QWI_LIN_COUNT);
+    free(dir);
+}
+
+/* The fused group of linears lins[0..nl) of layer 0 of the model at dir,
+ * packed in chunks of 37 rows into a grid: returns what
+ * qwi_cuda_fp8_grid_rows said; when true, checks every element against
+ * the grid. */
+static bool fp8_grid_group(const char *dir, const int *lins, int nl) {
+    qwi_model *m = NULL;
+    cr_assert_eq(qwi_model_load(dir, &m), QW_OK, "%s: %s", dir, qw_last_error());
+    const qwi_qweight *w0 = &m->layers[0].quant[lins[0]];
+    int64_t n = 0;
+    for (int i = 0; i < nl; i++) n += m->layers[0].quant[lins[i]].n;
+    const int64_t k = w0->k, G = qwi_qweight_groups(w0), ld = qwi_cuda_fp8_grid_ld(k);
+    cr_assert(qwi_cuda_fp8_block_shape(w0->fmt, n, k, w0->group_k), "n %lld k %lld group %lld", (long long)n,
+              (long long)k, (long long)w0->group_k);
+    cr_assert_eq(ld % 4, 0);
+    cr_assert(ld >= G && ld < G + 4);
+    const int64_t chunk = 37;
+    float *grid = calloc((size_t)(n / 128 * ld), sizeof(float));
+    uint8_t *codes = malloc((size_t)(n * k));
+    float *sc = malloc((size_t)(chunk * G) * sizeof(float));
+    cr_assert(grid && codes && sc);
+    bool ok = true;
+    int64_t off = 0;
+    for (int i = 0; i < nl && ok; i++) {
+        const qwi_qweight *w = &m->layers[0].quant[lins[i]];
+        for (int64_t r0 = 0; r0 < w->n && ok; r0 += chunk) {
+            const int64_t r1 = r0 + chunk < w->n ? r0 + chunk : w->n;
+            qwi_cuda_qpack_rows(w, r0, r1, codes + (off + r0) * k, sc, NULL);
+            ok = qwi_cuda_fp8_grid_rows(grid, ld, off + r0, r1 - r0, sc, G);
+        }
+        off += w->n;
+    }
+    off = 0;
+    for (int i = 0; i < nl && ok; i++) {
+        const qwi_qweight *w = &m->layers[0].quant[lins[i]];
+        for (int64_t r = 0; r < w->n; r++)
+            for (int64_t c = 0; c < k; c++) {
+                const float got = qwi_e4m3_to_f32(codes[(off + r) * k + c]) * grid[(off + r) / 128 * ld + c / 128];
+                const float want = (float)qwi_qweight_get(w, r, c);
+                cr_assert(got == want, "linear %d (%lld, %lld): grid %.9g, qweight %.9g", lins[i], (long long)r,
+                          (long long)c, got, want);
+            }
+        off += w->n;
+    }
+    free(grid);
+    free(codes);
+    free(sc);
+    qwi_model_free(m);
+    return ok;
+}
+
+Test(cuda_quant_host, fp8_grid_aligned_blocks) {
+    /* q 256, k 128, v 128 rows; gate|up 2 x 256; o 128 x 256; down 128 x 256 */
+    char *dir = qwt_model("cudaq-fp8-128", "--shape tiny --dtype bf16 --seed 15 --quant fp8 --fp8-block 128 "
+                                           "--hidden 128 --heads 4 --kv-heads 2 --head-dim 64 --intermediate 256");
+    cr_assert_not_null(dir);
+    const int qkv[3] = {QWI_LIN_Q, QWI_LIN_K, QWI_LIN_V}, gu[2] = {QWI_LIN_GATE, QWI_LIN_UP};
+    const int o[1] = {QWI_LIN_O}, d[1] = {QWI_LIN_DOWN};
+    cr_assert(fp8_grid_group(dir, qkv, 3));
+    cr_assert(fp8_grid_group(dir, gu, 2));
+    cr_assert(fp8_grid_group(dir, o, 1));
+    cr_assert(fp8_grid_group(dir, d, 1));
+    free(dir);
+}
+
+Test(cuda_quant_host, fp8_grid_unaligned_blocks) {
+    /* head_dim 32: k_proj and v_proj have 64 rows each, so the fused
+     * rows 128..255 hold two checkpoint blocks with their own scales (f32
+     * scales: bf16 ones of two random blocks are often equal, and then
+     * the grid is right after all) */
+    char *dir = qwt_model("cudaq-fp8-128u", "--shape tiny --dtype f32 --seed 16 --quant fp8 --fp8-block 128 "
+                                            "--hidden 128 --heads 4 --kv-heads 2 --head-dim 32 --intermediate 256");
+    cr_assert_not_null(dir);
+    const int qkv[3] = {QWI_LIN_Q, QWI_LIN_K, QWI_LIN_V}, o[1] = {QWI_LIN_O};
+    cr_assert(!fp8_grid_group(dir, qkv, 3));
+    cr_assert(fp8_grid_group(dir, o, 1));
+    free(dir);
+}
+
+Test(cuda_quant_host, fp8_block_shape) {
+    cr_assert(qwi_cuda_fp8_block_shape(QWI_QFMT_E4M3, 4096, 1024, 128));
+    cr_assert(!qwi_cuda_fp8_block_shape(QWI_QFMT_E4M3, 4096, 1024, 64));    /* 64-wide blocks */
+    cr_assert(!qwi_cuda_fp8_block_shape(QWI_QFMT_E4M3, 4160, 1024, 128));   /* n not whole blocks */
+    cr_assert(!qwi_cuda_fp8_block_shape(QWI_QFMT_E4M3, 4096, 1000, 128));   /* k not whole blocks */
+    cr_assert(!qwi_cuda_fp8_block_shape(QWI_QFMT_U4, 4096, 1024, 128));
+    cr_assert_eq(qwi_cuda_fp8_grid_ld(128), 4);
+    cr_assert_eq(qwi_cuda_fp8_grid_ld(1024), 8);
+    cr_assert_eq(qwi_cuda_fp8_grid_ld(1152), 12);
+}
+
+Test(cuda_quant_host, fp8_gemm_mode) {
+    bool on = false;
+    cr_assert_eq(qwi_cuda_fp8_gemm_mode(NULL, &on), QW_OK);
+    cr_assert(on);
+    cr_assert_eq(qwi_cuda_fp8_gemm_mode("", &on), QW_OK);
+    cr_assert(on);
+    cr_assert_eq(qwi_cuda_fp8_gemm_mode("auto", &on), QW_OK);
+    cr_assert(on);
+    cr_assert_eq(qwi_cuda_fp8_gemm_mode("dequant", &on), QW_OK);
+    cr_assert(!on);
+    cr_assert_eq(qwi_cuda_fp8_gemm_mode("block", &on), QW_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(qw_last_error(), "QWINFER_CUDA_FP8_GEMM") && strstr(qw_last_error(), "dequant"), "%s",
+              qw_last_error());
+    /* through qw_engine_create: refused before any device is looked for */
+    char *dir = qwt_model("cuda-host-tiny", "--shape tiny --dtype bf16 --seed 5");
+    cr_assert_not_null(dir);
+    setenv("QWINFER_CUDA_FP8_GEMM", "Dequant", 1);
+    qw_engine_options *opt;
+    cr_assert_eq(qw_engine_options_create(&opt), QW_OK);
+    cr_assert_eq(qw_engine_options_set_string(opt, QW_OPT_MODEL_PATH, dir), QW_OK);
+    cr_assert_eq(qw_engine_options_set_string(opt, QW_OPT_DEVICE, "cuda:0"), QW_OK);
+    qw_engine *e = (qw_engine *)0x1;
+    qw_status st = qw_engine_create(opt, &e);
+    qw_engine_options_destroy(opt);
+    unsetenv("QWINFER_CUDA_FP8_GEMM");
+    cr_assert_eq(st, QW_ERR_INVALID_ARGUMENT, "got %s (%s)", qw_status_string(st), qw_last_error());
+    cr_assert_null(e);
+    cr_assert(strstr(qw_last_error(), "QWINFER_CUDA_FP8_GEMM"), "%s", qw_last_error());
     free(dir);
 }
 

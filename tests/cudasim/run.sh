@@ -10,8 +10,9 @@
 #      a missing barrier);
 #   3. tests/gpu/e2e.c against the emulated "cuda:0": parity with the CPU
 #      engine on tiny models, graph replay == eager, the f32-KV refusal:
-#      bf16, FP8 (partial blocks), GPTQ int4 with a quantized head, and an
-#      fp8 KV cache; with --full also AWQ and asymmetric GPTQ int8 (each
+#      bf16, FP8 (partial blocks), FP8 in 128 x 128 blocks (W8A8 through
+#      the block-scaled GEMM, --parity-w8a8), GPTQ int4 with a quantized
+#      head, and an fp8 KV cache; with --full also AWQ and asymmetric GPTQ int8 (each
 #      quantized model costs ~20 s under ASan); and the request features
 #      (sampling, penalties, min-tokens bans, logprobs, n) and the
 #      scheduling invariants on the bf16 one - batched == alone, chunked ==
@@ -88,7 +89,7 @@ compile() {
 }
 status=0
 pids=
-for k in attention cuda_backend gemm kernels logprobs penalties quant sample; do
+for k in attention cuda_backend fp8_block gemm kernels logprobs penalties quant sample; do
     compile "$cxx" "$out/src/cuda/$k.cu" "$o/$k.o" $flags -x c++ & pids="$pids $!"
 done
 for t in tests/gpu/check_kernels tests/gpu/check_quant tests/cudasim/selftest; do
@@ -110,12 +111,12 @@ for p in $pids; do wait "$p" || status=1; done
 [ $status -eq 0 ] || exit 1
 
 libs="$build-asan/libqwinfer.a $dep_libs -lm -lpthread"
-kernels="$o/attention.o $o/kernels.o $o/logprobs.o $o/penalties.o $o/quant.o $o/sample.o $o/gemm.o"
+kernels="$o/attention.o $o/kernels.o $o/logprobs.o $o/penalties.o $o/quant.o $o/fp8_block.o $o/sample.o $o/gemm.o"
 runtime="$o/cudasim.o $o/cublaslt_sim.o"
 link() { out_bin=$1; shift; $cxx $asan_flags -o "$out_bin" "$@" || { echo "cudasim: linking $out_bin failed"; exit 1; }; }
 link "$out/selftest" "$o/selftest.o" "$o/cudasim.o"
 link "$out/check_kernels" "$o/check_kernels.o" $kernels $runtime "$o/cuda_host.o" $libs
-link "$out/check_quant" "$o/check_quant.o" "$o/quant.o" $runtime "$o/quant_host.o" $libs
+link "$out/check_quant" "$o/check_quant.o" "$o/quant.o" "$o/fp8_block.o" "$o/gemm.o" $runtime "$o/cuda_host.o" "$o/quant_host.o" $libs
 # engine_cuda.o before the archive: its engine.o (CUDA=0) is then never pulled
 link "$out/e2e" "$o/e2e.o" "$o/e2e_features.o" "$o/e2e_invariants.o" "$o/engine_cuda.o" "$o/cuda_backend.o" $kernels $runtime "$o/cuda_host.o" \
     "$o/quant_host.o" $libs
@@ -128,11 +129,14 @@ mk --out "$models/tiny" || { echo "cudasim: qw-makemodel failed"; exit 1; }
 # bit for bit where the emulated arithmetic does not depend on the step
 e2e_args="--parity tiny=$models/tiny --features tiny=$models/tiny"
 e2e_args="$e2e_args --exact-invariants batched,chunked,mixed,cached --invariants tiny=$models/tiny"
-names="fp8 gptq4head"
+names="fp8 fp8blk gptq4head"
 [ "$full" = --full ] && names="$names awq gptq4 gptq8"
 for n in $names; do
     case $n in
     fp8) q="--quant fp8 --fp8-block 48" ;;   # 48-wide blocks: partial ones
+    # 128 x 128 blocks and every fused linear whole blocks (q 256, k and v
+    # 128 rows; k 128 or 256): steps over 8 rows run W8A8 (cuda/fp8_block.h)
+    fp8blk) q="--quant fp8 --fp8-block 128 --hidden 128 --heads 4 --kv-heads 2 --head-dim 64 --intermediate 256" ;;
     gptq4head) q="--quant gptq --bits 4 --group-size 32 --gptq-lm-head" ;;
     awq) q="--quant awq --group-size 32" ;;
     gptq4) q="--quant gptq --bits 4 --group-size 32" ;;
@@ -140,7 +144,9 @@ for n in $names; do
     esac
     # shellcheck disable=SC2086
     mk $q --out "$models/tiny_$n" || { echo "cudasim: qw-makemodel $q failed"; exit 1; }
-    e2e_args="$e2e_args --parity tiny_$n=$models/tiny_$n"
+    p=--parity
+    [ "$n" = fp8blk ] && p=--parity-w8a8
+    e2e_args="$e2e_args $p tiny_$n=$models/tiny_$n"
 done
 e2e_args="$e2e_args --parity-kv-fp8 tiny_fp8kv=$models/tiny --kv-refusal $models/tiny"
 # a quantized model's rows take the int4 GEMV in steps of up to 8 rows and

@@ -10,9 +10,18 @@
  * FP8 block) against a double-precision sum of x * w with w computed in f32
  * as the kernel's contract says ((code - zero) * scale, e4m3(code) * scale);
  * rows past M must stay untouched. qwk_qdequant must equal
- * bf16(w) bit for bit, including all 254 finite e4m3 codes. bench: GB/s of
+ * bf16(w) bit for bit, including all 254 finite e4m3 codes. The
+ * block-scaled FP8 path (cuda/fp8_block.h): qwk_fp8_quant_act's codes and
+ * scales bit for bit against the rule computed here with lib/fp8.h (groups
+ * of zeros, outliers, saturation, M not a multiple of 4, padding rows
+ * zero, nothing past them touched); qwk_gemm_run_fp8 against a double sum
+ * over the same codes and scales (tolerance: the tensor cores' sums within
+ * a 128-column block), and against x unquantized times the dequantized
+ * weight (the W8A8 error itself, loose). bench: GB/s of
  * the GEMV (codes + scales + zeros + activations read once) and of the
- * dequantization, as a share of --copy-gbs (check_kernels' copy_d2d).
+ * dequantization, as a share of --copy-gbs (check_kernels' copy_d2d); the
+ * block-scaled FP8 GEMM's TFLOP/s at 8B prefill shapes and its speed-up
+ * over the dequantize + bf16 GEMM path it replaces.
  * Prints "CHECK name ok|FAIL ..." and "BENCH name value unit pct" lines;
  * exit 0 all passed, 1 a check failed, 2 no device or a CUDA error.
  */
@@ -27,6 +36,8 @@ extern "C" {
 #include "dtype.h"
 #include "fp8.h"
 }
+#include "../../cuda/fp8_block.h"
+#include "../../cuda/gemm.h"
 #include "../../cuda/quant.h"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); exit(2); } } while (0)
@@ -160,6 +171,152 @@ static void check_dequant(int fmt, int n, int k, int gk, bool exhaustive = false
     release(q);
 }
 
+/* Activations for the FP8 checks: bf16 [M][K] with every kind of group -
+ * all zero, one outlier 300x the rest (the others then fall into e4m3's
+ * subnormals), small values, plain random. */
+static std::vector<uint16_t> fp8_acts(int M, int K) {
+    std::vector<uint16_t> x((size_t)M * K);
+    for (int m = 0; m < M; m++)
+        for (int g = 0; g < K / 128; g++) {
+            const int kind = (m * 7 + g) % 4;
+            for (int c = 0; c < 128; c++) {
+                float v = frand() * (kind == 2 ? 1e-3f : 3.f);
+                if (kind == 0) v = 0.f;
+                if (kind == 1 && c == 77) v = 300.f * (urand() & 1 ? 1.f : -1.f);
+                x[(size_t)m * K + g * 128 + c] = qwi_f32_to_bf16(v);
+            }
+        }
+    return x;
+}
+
+/* The quantization rule of fp8_block.h, computed here: per 1 x 128 group
+ * s = amax / 448 (1 for zeros), codes e4m3(x / s). */
+static void fp8_quant_ref(const std::vector<uint16_t> &x, int M, int K, std::vector<uint8_t> &q,
+                          std::vector<float> &s, int M4) {
+    q.assign((size_t)M4 * K, 0);
+    s.assign((size_t)(K / 128) * M4, 1.f);
+    for (int m = 0; m < M; m++)
+        for (int g = 0; g < K / 128; g++) {
+            float amax = 0.f;
+            for (int c = 0; c < 128; c++) amax = fmaxf(amax, fabsf(qwi_bf16_to_f32(x[(size_t)m * K + g * 128 + c])));
+            const float sc = amax > 0.f ? amax / 448.f : 1.f;
+            s[(size_t)g * M4 + m] = sc;
+            for (int c = 0; c < 128; c++)
+                q[(size_t)m * K + g * 128 + c] = qwi_f32_to_e4m3(qwi_bf16_to_f32(x[(size_t)m * K + g * 128 + c]) / sc);
+        }
+}
+
+static void check_fp8_quant_act(int M, int K) {
+    const int M4 = qwk_fp8_rows(M), G = K / 128;
+    std::vector<uint16_t> hx = fp8_acts(M, K);
+    std::vector<uint8_t> rq;
+    std::vector<float> rs;
+    fp8_quant_ref(hx, M, K, rq, rs, M4);
+    uint16_t *x; uint8_t *q; float *sc;
+    /* one poisoned row of codes and one column of scales past the M4 rows */
+    CK(cudaMalloc(&x, hx.size() * 2));
+    CK(cudaMalloc(&q, (size_t)(M4 + 1) * K));
+    CK(cudaMalloc(&sc, (size_t)G * (M4 + 1) * 4));
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(q, 0xee, (size_t)(M4 + 1) * K));
+    CK(cudaMemset(sc, 0xff, (size_t)G * (M4 + 1) * 4));
+    qwk_fp8_quant_act(x, M, K, q, sc, 0);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<uint8_t> hq((size_t)(M4 + 1) * K);
+    std::vector<float> hs((size_t)G * (M4 + 1));
+    CK(cudaMemcpy(hq.data(), q, hq.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hs.data(), sc, hs.size() * 4, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < rq.size(); i++) bad += hq[i] != rq[i];
+    for (size_t i = (size_t)M4 * K; i < hq.size(); i++) bad += hq[i] != 0xee;
+    for (int g = 0; g < G; g++)
+        for (int m = 0; m < M4; m++) bad += memcmp(&hs[(size_t)g * M4 + m], &rs[(size_t)g * M4 + m], 4) != 0;
+    for (size_t i = (size_t)G * M4; i < hs.size(); i++) {
+        uint32_t u;
+        memcpy(&u, &hs[i], 4);
+        bad += u != 0xffffffffu;
+    }
+    char name[96];
+    snprintf(name, sizeof name, "fp8 quant_act M%d K%d (bits exact)", M, K);
+    report(name, (double)bad, 0);
+    cudaFree(x); cudaFree(q); cudaFree(sc);
+}
+
+/* A weight of e4m3 codes [N][K] with one scale per 128 x 128 block, in
+ * fp8_block.h's grid ([N/128][ld]), and the GEMM on the device's own
+ * quantized activations against (a) a double sum over the same codes and
+ * scales and (b) x unquantized times the dequantized weight. A cuBLASLt
+ * without such a GEMM is a failure (the backend would then dequantize). */
+static void check_fp8_gemm(int M, int N, int K, qwk_gemm *gm) {
+    const int M4 = qwk_fp8_rows(M), G = K / 128, ld = (G + 3) / 4 * 4;
+    std::vector<uint8_t> wc((size_t)N * K);
+    for (auto &c : wc) {
+        c = (uint8_t)(urand() & 255);
+        if (qwi_e4m3_is_nan(c)) c = 0x3c;
+    }
+    std::vector<float> grid((size_t)(N / 128) * ld, 0.f);
+    for (int jb = 0; jb < N / 128; jb++)
+        for (int b = 0; b < G; b++) grid[(size_t)jb * ld + b] = 1e-3f * (1.5f + frand());
+    std::vector<uint16_t> hx = fp8_acts(M, K);
+    uint16_t *x; uint8_t *xq, *w; float *xs, *wg, *y;
+    CK(cudaMalloc(&x, hx.size() * 2));
+    CK(cudaMalloc(&xq, (size_t)M4 * K));
+    CK(cudaMalloc(&xs, (size_t)G * M4 * 4));
+    CK(cudaMalloc(&w, wc.size()));
+    CK(cudaMalloc(&wg, grid.size() * 4));
+    CK(cudaMalloc(&y, (size_t)M4 * N * 4));
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(w, wc.data(), wc.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(wg, grid.data(), grid.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(y, 0xff, (size_t)M4 * N * 4));
+    qwk_fp8_quant_act(x, M, K, xq, xs, 0);
+    const int st = qwk_gemm_run_fp8(gm, 0, xq, xs, w, wg, y, M4, N, K);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    char name[96];
+    snprintf(name, sizeof name, "fp8 block gemm M%d %dx%d", M, N, K);
+    if (st) {
+        printf("CHECK %-52s FAIL cuBLASLt status %d%s\n", name, st,
+               qwk_gemm_refused(st) ? " (no block-scaled FP8 GEMM here)" : "");
+        failures++;
+    } else {
+        std::vector<uint8_t> hq((size_t)M4 * K);
+        std::vector<float> hs((size_t)G * M4), hy((size_t)M4 * N);
+        CK(cudaMemcpy(hq.data(), xq, hq.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hs.data(), xs, hs.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0, num_w = 0, den_w = 0;
+        for (int m = 0; m < M4; m++)
+            for (int j = 0; j < N; j++) {
+                double ref = 0, full = 0;
+                for (int b = 0; b < G; b++) {
+                    double part = 0;
+                    const double ws = grid[(size_t)(j / 128) * ld + b];
+                    for (int c = b * 128; c < b * 128 + 128; c++) {
+                        const double wv = qwi_e4m3_to_f32(wc[(size_t)j * K + c]);
+                        part += (double)qwi_e4m3_to_f32(hq[(size_t)m * K + c]) * wv;
+                        if (m < M) full += (double)qwi_bf16_to_f32(hx[(size_t)m * K + c]) * wv * ws;
+                    }
+                    ref += (double)hs[(size_t)b * M4 + m] * ws * part;
+                }
+                const double d = hy[(size_t)m * N + j] - ref;
+                num += d * d;
+                den += ref * ref;
+                if (m < M) {
+                    num_w += (hy[(size_t)m * N + j] - full) * (hy[(size_t)m * N + j] - full);
+                    den_w += full * full;
+                }
+            }
+        /* within a 128-column block the tensor cores sum in their own
+         * precision before cuBLASLt promotes the block's sum to f32 */
+        report(name, sqrt(num / (den > 0 ? den : 1)), 1e-4);
+        snprintf(name, sizeof name, "fp8 block gemm M%d %dx%d vs bf16 x (W8A8 error)", M, N, K);
+        report(name, sqrt(num_w / (den_w > 0 ? den_w : 1)), 5e-2);
+    }
+    cudaFree(x); cudaFree(xq); cudaFree(xs); cudaFree(w); cudaFree(wg); cudaFree(y);
+}
+
 static void group_check() {
     for (int M : {1, 3, 8}) {
         check_gemv(QWK_Q_U4, 96, 256, 128, M);   /* vector path, group = 16 chunks  */
@@ -176,6 +333,20 @@ static void group_check() {
     check_dequant(QWK_Q_U8, 17, 50, 2);
     check_dequant(QWK_Q_E4M3, 70, 300, 128);
     check_dequant(QWK_Q_E4M3, 4, 256, 128, true);
+    for (int M : {1, 9, 12, 13})   /* padding rows: M4 - M = 3, 3, 0, 3 */
+        check_fp8_quant_act(M, 256);
+    check_fp8_quant_act(20, 1024);
+    {
+        void *ws;
+        qwk_gemm *gm;
+        CK(cudaMalloc(&ws, QWK_GEMM_WORKSPACE));
+        if (qwk_gemm_create(ws, &gm)) { printf("cublasLtCreate failed\n"); exit(2); }
+        check_fp8_gemm(9, 256, 384, gm);
+        check_fp8_gemm(16, 128, 128, gm);
+        if (!small) check_fp8_gemm(300, 1024, 2048, gm);
+        qwk_gemm_destroy(gm);
+        cudaFree(ws);
+    }
     if (small) return;
     check_gemv(QWK_Q_U4, 3072, 4096, 128, 1);   /* real sizes: many blocks, long rows */
     check_gemv(QWK_Q_E4M3, 1536, 4096, 128, 8);
@@ -215,6 +386,68 @@ static void bench_one(const char *tag, int fmt, int n, int k, int M, double copy
     release(q);
 }
 
+/* The prefill linear an FP8 model runs over M rows: activation
+ * quantization + block-scaled FP8 GEMM, against the path it replaces
+ * (the weight dequantized to bf16 + the bf16 GEMM), TFLOP/s of each. */
+static void bench_fp8_gemm(const char *tag, int M, int N, int K) {
+    const int G = K / 128, ld = (G + 3) / 4 * 4;
+    qlin q = make(QWK_Q_E4M3, N, K, 128);
+    void *ws;
+    qwk_gemm *gm;
+    uint16_t *x, *wb; uint8_t *xq; float *xs, *wg, *y;
+    CK(cudaMalloc(&ws, QWK_GEMM_WORKSPACE));
+    if (qwk_gemm_create(ws, &gm)) { printf("cublasLtCreate failed\n"); exit(2); }
+    CK(cudaMalloc(&x, (size_t)M * K * 2));
+    CK(cudaMalloc(&wb, (size_t)N * K * 2));
+    CK(cudaMalloc(&xq, (size_t)M * K));
+    CK(cudaMalloc(&xs, (size_t)G * M * 4));
+    CK(cudaMalloc(&wg, (size_t)(N / 128) * ld * 4));
+    CK(cudaMalloc(&y, (size_t)M * N * 4));
+    CK(cudaMemset(x, 0x3c, (size_t)M * K * 2));
+    std::vector<float> grid((size_t)(N / 128) * ld, 1e-3f);
+    CK(cudaMemcpy(wg, grid.data(), grid.size() * 4, cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    const double flop = 2.0 * M * N * K;
+    float ms_fp8 = -1, ms_deq;
+    int st = 0;
+    for (int i = 0; i < 3 && !st; i++) {
+        qwk_fp8_quant_act(x, M, K, xq, xs, 0);
+        st = qwk_gemm_run_fp8(gm, 0, xq, xs, q.d.codes, wg, y, M, N, K);
+    }
+    if (!st) {
+        cudaEventRecord(e0);
+        for (int i = 0; i < 10; i++) {
+            qwk_fp8_quant_act(x, M, K, xq, xs, 0);
+            qwk_gemm_run_fp8(gm, 0, xq, xs, q.d.codes, wg, y, M, N, K);
+        }
+        cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
+        cudaEventElapsedTime(&ms_fp8, e0, e1);
+    }
+    for (int i = 0; i < 3; i++) {
+        qwk_qdequant(&q.d, wb, 0);
+        qwk_gemm_run(gm, 0, x, wb, y, 1, M, N, K);
+    }
+    cudaEventRecord(e0);
+    for (int i = 0; i < 10; i++) {
+        qwk_qdequant(&q.d, wb, 0);
+        qwk_gemm_run(gm, 0, x, wb, y, 1, M, N, K);
+    }
+    cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
+    cudaEventElapsedTime(&ms_deq, e0, e1);
+    CK(cudaGetLastError());
+    const double t_deq = flop * 10 / (ms_deq * 1e-3) / 1e12;
+    printf("BENCH fp8_dequant_gemm_%s_M%d %.0f TFLOP/s -\n", tag, M, t_deq);
+    if (ms_fp8 > 0) {
+        const double t = flop * 10 / (ms_fp8 * 1e-3) / 1e12;
+        printf("BENCH fp8_block_gemm_%s_M%d %.0f TFLOP/s %.2fx\n", tag, M, t, t / t_deq);
+    } else {
+        printf("BENCH fp8_block_gemm_%s_M%d 0 TFLOP/s refused(status_%d)\n", tag, M, st);
+    }
+    qwk_gemm_destroy(gm);
+    cudaFree(ws); cudaFree(x); cudaFree(wb); cudaFree(xq); cudaFree(xs); cudaFree(wg); cudaFree(y);
+    release(q);
+}
+
 static void group_bench(double copy_gbs) {
     bench_one("u4_8b_gateup", QWK_Q_U4, 2 * 12288, 4096, 1, copy_gbs);
     bench_one("u4_8b_gateup", QWK_Q_U4, 2 * 12288, 4096, 8, copy_gbs);
@@ -223,6 +456,9 @@ static void group_bench(double copy_gbs) {
     bench_one("u8_8b_gateup", QWK_Q_U8, 2 * 12288, 4096, 1, copy_gbs);
     bench_one("e4m3_8b_gateup", QWK_Q_E4M3, 2 * 12288, 4096, 1, copy_gbs);
     bench_one("e4m3_8b_gateup", QWK_Q_E4M3, 2 * 12288, 4096, 8, copy_gbs);
+    bench_fp8_gemm("8b_gateup", 2048, 2 * 12288, 4096);
+    bench_fp8_gemm("8b_down", 2048, 4096, 12288);
+    bench_fp8_gemm("8b_qkv", 2048, 6144, 4096);
 }
 
 int main(int argc, char **argv) {

@@ -4,7 +4,8 @@
  * throughput. Run by tests/gpu/run.sh on a lent GPU.
  *
  *   e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV]
- *       [--parity NAME=DIR]... [--parity-kv-fp8 NAME=DIR]... [--features NAME=DIR]...
+ *       [--parity NAME=DIR]... [--parity-kv-fp8 NAME=DIR]... [--parity-w8a8 NAME=DIR]...
+ *       [--features NAME=DIR]...
  *       [--invariants NAME=DIR]... [--exact-invariants LIST] [--bench NAME=DIR]... [--dump DIR]
  *       [--kv-refusal DIR]
  *
@@ -32,6 +33,11 @@
  *   and a flipped e4m3 rounding is a 1/16 step, not bf16's 1/256). The
  *   PARITY line also gives the greedy tokens agreeing before each prompt's
  *   first divergence, out of 4 x 32.
+ * --parity-w8a8: --parity for an FP8 checkpoint in 128 x 128 blocks, whose
+ *   steps of more than 8 rows the CUDA backend runs W8A8 (activations
+ *   quantized to e4m3 per 1 x 128 group, cuda/fp8_block.h) where the CPU
+ *   engine keeps bf16 activations: tolerance PARITY_TOL_W8A8, and the
+ *   greedy-agreement row as for the fp8 KV cache.
  * --features NAME=DIR: sampling (temperature, top-k/p, min-p, seeds), logit
  *   bias and penalties, min-tokens bans, logprobs and prompt logprobs and
  *   parallel samples on the engine under test, each token checked against
@@ -97,6 +103,16 @@
  * rows 1.1e-2 to 2.04e-2 over eleven tiny AWQ/GPTQ/FP8 models, against
  * 1.0e-2 for the bf16 one - 2e-2 would sit on that distribution's edge. */
 #define PARITY_TOL_QUANT 3e-2
+/* W8A8 (--parity-w8a8): each activation entering a linear of a prefill
+ * step carries e4m3's rounding (relative <= 2^-4) on the CUDA side only.
+ * An independent float64 forward of qw-makemodel FP8 checkpoints with and
+ * without that rounding (numpy, 2026-12-07) puts the last prompt position's
+ * logits 0.057-0.121 of max|logits| apart on four 2-layer 128-wide models
+ * and 0.09-0.12 on the 0.6B shape; the emulated CUDA engine (make cudasim)
+ * measured 0.119. 0.2 still fails a scale tensor read in the wrong layout
+ * (errors of the order of the scales' spread, tens of percent and up);
+ * check_quant's block-GEMM check is the precise one (1e-4). */
+#define PARITY_TOL_W8A8 2e-1
 #define EXIT_NO_DEVICE 77
 #define MAX_MODELS 12
 
@@ -104,6 +120,7 @@
 const char *e2e_dut = "cuda:0";
 static const char *dump_dir = NULL;   /* --dump */
 static int32_t kv_dtype = 0;          /* QW_OPT_KV_CACHE_DTYPE of e2e_make_engine*; 0: not set (auto) */
+static int w8a8 = 0;                  /* the model under --parity-w8a8 */
 
 double e2e_now_s(void) {
     struct timespec ts;
@@ -407,7 +424,7 @@ double e2e_parity_tol(const char *dir) { return model_is_quantized(dir) ? PARITY
 /* Returns 1 pass, 0 fail, -1 no device. */
 static int parity(const char *name, const char *dir) {
     qw_engine *gpu = NULL, *cpu = NULL;
-    const double ptol = kv_dtype == QW_KV_CACHE_FP8_E4M3 ? PARITY_TOL_FP8 : e2e_parity_tol(dir);
+    const double ptol = w8a8 ? PARITY_TOL_W8A8 : kv_dtype == QW_KV_CACHE_FP8_E4M3 ? PARITY_TOL_FP8 : e2e_parity_tol(dir);
     qw_status st = e2e_make_engine(dir, e2e_dut, 1024, 0.5, 1, &gpu);
     if (st == QW_ERR_NO_DEVICE) return -1;
     if (st != QW_OK) {
@@ -500,7 +517,7 @@ static int parity(const char *name, const char *dir) {
            "agreeing before the first divergence %d/%d\n", name, pass ? "PASS" : "FAIL", n_equal, NP, PARITY_TOKENS,
            worst_rel, ptol, n_agree, NP * PARITY_TOKENS);
     printf("e2e parity_%s_logits_rel %.3e rel %s\n", name, worst_rel, pass ? "PASS" : "FAIL");
-    if (kv_dtype == QW_KV_CACHE_FP8_E4M3)   /* the table row of fp8-KV greedy agreement */
+    if (kv_dtype == QW_KV_CACHE_FP8_E4M3 || w8a8)   /* the table row of fp8-KV / W8A8 greedy agreement */
         printf("e2e parity_%s_greedy_agree %d tokens_of_%d -\n", name, n_agree, NP * PARITY_TOKENS);
     if (ok && strncmp(e2e_dut, "cuda", 4) == 0 && !graph_vs_eager(name, dir, prompts, gs)) pass = 0;
     if (ok && dump_dir && !(write_dump(name, "cpu", vocab, prompts, cs) && write_dump(name, "dut", vocab, prompts, gs)))
@@ -729,13 +746,13 @@ static int bench(const char *name, const char *dir, double seconds, double copy_
 /* ---- main ------------------------------------------------------------------------------ */
 /* kv: the --parity-kv-fp8 cache; exact: the --exact-invariants list in
  * force when an --invariants argument was read */
-typedef struct { char *name; char *dir; int32_t kv; const char *exact; } model_arg;
+typedef struct { char *name; char *dir; int32_t kv; int w8a8; const char *exact; } model_arg;
 
 static int split_arg(char *a, model_arg *m) {
     char *eq = strchr(a, '=');
     if (!eq || eq == a || !eq[1]) return 0;
     *eq = 0;
-    m->name = a, m->dir = eq + 1, m->kv = 0, m->exact = "";
+    m->name = a, m->dir = eq + 1, m->kv = 0, m->w8a8 = 0, m->exact = "";
     return 1;
 }
 
@@ -769,7 +786,7 @@ static int kv_refusal(const char *dir) {
 
 static int usage(void) {
     fprintf(stderr, "usage: e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV] [--parity NAME=DIR]... "
-                    "[--parity-kv-fp8 NAME=DIR]... [--features NAME=DIR]... [--invariants NAME=DIR]... "
+                    "[--parity-kv-fp8 NAME=DIR]... [--parity-w8a8 NAME=DIR]... [--features NAME=DIR]... [--invariants NAME=DIR]... "
                     "[--exact-invariants LIST] [--bench NAME=DIR]... [--dump DIR] [--kv-refusal DIR]\n");
     return 2;
 }
@@ -793,6 +810,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--parity-kv-fp8") && npar < MAX_MODELS) {
             if (!split_arg(argv[++i], &par[npar])) return usage();
             par[npar++].kv = QW_KV_CACHE_FP8_E4M3;
+        } else if (!strcmp(a, "--parity-w8a8") && npar < MAX_MODELS) {
+            if (!split_arg(argv[++i], &par[npar])) return usage();
+            par[npar++].w8a8 = 1;
         } else if (!strcmp(a, "--invariants") && ninv < MAX_MODELS) {
             if (!split_arg(argv[++i], &inv[ninv])) return usage();
             inv[ninv++].exact = exact_list;
@@ -812,8 +832,10 @@ int main(int argc, char **argv) {
     double t0 = e2e_now_s();
     for (int i = 0; i < npar; i++) {
         kv_dtype = par[i].kv;
+        w8a8 = par[i].w8a8;
         int r = parity(par[i].name, par[i].dir);
         kv_dtype = 0;
+        w8a8 = 0;
         if (r < 0) {
             printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
             return EXIT_NO_DEVICE;

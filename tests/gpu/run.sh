@@ -98,6 +98,9 @@ N8=8b; [ "$L8" != 36 ] && N8=8b_L$L8
         mk --shape tiny ${q#*:} --out "$M/tiny_${q%%:*}" || rm -rf "$M/tiny_${q%%:*}"
     done
     mk --shape 0.6b --quant awq --out "$M/0.6b_awq" || rm -rf "$M/0.6b_awq"
+    # FP8 in 128 x 128 blocks at 0.6b sizes: W8A8 prefill through the
+    # block-scaled cuBLASLt GEMM (cuda/fp8_block.h)
+    mk --shape 0.6b --quant fp8 --fp8-block 128 --out "$M/0.6b_fp8" || rm -rf "$M/0.6b_fp8"
     if [ "$L8" -gt 0 ]; then
         mk --shape 8b --layers "$L8" --out "$M/$N8" || rm -rf "$M/$N8"
     fi
@@ -163,6 +166,9 @@ if [ -f tests/gpu/e2e.c ]; then
         for n in tiny_awq tiny_gptq4 tiny_gptq8 tiny_fp8 tiny_gptq4head 0.6b_awq; do
             if [ -f "$M/$n/config.json" ]; then ARGS+=(--parity "$n=$M/$n"); else row "e2e $n" "model missing (see models.log)"; fi
         done
+        # W8A8: FP8 in 128 x 128 blocks, prefill through the block-scaled GEMM
+        if [ -f "$M/0.6b_fp8/config.json" ]; then ARGS+=(--parity-w8a8 "0.6b_fp8=$M/0.6b_fp8")
+        else row "e2e 0.6b_fp8" "model missing (see models.log)"; fi
         # fp8 (e4m3) KV cache: both engines on it, the bf16 models' weights
         [ -f "$M/tiny/config.json" ] && ARGS+=(--parity-kv-fp8 "tiny_fp8kv=$M/tiny")
         [ -f "$M/0.6b/config.json" ] && ARGS+=(--parity-kv-fp8 "0.6b_fp8kv=$M/0.6b")
