@@ -70,7 +70,12 @@ typedef struct cu_backend {
     void *wmem;                 /* every weight, one allocation           */
     qwk_bf16 *qscratch;         /* bf16 copy of one quantized linear for the
                                    GEMM of steps over QWK_QGEMV_MAX_M rows
-                                   (inside wmem; NULL without quantization) */
+                                   (its own allocation, sized by setup_fp8
+                                   for the linears that dequantize; NULL
+                                   when none does) */
+    size_t qscratch_bytes;      /* its size                                */
+    size_t qscratch_all;        /* the size every quantized linear would need:
+                                   what a late FP8 GEMM refusal grows it to */
     cu_layer *layers;
     qwk_bf16 *embed, *lm_head;  /* lm_head NULL where the head is quantized  */
     qwk_qlinear qhead;          /* fmt QWK_Q_NONE where the head is bf16   */
@@ -79,7 +84,7 @@ typedef struct cu_backend {
                                    (fp8_block.h): sm_90, not turned off    */
     int fp8_refused;            /* cuBLAS status of the first refusal of that
                                    GEMM (then every step dequantizes); 0 none */
-    int32_t fp8_kmax;           /* widest k among them (0: none)           */
+    int32_t fp8_kmax;           /* widest k among the W8A8 linears (0: none) */
     uint8_t *xq;                /* their activations: e4m3 [tmax4][fp8_kmax] */
     float *xs;                  /*   and scales [fp8_kmax/128][tmax4]       */
     float *final_norm;
@@ -130,6 +135,7 @@ static void cu_destroy(qwi_backend *base) {
     cudaFree(b->amem);
     cudaFree(b->xq);
     cudaFree(b->xs);
+    cudaFree(b->qscratch);
     cudaFree(b->kv);
     cudaFree(b->d_plan);
     cudaFreeHost(b->h_plan);
@@ -433,7 +439,7 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
     b->layers = (cu_layer *)calloc((size_t)c->num_layers, sizeof(cu_layer));
     if (!b->layers) return qwi_fail(QW_ERR_OUT_OF_MEMORY, "cuda: layer table");
     /* first pass: each layer's form of its four fused linears, and sizes */
-    size_t per_layer_rest = 2 * al256(H * 4) + 2 * al256(hd * 4) + al256(qkvd * 4), scratch = 0;
+    size_t per_layer_rest = 2 * al256(H * 4) + 2 * al256(hd * 4) + al256(qkvd * 4);
     size_t total = al256(V * H * 2) * (tied || qhead ? 1 : 2) + al256(H * 4) + al256(hd / 2 * 8);
     if (qhead) total += qlinear_bytes(&b->qhead);
     for (int l = 0; l < c->num_layers; l++) {
@@ -445,11 +451,9 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
             if (b->fp8_gemm && qwi_cuda_fp8_block_shape(ql[gi]->fmt, ql[gi]->n, ql[gi]->k, ql[gi]->group_k))
                 ql[gi]->grid_ld = (int32_t)qwi_cuda_fp8_grid_ld(ql[gi]->k);
             total += group_bytes(&grp[gi], ql[gi]);
-            if (ql[gi]->fmt != QWK_Q_NONE) scratch = QWI_MAX(scratch, group_rows(&grp[gi]) * grp[gi].k * 2);
         }
         total += per_layer_rest;
     }
-    total += al256(scratch);
     CK(cudaMalloc(&b->wmem, total), "weights allocation");
     char *p = (char *)b->wmem;
 #define TAKE(ptr, type, bytes) do { ptr = (type *)p; p += al256(bytes); } while (0)
@@ -464,7 +468,6 @@ static qw_status setup_weights(cu_backend *b, const qwi_model *m) {
     }
     TAKE(b->final_norm, float, H * 4);
     TAKE(b->inv_freq, double, hd / 2 * 8);
-    if (scratch) TAKE(b->qscratch, qwk_bf16, scratch);
     uploader u = {NULL, 0, b->bc.progress};
     qw_status st = QW_OK;
 #define UP(dst, t, n, f32, what) do { if ((st = upload(&u, dst, t, n, f32, what)) != QW_OK) goto out; } while (0)
@@ -574,17 +577,86 @@ static qw_status setup_activations(cu_backend *b) {
     CK(cudaMallocHost(&b->h_plan, b->plan_cap), "pinned plan buffer");
     CK(cudaMallocHost((void **)&b->h_sampled, (size_t)b->lmax * 4), "pinned sample buffer");
     if (qwk_gemm_create(b->ws, &b->gemm) != 0) return qwi_fail(QW_ERR_INTERNAL, "cuda: cublasLtCreate failed");
-    /* the FP8 linears' quantized activations, for the widest of them */
+    return QW_OK;
+}
+
+/* The quantized linears' step-time buffers, once the weights are up and the
+ * GEMM handle exists: where FP8 linears kept a block-scale grid, ask
+ * cuBLASLt for the block-scaled GEMM of each such shape (at the smallest
+ * row count that takes it); a refusal drops every grid (b->fp8_refused:
+ * all dequantize). Then the e4m3 activation buffers for the widest W8A8
+ * linear, and the bf16 scratch weight for the widest linear that
+ * dequantizes - none when every quantized linear runs W8A8. */
+static qw_status setup_fp8(cu_backend *b) {
+    const qwi_config *c = &b->cfg;
+    const size_t T = (size_t)qwk_fp8_rows(b->tmax);
+    int32_t kmax = 0;
     for (int l = 0; l < c->num_layers; l++) {
         const cu_layer *Ly = &b->layers[l];
         const qwk_qlinear *ql[4] = {&Ly->qqkv, &Ly->qo, &Ly->qgu, &Ly->qd};
         for (int i = 0; i < 4; i++)
-            if (ql[i]->grid) b->fp8_kmax = QWI_MAX(b->fp8_kmax, ql[i]->k);
+            if (ql[i]->grid) kmax = QWI_MAX(kmax, ql[i]->k);
     }
-    if (b->fp8_kmax) {
-        CK(cudaMalloc((void **)&b->xq, T * (size_t)b->fp8_kmax), "FP8 activation allocation");
-        CK(cudaMalloc((void **)&b->xs, T * (size_t)(b->fp8_kmax / QWK_FP8_GROUP) * 4), "FP8 activation allocation");
+    if (kmax) {
+        CK(cudaMalloc((void **)&b->xq, T * (size_t)kmax), "FP8 activation allocation");
+        CK(cudaMalloc((void **)&b->xs, T * (size_t)(kmax / QWK_FP8_GROUP) * 4), "FP8 activation allocation");
+        const int32_t m4 = qwk_fp8_rows(QWK_QGEMV_MAX_M + 1);
+        for (int l = 0; l < c->num_layers && !b->fp8_refused; l++) {
+            const cu_layer *Ly = &b->layers[l];
+            const qwk_qlinear *ql[4] = {&Ly->qqkv, &Ly->qo, &Ly->qgu, &Ly->qd};
+            for (int i = 0; i < 4 && !b->fp8_refused; i++) {
+                if (!ql[i]->grid) continue;
+                int st = qwk_gemm_prepare_fp8(b->gemm, b->xs, ql[i]->grid, m4, ql[i]->n, ql[i]->k);
+                if (st && !qwk_gemm_refused(st))
+                    return qwi_fail(QW_ERR_INTERNAL, "cuda: cuBLASLt block-scaled FP8 heuristic %dx%dx%d failed "
+                                    "(status %d)", m4, ql[i]->n, ql[i]->k, st);
+                b->fp8_refused = st;
+            }
+        }
     }
+    size_t need = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        cu_layer *Ly = &b->layers[l];
+        qwk_qlinear *ql[4] = {&Ly->qqkv, &Ly->qo, &Ly->qgu, &Ly->qd};
+        for (int i = 0; i < 4; i++) {
+            if (ql[i]->fmt == QWK_Q_NONE) continue;
+            const size_t bytes = (size_t)ql[i]->n * (size_t)ql[i]->k * 2;
+            b->qscratch_all = QWI_MAX(b->qscratch_all, bytes);
+            if (b->fp8_refused) ql[i]->grid = NULL;
+            if (!ql[i]->grid) need = QWI_MAX(need, bytes);
+        }
+    }
+    if (b->fp8_refused) {   /* nothing will quantize activations */
+        cudaFree(b->xq);
+        cudaFree(b->xs);
+        b->xq = NULL;
+        b->xs = NULL;
+        kmax = 0;
+    }
+    b->fp8_kmax = kmax;
+    if (need) {
+        CK(cudaMalloc((void **)&b->qscratch, need), "dequantization scratch allocation");
+        b->qscratch_bytes = need;
+    }
+    return QW_OK;
+}
+
+/* A block-scaled FP8 GEMM was refused after setup_fp8 accepted its shape
+ * (cuBLASLt refusing one row count): every later step dequantizes, so the
+ * scratch weight must hold any quantized linear. Not capturable (a
+ * cudaMalloc): inside a capture it fails the capture, and the step's eager
+ * rerun grows it. */
+static qw_status grow_qscratch(cu_backend *b) {
+    if (b->qscratch_bytes >= b->qscratch_all) return QW_OK;
+    cudaError_t e = cudaStreamSynchronize(b->stream);
+    if (e == cudaSuccess) {
+        cudaFree(b->qscratch);
+        b->qscratch = NULL;
+        b->qscratch_bytes = 0;
+        e = cudaMalloc((void **)&b->qscratch, b->qscratch_all);
+    }
+    if (e != cudaSuccess) return cu_fail(e, "dequantization scratch allocation");
+    b->qscratch_bytes = b->qscratch_all;
     return QW_OK;
 }
 
@@ -652,6 +724,10 @@ static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, con
             return qwi_fail(QW_ERR_INTERNAL, "cuda: block-scaled FP8 cublasLtMatmul %dx%dx%d failed (status %d)", M4,
                             N, K, st);
         b->fp8_refused = st;
+    }
+    if ((size_t)N * (size_t)K * 2 > b->qscratch_bytes) {
+        qw_status gst = grow_qscratch(b);
+        if (gst != QW_OK) return gst;
     }
     qwk_qdequant(q, b->qscratch, b->stream);
     return gemm(b, x, b->qscratch, y, 1, M, N, K);
@@ -1076,7 +1152,7 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
         st = cu_fail(e, "attention kernel attributes");
         goto fail;
     }
-    if ((st = setup_weights(b, model)) != QW_OK || (st = setup_activations(b)) != QW_OK ||
+    if ((st = setup_weights(b, model)) != QW_OK || (st = setup_activations(b)) != QW_OK || (st = setup_fp8(b)) != QW_OK ||
         (st = setup_kv(b)) != QW_OK)
         goto fail;
     /* The weights went up with cudaMemcpy on the legacy stream while steps

@@ -215,6 +215,18 @@ int qwk_gemm_run(qwk_gemm *g, cudaStream_t stream, const void *x, const void *w,
     return run(g, e, stream, x, w, y, M, N, K, y_f32, 0, NULL, NULL);
 }
 
+int qwk_gemm_prepare_fp8(qwk_gemm *g, const float *xs, const float *wgrid, int32_t M4, int32_t N, int32_t K) {
+    if (M4 <= 0 || N <= 0 || K <= 0) return 0;
+    cublasStatus_t st;
+    entry *e = lookup(g, M4, N, K, 1, 1, wgrid, xs, &st);
+    if (e || st != CUBLAS_STATUS_SUCCESS) return (int)st;
+    /* the cache is full: ask for the shape uncached */
+    entry tmp;
+    st = entry_init(g, &tmp, M4, N, K, 1, 1, wgrid, xs);
+    if (st == CUBLAS_STATUS_SUCCESS) entry_free(&tmp);
+    return (int)st;
+}
+
 int qwk_gemm_run_fp8(qwk_gemm *g, cudaStream_t stream, const uint8_t *xq, const float *xs, const uint8_t *wq,
                      const float *wgrid, float *y, int32_t M4, int32_t N, int32_t K) {
     if (M4 <= 0 || N <= 0 || K <= 0) return 0;

@@ -39,6 +39,12 @@ int qwk_gemm_run(qwk_gemm *g, cudaStream_t stream, const void *x, const void *w,
 int qwk_gemm_run_fp8(qwk_gemm *g, cudaStream_t stream, const uint8_t *xq, const float *xs, const uint8_t *wq,
                      const float *wgrid, float *y, int32_t M4, int32_t N, int32_t K);
 
+/* Ask cuBLASLt for qwk_gemm_run_fp8's GEMM of this shape (N, K, and M4's
+ * bucket) and cache it, launching nothing: 0, or the status a run would
+ * have met (qwk_gemm_refused: no such GEMM here). xs and wgrid as for the
+ * run (device pointers; not read). */
+int qwk_gemm_prepare_fp8(qwk_gemm *g, const float *xs, const float *wgrid, int32_t M4, int32_t N, int32_t K);
+
 /* Whether a status from qwk_gemm_run_fp8 says "no such GEMM here"
  * (nothing launched; the caller may take another path). */
 int qwk_gemm_refused(int status);

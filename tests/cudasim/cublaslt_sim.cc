@@ -18,7 +18,10 @@
  * multiple of 4 (refused otherwise: which leading dimension the library
  * takes for other n is what the backend's padding to 4 rows avoids
  * knowing). Every other scale mode, and scales on non-e4m3 operands, are
- * refused as not emulated.
+ * refused as not emulated. QWSIM_CUBLASLT_FP8=none refuses that GEMM in the
+ * heuristic (a cuBLASLt without it), =matmul in cublasLtMatmul only (one
+ * that offers an algorithm and then refuses the call): the backend's two
+ * fallbacks to dequantizing.
  * What it does not model: the library's summation order and its blocking
  * (sums here run in k order in f32), the workspace, epilogues.
  */
@@ -115,6 +118,12 @@ bool types_ok(const desc *d, const layout *a, const layout *b, const layout *dd)
 
 /* The block-scaled form's shape rules (types_ok already passed). */
 bool fp8_shape_ok(uint64_t m, uint64_t n, uint64_t k) { return m % 128 == 0 && k % 128 == 0 && n % 4 == 0; }
+
+/* QWSIM_CUBLASLT_FP8 == what */
+bool fp8_refused(const char *what) {
+    const char *v = getenv("QWSIM_CUBLASLT_FP8");
+    return v && !strcmp(v, what);
+}
 
 } // namespace
 
@@ -224,7 +233,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     *count = 0;
     if (!types_ok(D(d), L(a), L(b), L(dd))) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (!shapes(D(d), L(a), L(b), L(c), L(dd), &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (L(a)->type == CUDA_R_8F_E4M3 && !fp8_shape_ok(m, n, k)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (L(a)->type == CUDA_R_8F_E4M3 && (!fp8_shape_ok(m, n, k) || fp8_refused("none")))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(&res[0], 0, sizeof res[0]);
     res[0].algo.data[0] = ALGO_MAGIC;
     res[0].state = CUBLAS_STATUS_SUCCESS;
@@ -244,6 +254,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (!shapes(D(d), L(a), L(b), L(c), L(dd), &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
     const bool fp8 = L(a)->type == CUDA_R_8F_E4M3;
     if (fp8 && (!fp8_shape_ok(m, n, k) || !D(d)->ascale || !D(d)->bscale)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (fp8 && fp8_refused("matmul")) return CUBLAS_STATUS_NOT_SUPPORTED;
     /* the descriptors may change before the work runs (a captured call
      * replays later): keep their values, and the scalars (host pointers) */
     const desc dv = *D(d);

@@ -15,8 +15,8 @@
  * scales bit for bit against the rule computed here with lib/fp8.h (groups
  * of zeros, outliers, saturation, M not a multiple of 4, padding rows
  * zero, nothing past them touched); qwk_gemm_run_fp8 against a double sum
- * over the same codes and scales (tolerance: the tensor cores' sums within
- * a 128-column block), and against x unquantized times the dequantized
+ * over the same codes and scales (1e-3: the tensor cores' sums within a
+ * 128-column block), and against x unquantized times the dequantized
  * weight (the W8A8 error itself, loose). bench: GB/s of
  * the GEMV (codes + scales + zeros + activations read once) and of the
  * dequantization, as a share of --copy-gbs (check_kernels' copy_d2d); the
@@ -309,8 +309,11 @@ static void check_fp8_gemm(int M, int N, int K, qwk_gemm *gm) {
                 }
             }
         /* within a 128-column block the tensor cores sum in their own
-         * precision before cuBLASLt promotes the block's sum to f32 */
-        report(name, sqrt(num / (den > 0 ? den : 1)), 1e-4);
+         * precision (about 14 mantissa bits on Hopper, as DeepSeek-V3
+         * measured) before the block's sum is promoted to f32 and scaled:
+         * 1e-3 normwise, where a misread scale tensor costs tens of
+         * percent (emulated: f32 sums, 1.2e-7) */
+        report(name, sqrt(num / (den > 0 ? den : 1)), 1e-3);
         snprintf(name, sizeof name, "fp8 block gemm M%d %dx%d vs bf16 x (W8A8 error)", M, N, K);
         report(name, sqrt(num_w / (den_w > 0 ? den_w : 1)), 5e-2);
     }
