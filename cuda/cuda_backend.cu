@@ -84,9 +84,9 @@ typedef struct cu_backend {
                                    (fp8_block.h): sm_90, not turned off    */
     int fp8_refused;            /* cuBLAS status of the first refusal of that
                                    GEMM (then every step dequantizes); 0 none */
-    int32_t fp8_kmax;           /* widest k among the W8A8 linears (0: none) */
-    uint8_t *xq;                /* their activations: e4m3 [tmax4][fp8_kmax] */
-    float *xs;                  /*   and scales [fp8_kmax/128][tmax4]       */
+    uint8_t *xq;                /* the W8A8 linears' activations: e4m3
+                                   [tmax4][widest k] (NULL: no W8A8 linear) */
+    float *xs;                  /*   and scales [widest k / 128][tmax4]     */
     float *final_norm;
     double *inv_freq;
 
@@ -631,9 +631,7 @@ static qw_status setup_fp8(cu_backend *b) {
         cudaFree(b->xs);
         b->xq = NULL;
         b->xs = NULL;
-        kmax = 0;
     }
-    b->fp8_kmax = kmax;
     if (need) {
         CK(cudaMalloc((void **)&b->qscratch, need), "dequantization scratch allocation");
         b->qscratch_bytes = need;
@@ -1134,8 +1132,8 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
                       prop.name, prop.major, prop.minor);
         goto fail;
     }
-    /* cuBLASLt's 1 x 128 / 128 x 128 FP8 block scaling exists on Hopper
-     * only (Blackwell's FP8 scaling modes are the MX ones) */
+    /* cuBLASLt documents its 1 x 128 / 128 x 128 FP8 block scaling for
+     * Hopper; other architectures are not tried (they dequantize) */
     b->fp8_gemm = fp8_block && prop.major == 9;
     {
         /* QWINFER_CUDA_GRAPHS=0 runs every step eagerly (vLLM's enforce_eager):

@@ -117,6 +117,19 @@ Test(cuda_quant_host, pack_fp8_partial_blocks) {
     free(dir);
 }
 
+/* qw_engine_create of the model at dir on "cuda:0" (kv_dtype: a
+ * QW_OPT_KV_CACHE_DTYPE value, 0 to leave it unset); its status. */
+static qw_status create_on_cuda0(const char *dir, int32_t kv_dtype, qw_engine **e) {
+    qw_engine_options *o;
+    cr_assert_eq(qw_engine_options_create(&o), QW_OK);
+    cr_assert_eq(qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, dir), QW_OK);
+    cr_assert_eq(qw_engine_options_set_string(o, QW_OPT_DEVICE, "cuda:0"), QW_OK);
+    if (kv_dtype) cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_KV_CACHE_DTYPE, kv_dtype), QW_OK);
+    qw_status st = qw_engine_create(o, e);
+    qw_engine_options_destroy(o);
+    return st;
+}
+
 /* The fused group of linears lins[0..nl) of layer 0 of the model at dir,
  * packed in chunks of 37 rows into a grid: returns what
  * qwi_cuda_fp8_grid_rows said; when true, checks every element against
@@ -223,13 +236,8 @@ Test(cuda_quant_host, fp8_gemm_mode) {
     char *dir = qwt_model("cuda-host-tiny", "--shape tiny --dtype bf16 --seed 5");
     cr_assert_not_null(dir);
     setenv("QWINFER_CUDA_FP8_GEMM", "Dequant", 1);
-    qw_engine_options *opt;
-    cr_assert_eq(qw_engine_options_create(&opt), QW_OK);
-    cr_assert_eq(qw_engine_options_set_string(opt, QW_OPT_MODEL_PATH, dir), QW_OK);
-    cr_assert_eq(qw_engine_options_set_string(opt, QW_OPT_DEVICE, "cuda:0"), QW_OK);
     qw_engine *e = (qw_engine *)0x1;
-    qw_status st = qw_engine_create(opt, &e);
-    qw_engine_options_destroy(opt);
+    qw_status st = create_on_cuda0(dir, 0, &e);
     unsetenv("QWINFER_CUDA_FP8_GEMM");
     cr_assert_eq(st, QW_ERR_INVALID_ARGUMENT, "got %s (%s)", qw_status_string(st), qw_last_error());
     cr_assert_null(e);
@@ -240,14 +248,8 @@ Test(cuda_quant_host, fp8_gemm_mode) {
 static void refuse_kv(int32_t dtype, const char *name) {
     char *dir = qwt_model("cuda-host-tiny", "--shape tiny --dtype bf16 --seed 5");
     cr_assert_not_null(dir);
-    qw_engine_options *o;
-    cr_assert_eq(qw_engine_options_create(&o), QW_OK);
-    cr_assert_eq(qw_engine_options_set_string(o, QW_OPT_MODEL_PATH, dir), QW_OK);
-    cr_assert_eq(qw_engine_options_set_string(o, QW_OPT_DEVICE, "cuda:0"), QW_OK);
-    cr_assert_eq(qw_engine_options_set_int(o, QW_OPT_KV_CACHE_DTYPE, dtype), QW_OK);
     qw_engine *e = (qw_engine *)0x1;
-    qw_status st = qw_engine_create(o, &e);
-    qw_engine_options_destroy(o);
+    qw_status st = create_on_cuda0(dir, dtype, &e);
     cr_assert_eq(st, QW_ERR_UNSUPPORTED, "got %s (%s)", qw_status_string(st), qw_last_error());
     cr_assert_null(e);
     cr_assert(strstr(qw_last_error(), "QW_OPT_KV_CACHE_DTYPE") && strstr(qw_last_error(), name),
