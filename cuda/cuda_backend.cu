@@ -87,6 +87,10 @@ typedef struct cu_backend {
     uint8_t *xq;                /* the W8A8 linears' activations: e4m3
                                    [tmax4][widest k] (NULL: no W8A8 linear) */
     float *xs;                  /*   and scales [widest k / 128][tmax4]     */
+    qwk_bf16 *xe;               /* decode's: their values in bf16 for the
+                                   W8A8 GEMV, [min(tmax, 8)][widest k]      */
+    bool graphs_stale;          /* a late FP8 GEMM refusal changed the path
+                                   captured decode graphs run: recapture   */
     float *final_norm;
     double *inv_freq;
 
@@ -135,6 +139,7 @@ static void cu_destroy(qwi_backend *base) {
     cudaFree(b->amem);
     cudaFree(b->xq);
     cudaFree(b->xs);
+    cudaFree(b->xe);
     cudaFree(b->qscratch);
     cudaFree(b->kv);
     cudaFree(b->d_plan);
@@ -584,8 +589,9 @@ static qw_status setup_activations(cu_backend *b) {
  * GEMM handle exists: where FP8 linears kept a block-scale grid, ask
  * cuBLASLt for the block-scaled GEMM of each such shape (at the smallest
  * row count that takes it); a refusal drops every grid (b->fp8_refused:
- * all dequantize). Then the e4m3 activation buffers for the widest W8A8
- * linear, and the bf16 scratch weight for the widest linear that
+ * all dequantize). Then the activation buffers for the widest W8A8 linear
+ * (e4m3 codes for the GEMM, their bf16 values for the decode GEMV), and
+ * the bf16 scratch weight for the widest linear that
  * dequantizes - none when every quantized linear runs W8A8. */
 static qw_status setup_fp8(cu_backend *b) {
     const qwi_config *c = &b->cfg;
@@ -600,6 +606,8 @@ static qw_status setup_fp8(cu_backend *b) {
     if (kmax) {
         CK(cudaMalloc((void **)&b->xq, T * (size_t)kmax), "FP8 activation allocation");
         CK(cudaMalloc((void **)&b->xs, T * (size_t)(kmax / QWK_FP8_GROUP) * 4), "FP8 activation allocation");
+        CK(cudaMalloc((void **)&b->xe, (size_t)QWI_MIN(b->tmax, QWK_QGEMV_MAX_M) * (size_t)kmax * 2),
+           "FP8 activation allocation");
         const int32_t m4 = qwk_fp8_rows(QWK_QGEMV_MAX_M + 1);
         for (int l = 0; l < c->num_layers && !b->fp8_refused; l++) {
             const cu_layer *Ly = &b->layers[l];
@@ -629,8 +637,10 @@ static qw_status setup_fp8(cu_backend *b) {
     if (b->fp8_refused) {   /* nothing will quantize activations */
         cudaFree(b->xq);
         cudaFree(b->xs);
+        cudaFree(b->xe);
         b->xq = NULL;
         b->xs = NULL;
+        b->xe = NULL;
     }
     if (need) {
         CK(cudaMalloc((void **)&b->qscratch, need), "dequantization scratch allocation");
@@ -700,17 +710,24 @@ static qw_status gemm(cu_backend *b, const void *x, const void *w, void *y, int 
 }
 
 /* y f32 [M][N] = x bf16 [M][K] times linear (w, q)^T: w's bf16 GEMM when q
- * is plain; else the fused GEMV for decode-sized M; else, for an FP8
- * linear in 128 x 128 blocks, x quantized per 1 x 128 group and the
- * block-scaled FP8 GEMM (fp8_block.h; y needs qwk_fp8_rows(M) rows); else
- * q dequantized into the scratch weight and the bf16 GEMM. Capturable
- * every way. Should cuBLASLt refuse the FP8 GEMM, this and every later
- * step dequantize instead (b->fp8_refused keeps its status). */
+ * is plain; for an FP8 linear in 128 x 128 blocks (q->grid), x quantized
+ * per 1 x 128 group and, by M, the W8A8 GEMV or the block-scaled FP8 GEMM
+ * (fp8_block.h; y needs qwk_fp8_rows(M) rows); else the fused GEMV for
+ * decode-sized M, or q dequantized into the scratch weight and the bf16
+ * GEMM. Capturable every way. Should cuBLASLt refuse the FP8 GEMM, this
+ * and every later step dequantize instead, decode included, so no step
+ * mixes the two numerics (b->fp8_refused keeps its status; captured decode
+ * graphs are recaptured). */
 static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, const qwk_qlinear *q, float *y,
                         int32_t M, int32_t N, int32_t K) {
     if (q->fmt == QWK_Q_NONE) return gemm(b, x, w, y, 1, M, N, K);
     if (M <= QWK_QGEMV_MAX_M) {
-        qwk_qgemv(x, M, q, y, N, b->stream);
+        if (q->grid && !b->fp8_refused) {
+            qwk_fp8_quant_act_values(x, M, K, b->xe, b->xs, b->stream);
+            qwk_qgemv_w8a8(b->xe, b->xs, M, q, y, N, b->stream);
+        } else {
+            qwk_qgemv(x, M, q, y, N, b->stream);
+        }
         return QW_OK;
     }
     if (q->grid && !b->fp8_refused) {
@@ -722,6 +739,7 @@ static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, con
             return qwi_fail(QW_ERR_INTERNAL, "cuda: block-scaled FP8 cublasLtMatmul %dx%dx%d failed (status %d)", M4,
                             N, K, st);
         b->fp8_refused = st;
+        b->graphs_stale = true;
     }
     if ((size_t)N * (size_t)K * 2 > b->qscratch_bytes) {
         qw_status gst = grow_qscratch(b);
@@ -814,9 +832,23 @@ static void graph_fallback(cu_backend *b, cu_graph *g) {
     b->graph_failures++;
 }
 
+/* Graphs captured before a late FP8 GEMM refusal replay W8A8 linears that
+ * every later step must run dequantized: drop them, so each bucket warms up
+ * and captures again (buckets that fell back to eager stay eager). */
+static void drop_stale_graphs(cu_backend *b) {
+    for (int i = 0; i < QWI_CUDA_MAX_BUCKETS; i++) {
+        cu_graph *g = &b->graphs[i];
+        if (g->exec) cudaGraphExecDestroy(g->exec);
+        g->exec = NULL;
+        if (g->state == QWI_GRAPH_READY) g->state = QWI_GRAPH_NEW;
+    }
+    b->graphs_stale = false;
+}
+
 /* A decode-only step of bucket bi: eager warm-up, then capture, then replay
  * (cuda_host.h's graph states). Never fails because of graphs. */
 static qw_status run_decode_step(cu_backend *b, const step *s, int bi) {
+    if (b->graphs_stale) drop_stale_graphs(b);
     cu_graph *g = &b->graphs[bi];
     qwi_cuda_graph_action a = qwi_cuda_graph_next(g->state);
     if (a == QWI_GRAPH_REPLAY) {

@@ -35,9 +35,15 @@
  * The numerics move from the weight-only path (bf16 activations): each
  * activation carries e4m3's relative error (<= 2^-4) into the GEMM, the
  * trade every FP8 serving engine makes for the faster prefill. Steps of up
- * to QWK_QGEMV_MAX_M rows keep the weight-only GEMV (decode is bound by the
- * weight bytes, which are the same). QWINFER_CUDA_FP8_GEMM=dequant turns
- * this path off (docs/quantization.md, "CUDA").
+ * to QWK_QGEMV_MAX_M rows (decode) quantize their activations the same way
+ * and run the W8A8 GEMV (quant.h qwk_qgemv_w8a8: the same sum over the
+ * same codes and scales, in f32 on CUDA cores, since a decode step is
+ * bound by the weight bytes either way). Every step of such a model is
+ * then W8A8, as in vLLM: a row's logits do not depend on how many rows
+ * share its step beyond the GEMM's accumulation order (the design's
+ * batched == alone), where a weight-only decode beside a W8A8 prefill
+ * would move them by the W8A8 error. QWINFER_CUDA_FP8_GEMM=dequant turns
+ * W8A8 off for every step (docs/quantization.md, "CUDA").
  */
 #ifndef QWK_FP8_BLOCK_H
 #define QWK_FP8_BLOCK_H
@@ -51,7 +57,11 @@ extern "C" {
 
 #define QWK_FP8_GROUP 128
 
-/* M rounded up to a multiple of 4: the rows the block-scaled GEMM runs. */
+/* M rounded up to a multiple of 4: the rows the block-scaled GEMM runs
+ * (and the activation scales' leading dimension, which kernels index). */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
 static inline int32_t qwk_fp8_rows(int32_t M) { return (M + 3) & ~3; }
 
 /* Quantize x bf16 [M][K] (K a multiple of 128) per 1 x 128 group, as
@@ -59,6 +69,13 @@ static inline int32_t qwk_fp8_rows(int32_t M) { return (M + 3) & ~3; }
  * (those rows' scales 1), M4 = qwk_fp8_rows(M). Asynchronous on stream;
  * capturable. */
 void qwk_fp8_quant_act(const uint16_t *x, int32_t M, int32_t K, uint8_t *xq, float *xs, cudaStream_t stream);
+
+/* The same quantization for the W8A8 GEMV: xe bf16 [M][K] holds each
+ * code's e4m3 value (exact in bf16; the codes qwk_fp8_quant_act writes,
+ * bit for bit), xs f32 [K/128][M4] the same scales (rows M..M4-1 scale 1;
+ * xe has no padding rows). Asynchronous on stream; capturable. */
+void qwk_fp8_quant_act_values(const uint16_t *x, int32_t M, int32_t K, uint16_t *xe, float *xs,
+                              cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
  */
 #include <math.h>
 
+#include "fp8_block.h"
 #include "quant.h"
 
 size_t qwk_qcode_bytes(int32_t fmt, int64_t n, int64_t k) {
@@ -126,6 +127,57 @@ void qwk_qgemv(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int
     if (w->fmt == QWK_Q_U4) qgemv_kernel<QWK_Q_U4><<<grid, 32 * warps, 0, stream>>>(x, M, *w, y, ldy);
     else if (w->fmt == QWK_Q_U8) qgemv_kernel<QWK_Q_U8><<<grid, 32 * warps, 0, stream>>>(x, M, *w, y, ldy);
     else qgemv_kernel<QWK_Q_E4M3><<<grid, 32 * warps, 0, stream>>>(x, M, *w, y, ldy);
+}
+
+/* qgemv_kernel's shape over W8A8 operands: one warp per output row j,
+ * lanes on 8 consecutive columns (inside one 128-column block: 128 % 8 ==
+ * 0). A lane's 8 products of e4m3 values (each exact in f32) summed in
+ * f32, then scaled by the block's activation scale times its weight scale
+ * into the row's sum; a fixed shuffle tree across lanes. Row m's sum reads
+ * only row m's codes and scales, so it is the same whatever M is. */
+__global__ void qgemv_w8a8_kernel(const uint16_t *__restrict__ xe, const float *__restrict__ xs, int32_t M,
+                                  qwk_qlinear w, float *__restrict__ y, int32_t ldy) {
+    const int32_t j = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (j >= w.n) return;
+    const int32_t K = w.k, M4 = qwk_fp8_rows(M);
+    const uint8_t *row = w.codes + (size_t)j * K;
+    const float *sc = w.scales + (size_t)j * w.ngroups;
+    float acc[QWK_QGEMV_MAX_M];
+#pragma unroll
+    for (int m = 0; m < QWK_QGEMV_MAX_M; m++) acc[m] = 0.f;
+    for (int32_t c = lane * 8; c < K; c += 256) {
+        float v[8];
+        codes8<QWK_Q_E4M3>(row, c, v);
+        const int32_t g = c / QWK_FP8_GROUP;
+        const float ws = sc[g];
+#pragma unroll
+        for (int m = 0; m < QWK_QGEMV_MAX_M; m++) {
+            if (m < M) {
+                const uint4 xv = *(const uint4 *)(xe + (size_t)m * K + c);
+                const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+                float p = 0.f;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    p = fmaf(__uint_as_float(xw[i] << 16), v[2 * i], p);
+                    p = fmaf(__uint_as_float(xw[i] & 0xffff0000u), v[2 * i + 1], p);
+                }
+                acc[m] = fmaf(p, xs[(size_t)g * M4 + m] * ws, acc[m]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < QWK_QGEMV_MAX_M; m++) {
+        float a = acc[m];
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == 0 && m < M) y[(size_t)m * ldy + j] = a;
+    }
+}
+
+void qwk_qgemv_w8a8(const uint16_t *xe, const float *xs, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy,
+                    cudaStream_t stream) {
+    if (M <= 0 || w->n <= 0) return;
+    const int warps = 8;
+    qgemv_w8a8_kernel<<<(unsigned)((w->n + warps - 1) / warps), 32 * warps, 0, stream>>>(xe, xs, M, *w, y, ldy);
 }
 
 /* One block per output row; threads stride over its columns, 8 at a time

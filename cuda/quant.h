@@ -19,7 +19,9 @@
  *
  * Decode (M <= QWK_QGEMV_MAX_M rows) reads the codes once through the fused
  * GEMV; larger M dequantizes into a bf16 scratch weight that the cuBLASLt
- * bf16 GEMM (gemm.h) then reads, so prefill keeps tensor-core speed.
+ * bf16 GEMM (gemm.h) then reads, so prefill keeps tensor-core speed. FP8
+ * linears in 128 x 128 blocks run W8A8 at every M instead where the
+ * block-scaled GEMM exists (fp8_block.h): qwk_qgemv_w8a8 for decode.
  */
 #ifndef QWK_QUANT_H
 #define QWK_QUANT_H
@@ -54,6 +56,16 @@ size_t qwk_qcode_bytes(int32_t fmt, int64_t n, int64_t k);
  * x bf16 [M][w->k], y f32 with row stride ldy. Products and sums in f32,
  * dequantization fused (one read of the codes). Asynchronous on stream. */
 void qwk_qgemv(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, cudaStream_t stream);
+
+/* The W8A8 form of qwk_qgemv for an E4M3 linear in 128 x 128 blocks (K a
+ * multiple of 128, group_k 128: the linears that carry a grid), over
+ * activations quantized by fp8_block.h's qwk_fp8_quant_act_values (xe
+ * bf16 [M][w->k] e4m3 values, xs f32 [k/128][qwk_fp8_rows(M)]):
+ *   y[m][j] = sum_b xs[b][m] * scale(j, b) * sum_{c in b} xe[m][c] * e4m3(code(j, c))
+ * for m < M (1..QWK_QGEMV_MAX_M), the block-scaled GEMM's sum, in f32.
+ * Row m's result does not depend on M. Asynchronous on stream. */
+void qwk_qgemv_w8a8(const uint16_t *xe, const float *xs, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy,
+                    cudaStream_t stream);
 
 /* out[j][c] = bf16(w(j, c)) for the whole linear: out bf16 [w->n][w->k]
  * (round to nearest even), the input of the bf16 GEMM for M > 8.

@@ -17,11 +17,16 @@
  * zero, nothing past them touched); qwk_gemm_run_fp8 against a double sum
  * over the same codes and scales (1e-3: the tensor cores' sums within a
  * 128-column block), and against x unquantized times the dequantized
- * weight (the W8A8 error itself, loose). bench: GB/s of
- * the GEMV (codes + scales + zeros + activations read once) and of the
- * dequantization, as a share of --copy-gbs (check_kernels' copy_d2d); the
- * block-scaled FP8 GEMM's TFLOP/s at 8B prefill shapes and its speed-up
- * over the dequantize + bf16 GEMM path it replaces.
+ * weight (the W8A8 error itself, loose). Decode's side of it:
+ * qwk_fp8_quant_act_values bit for bit (the same codes' values, the same
+ * scales), qwk_qgemv_w8a8 against a double sum over them (f32 sums: 1e-5),
+ * each row bit for bit its value when alone (M = 1), and within the GEMM's
+ * 1e-3 of the block-scaled GEMM over the same rows (decode == prefill
+ * numerics). bench: GB/s of the GEMVs (codes + scales + zeros +
+ * activations read once; the W8A8 one with its activation quantization)
+ * and of the dequantization, as a share of --copy-gbs (check_kernels'
+ * copy_d2d); the block-scaled FP8 GEMM's TFLOP/s at 8B prefill shapes and
+ * its speed-up over the dequantize + bf16 GEMM path it replaces.
  * Prints "CHECK name ok|FAIL ..." and "BENCH name value unit pct" lines;
  * exit 0 all passed, 1 a check failed, 2 no device or a CUDA error.
  */
@@ -50,6 +55,18 @@ static void report(const char *name, double err, double tol) {
     bool ok = err <= tol && err == err;
     if (!ok) failures++;
     printf("CHECK %-52s %s err %.3e (tol %.1e)\n", name, ok ? "ok  " : "FAIL", err, tol);
+}
+
+/* How many of the n floats at y lost the 0xff poison a check wrote there
+ * (the output rows a kernel must leave alone). */
+static size_t poison_changed(const float *y, int n) {
+    size_t changed = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &y[i], 4);
+        changed += u != 0xffffffffu;
+    }
+    return changed;
 }
 
 /* A quantized linear on the host (codes unpacked, one byte each) and its
@@ -137,12 +154,7 @@ static void check_gemv(int fmt, int n, int k, int gk, int M) {
             num += d * d;
             den += ref * ref;
         }
-    int touched = 0;
-    for (int r = 0; r < n; r++) {
-        uint32_t u;
-        memcpy(&u, &hy[(size_t)M * n + r], 4);
-        touched += u != 0xffffffffu;
-    }
+    const size_t touched = poison_changed(&hy[(size_t)M * n], n);
     char name[96];
     snprintf(name, sizeof name, "qgemv %s M%d %dx%d g%d", fmt_name(fmt), M, n, k, gk);
     report(name, touched ? 1.0 : sqrt(num / (den > 0 ? den : 1)), 1e-5);
@@ -232,11 +244,7 @@ static void check_fp8_quant_act(int M, int K) {
     for (size_t i = (size_t)M4 * K; i < hq.size(); i++) bad += hq[i] != 0xee;
     for (int g = 0; g < G; g++)
         for (int m = 0; m < M4; m++) bad += memcmp(&hs[(size_t)g * M4 + m], &rs[(size_t)g * M4 + m], 4) != 0;
-    for (size_t i = (size_t)G * M4; i < hs.size(); i++) {
-        uint32_t u;
-        memcpy(&u, &hs[i], 4);
-        bad += u != 0xffffffffu;
-    }
+    bad += poison_changed(&hs[(size_t)G * M4], (int)(hs.size() - (size_t)G * M4));
     char name[96];
     snprintf(name, sizeof name, "fp8 quant_act M%d K%d (bits exact)", M, K);
     report(name, (double)bad, 0);
@@ -320,6 +328,164 @@ static void check_fp8_gemm(int M, int N, int K, qwk_gemm *gm) {
     cudaFree(x); cudaFree(xq); cudaFree(xs); cudaFree(w); cudaFree(wg); cudaFree(y);
 }
 
+/* qwk_fp8_quant_act_values: the codes fp8_quant_ref computes, as exact
+ * bf16 values (their f32 reading equals e4m3(code)), the same scales; one
+ * poisoned row past M (xe has no padding rows) and the scales past M4
+ * untouched. */
+static void check_fp8_quant_values(int M, int K) {
+    const int M4 = qwk_fp8_rows(M), G = K / 128;
+    std::vector<uint16_t> hx = fp8_acts(M, K);
+    std::vector<uint8_t> rq;
+    std::vector<float> rs;
+    fp8_quant_ref(hx, M, K, rq, rs, M4);
+    uint16_t *x, *xe; float *sc;
+    CK(cudaMalloc(&x, hx.size() * 2));
+    CK(cudaMalloc(&xe, (size_t)(M + 1) * K * 2));
+    CK(cudaMalloc(&sc, (size_t)G * (M4 + 1) * 4));
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(xe, 0xee, (size_t)(M + 1) * K * 2));
+    CK(cudaMemset(sc, 0xff, (size_t)G * (M4 + 1) * 4));
+    qwk_fp8_quant_act_values(x, M, K, xe, sc, 0);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> he((size_t)(M + 1) * K);
+    std::vector<float> hs((size_t)G * (M4 + 1));
+    CK(cudaMemcpy(he.data(), xe, he.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hs.data(), sc, hs.size() * 4, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < (size_t)M * K; i++) {
+        const float want = qwi_e4m3_to_f32(rq[i]), got = qwi_bf16_to_f32(he[i]);
+        bad += memcmp(&want, &got, 4) != 0;
+    }
+    for (size_t i = (size_t)M * K; i < he.size(); i++) bad += he[i] != 0xeeee;
+    for (size_t i = 0; i < (size_t)G * M4; i++) bad += memcmp(&hs[i], &rs[i], 4) != 0;
+    bad += poison_changed(&hs[(size_t)G * M4], (int)(hs.size() - (size_t)G * M4));
+    char name[96];
+    snprintf(name, sizeof name, "fp8 quant_act values M%d K%d (bits exact)", M, K);
+    report(name, (double)bad, 0);
+    cudaFree(x); cudaFree(xe); cudaFree(sc);
+}
+
+/* An e4m3 weight [N][K] in 128 x 128 blocks, on the device as the backend
+ * uploads it: codes, the block scales repeated on every row (quant.h) and
+ * the grid (fp8_block.h). */
+struct fp8w {
+    std::vector<uint8_t> codes;
+    std::vector<float> grid;
+    int ld;
+    qwk_qlinear d;
+};
+
+static fp8w make_fp8_blocks(int N, int K) {
+    fp8w w;
+    const int G = K / 128;
+    w.ld = (G + 3) / 4 * 4;
+    w.codes.resize((size_t)N * K);
+    for (auto &c : w.codes) {
+        c = (uint8_t)(urand() & 255);
+        if (qwi_e4m3_is_nan(c)) c = 0x3c;
+    }
+    w.grid.assign((size_t)(N / 128) * w.ld, 0.f);
+    for (int jb = 0; jb < N / 128; jb++)
+        for (int b = 0; b < G; b++) w.grid[(size_t)jb * w.ld + b] = 1e-3f * (1.5f + frand());
+    std::vector<float> rows((size_t)N * G);
+    for (int j = 0; j < N; j++)
+        for (int b = 0; b < G; b++) rows[(size_t)j * G + b] = w.grid[(size_t)(j / 128) * w.ld + b];
+    uint8_t *c; float *sc, *gr;
+    CK(cudaMalloc(&c, w.codes.size()));
+    CK(cudaMalloc(&sc, rows.size() * 4));
+    CK(cudaMalloc(&gr, w.grid.size() * 4));
+    CK(cudaMemcpy(c, w.codes.data(), w.codes.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(sc, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(gr, w.grid.data(), w.grid.size() * 4, cudaMemcpyHostToDevice));
+    w.d = qwk_qlinear{QWK_Q_E4M3, N, K, 128, G, c, sc, NULL, gr, w.ld};
+    return w;
+}
+
+static void release_fp8(fp8w &w) {
+    cudaFree((void *)w.d.codes); cudaFree((void *)w.d.scales); cudaFree((void *)w.d.grid);
+}
+
+/* Decode's W8A8 linear: values quantization + qwk_qgemv_w8a8 over M rows
+ * (a poisoned row past M must stay untouched) against (a) a double sum
+ * over the same codes and scales, (b) each row run alone, bit for bit, and
+ * (c) the block-scaled GEMM over the same M rows (its accumulation, 1e-3;
+ * a refused GEMM is a failure, as in check_fp8_gemm). */
+static void check_fp8_gemv(int M, int N, int K, qwk_gemm *gm) {
+    const int M4 = qwk_fp8_rows(M), G = K / 128;
+    fp8w w = make_fp8_blocks(N, K);
+    std::vector<uint16_t> hx = fp8_acts(M, K);
+    uint16_t *x, *xe; uint8_t *xq; float *xs, *y, *y1, *yg;
+    CK(cudaMalloc(&x, hx.size() * 2));
+    CK(cudaMalloc(&xe, (size_t)M * K * 2));
+    CK(cudaMalloc(&xq, (size_t)M4 * K));
+    CK(cudaMalloc(&xs, (size_t)G * M4 * 4));
+    CK(cudaMalloc(&y, (size_t)(M + 1) * N * 4));
+    CK(cudaMalloc(&y1, (size_t)N * 4));
+    CK(cudaMalloc(&yg, (size_t)M4 * N * 4));
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(y, 0xff, (size_t)(M + 1) * N * 4));
+    qwk_fp8_quant_act_values(x, M, K, xe, xs, 0);
+    qwk_qgemv_w8a8(xe, xs, M, &w.d, y, N, 0);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> he((size_t)M * K);
+    std::vector<float> hs((size_t)G * M4), hy((size_t)(M + 1) * N), h1(N);
+    CK(cudaMemcpy(he.data(), xe, he.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hs.data(), xs, hs.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < N; j++) {
+            double ref = 0;
+            for (int b = 0; b < G; b++) {
+                double part = 0;
+                for (int c = b * 128; c < b * 128 + 128; c++)
+                    part += (double)qwi_bf16_to_f32(he[(size_t)m * K + c]) * qwi_e4m3_to_f32(w.codes[(size_t)j * K + c]);
+                ref += (double)hs[(size_t)b * M4 + m] * w.grid[(size_t)(j / 128) * w.ld + b] * part;
+            }
+            const double d = hy[(size_t)m * N + j] - ref;
+            num += d * d;
+            den += ref * ref;
+        }
+    const size_t touched = poison_changed(&hy[(size_t)M * N], N);
+    char name[96];
+    snprintf(name, sizeof name, "fp8 w8a8 gemv M%d %dx%d", M, N, K);
+    report(name, touched ? 1.0 : sqrt(num / (den > 0 ? den : 1)), 1e-5);
+    /* (b) each row alone: the same codes, scales and sums */
+    size_t differ = 0;
+    for (int m = 0; m < M; m++) {
+        qwk_fp8_quant_act_values(x + (size_t)m * K, 1, K, xe, xs, 0);
+        qwk_qgemv_w8a8(xe, xs, 1, &w.d, y1, N, 0);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(h1.data(), y1, (size_t)N * 4, cudaMemcpyDeviceToHost));
+        differ += memcmp(h1.data(), &hy[(size_t)m * N], (size_t)N * 4) != 0;
+    }
+    snprintf(name, sizeof name, "fp8 w8a8 gemv M%d %dx%d row alone (bits exact)", M, N, K);
+    report(name, (double)differ, 0);
+    /* (c) the GEMM prefill runs over the same rows */
+    qwk_fp8_quant_act(x, M, K, xq, xs, 0);
+    const int st = qwk_gemm_run_fp8(gm, 0, xq, xs, w.d.codes, w.d.grid, yg, M4, N, K);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    snprintf(name, sizeof name, "fp8 w8a8 gemv M%d %dx%d vs block gemm", M, N, K);
+    if (st) {
+        printf("CHECK %-52s FAIL cuBLASLt status %d\n", name, st);
+        failures++;
+    } else {
+        std::vector<float> hg((size_t)M4 * N);
+        CK(cudaMemcpy(hg.data(), yg, hg.size() * 4, cudaMemcpyDeviceToHost));
+        double n2 = 0, d2 = 0;
+        for (size_t i = 0; i < (size_t)M * N; i++) {
+            n2 += (double)(hy[i] - hg[i]) * (hy[i] - hg[i]);
+            d2 += (double)hg[i] * hg[i];
+        }
+        report(name, sqrt(n2 / (d2 > 0 ? d2 : 1)), 1e-3);
+    }
+    cudaFree(x); cudaFree(xe); cudaFree(xq); cudaFree(xs); cudaFree(y); cudaFree(y1); cudaFree(yg);
+    release_fp8(w);
+}
+
 static void group_check() {
     for (int M : {1, 3, 8}) {
         check_gemv(QWK_Q_U4, 96, 256, 128, M);   /* vector path, group = 16 chunks  */
@@ -339,6 +505,8 @@ static void group_check() {
     for (int M : {1, 9, 12, 13})   /* padding rows: M4 - M = 3, 3, 0, 3 */
         check_fp8_quant_act(M, 256);
     check_fp8_quant_act(20, 1024);
+    for (int M : {1, 3, 8})
+        check_fp8_quant_values(M, 384);
     {
         void *ws;
         qwk_gemm *gm;
@@ -347,6 +515,9 @@ static void group_check() {
         check_fp8_gemm(9, 256, 384, gm);
         check_fp8_gemm(16, 128, 128, gm);
         if (!small) check_fp8_gemm(300, 1024, 2048, gm);
+        for (int M : {1, 3, 8})
+            check_fp8_gemv(M, 256, 384, gm);
+        if (!small) check_fp8_gemv(8, 1024, 2048, gm);
         qwk_gemm_destroy(gm);
         cudaFree(ws);
     }
@@ -387,6 +558,38 @@ static void bench_one(const char *tag, int fmt, int n, int k, int M, double copy
     }
     cudaFree(x); cudaFree(y); cudaFree(o);
     release(q);
+}
+
+/* Decode's W8A8 linear (activation quantization + qwk_qgemv_w8a8), GB/s
+ * of the same bytes as the weight-only GEMV's row (codes + scales + bf16
+ * activations + outputs), so the two rows compare directly. */
+static void bench_fp8_gemv(const char *tag, int n, int k, int M, double copy_gbs) {
+    fp8w w = make_fp8_blocks(n, k);
+    const int G = k / 128;
+    uint16_t *x, *xe; float *xs, *y;
+    CK(cudaMalloc(&x, (size_t)M * k * 2));
+    CK(cudaMalloc(&xe, (size_t)M * k * 2));
+    CK(cudaMalloc(&xs, (size_t)G * qwk_fp8_rows(M) * 4));
+    CK(cudaMalloc(&y, (size_t)M * n * 4));
+    CK(cudaMemset(x, 0x3c, (size_t)M * k * 2));
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    for (int i = 0; i < 3; i++) {
+        qwk_fp8_quant_act_values(x, M, k, xe, xs, 0);
+        qwk_qgemv_w8a8(xe, xs, M, &w.d, y, n, 0);
+    }
+    CK(cudaGetLastError());
+    cudaEventRecord(e0);
+    for (int i = 0; i < 20; i++) {
+        qwk_fp8_quant_act_values(x, M, k, xe, xs, 0);
+        qwk_qgemv_w8a8(xe, xs, M, &w.d, y, n, 0);
+    }
+    cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
+    float ms; cudaEventElapsedTime(&ms, e0, e1);
+    const double bytes = (double)n * k + (double)n * G * 4 + (double)M * k * 2 + (double)M * n * 4;
+    const double gbs = bytes * 20 / (ms * 1e-3) / 1e9;
+    printf("BENCH qgemv_w8a8_%s_M%d %.0f GB/s %.1f%%\n", tag, M, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
+    cudaFree(x); cudaFree(xe); cudaFree(xs); cudaFree(y);
+    release_fp8(w);
 }
 
 /* The prefill linear an FP8 model runs over M rows: activation
@@ -459,6 +662,9 @@ static void group_bench(double copy_gbs) {
     bench_one("u8_8b_gateup", QWK_Q_U8, 2 * 12288, 4096, 1, copy_gbs);
     bench_one("e4m3_8b_gateup", QWK_Q_E4M3, 2 * 12288, 4096, 1, copy_gbs);
     bench_one("e4m3_8b_gateup", QWK_Q_E4M3, 2 * 12288, 4096, 8, copy_gbs);
+    bench_fp8_gemv("e4m3_8b_gateup", 2 * 12288, 4096, 1, copy_gbs);
+    bench_fp8_gemv("e4m3_8b_gateup", 2 * 12288, 4096, 8, copy_gbs);
+    bench_fp8_gemv("e4m3_8b_down", 4096, 12288, 1, copy_gbs);
     bench_fp8_gemm("8b_gateup", 2048, 2 * 12288, 4096);
     bench_fp8_gemm("8b_down", 2048, 4096, 12288);
     bench_fp8_gemm("8b_qkv", 2048, 6144, 4096);

@@ -100,5 +100,9 @@ int e2e_features(const char *name, const char *dir);
  * always are on the CPU engine. */
 int e2e_invariants(const char *name, const char *dir);
 extern const char *e2e_exact_invariants;
+/* --invariants-w8a8 NAME=DIR sets it for that argument: the tolerance of
+ * the non-exact variants (0: e2e_parity_tol of the model; e2e.c's
+ * INVARIANTS_TOL_W8A8 says why a W8A8 model needs its own). */
+extern double e2e_invariants_tol;
 
 #endif

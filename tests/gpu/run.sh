@@ -90,11 +90,14 @@ N8=8b; [ "$L8" != 36 ] && N8=8b_L$L8
     mk --shape tiny --out "$M/tiny" && mk --shape 0.6b --out "$M/0.6b" || exit 1
     # quantized models (issue 16) for CPU-vs-CUDA parity: every format on
     # tiny (group 32 and a 48-wide FP8 block: several groups, partial
-    # blocks; GPTQ with a quantized head: the head's GEMV passes), and AWQ
+    # blocks; GPTQ with a quantized head: the head's GEMV passes; FP8 in
+    # 128 x 128 blocks at the smallest shape that keeps them whole, for the
+    # W8A8 path's scheduling invariants), and AWQ
     # at 0.6b sizes (vectorized GEMV path, real k)
     for q in "awq:--quant awq --group-size 32" "gptq4:--quant gptq --bits 4 --group-size 32" \
              "gptq8:--quant gptq --bits 8 --group-size 32 --gptq-asym" "fp8:--quant fp8 --fp8-block 48" \
-             "gptq4head:--quant gptq --bits 4 --group-size 32 --gptq-lm-head"; do
+             "gptq4head:--quant gptq --bits 4 --group-size 32 --gptq-lm-head" \
+             "fp8blk:--quant fp8 --fp8-block 128 --hidden 128 --heads 4 --kv-heads 2 --head-dim 64 --intermediate 256"; do
         mk --shape tiny ${q#*:} --out "$M/tiny_${q%%:*}" || rm -rf "$M/tiny_${q%%:*}"
     done
     mk --shape 0.6b --quant awq --out "$M/0.6b_awq" || rm -rf "$M/0.6b_awq"
@@ -166,9 +169,12 @@ if [ -f tests/gpu/e2e.c ]; then
         for n in tiny_awq tiny_gptq4 tiny_gptq8 tiny_fp8 tiny_gptq4head 0.6b_awq; do
             if [ -f "$M/$n/config.json" ]; then ARGS+=(--parity "$n=$M/$n"); else row "e2e $n" "model missing (see models.log)"; fi
         done
-        # W8A8: FP8 in 128 x 128 blocks, prefill through the block-scaled GEMM
+        # W8A8: FP8 in 128 x 128 blocks, prefill through the block-scaled GEMM,
+        # decode through the W8A8 GEMV
         if [ -f "$M/0.6b_fp8/config.json" ]; then ARGS+=(--parity-w8a8 "0.6b_fp8=$M/0.6b_fp8")
         else row "e2e 0.6b_fp8" "model missing (see models.log)"; fi
+        # W8A8 at every step (decode through the W8A8 GEMV): the invariants
+        [ -f "$M/tiny_fp8blk/config.json" ] && ARGS+=(--invariants-w8a8 "tiny_fp8blk=$M/tiny_fp8blk")
         # fp8 (e4m3) KV cache: both engines on it, the bf16 models' weights
         [ -f "$M/tiny/config.json" ] && ARGS+=(--parity-kv-fp8 "tiny_fp8kv=$M/tiny")
         [ -f "$M/0.6b/config.json" ] && ARGS+=(--parity-kv-fp8 "0.6b_fp8kv=$M/0.6b")
