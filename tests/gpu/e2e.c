@@ -59,14 +59,16 @@
  * --bench: decode tokens/s at batch 1, 16, 64, 256 (prompts of 128 tokens,
  *   a few warm-up decode steps, then S seconds of decode-only steps) with %
  *   of the bandwidth bound: bytes per step = weight bytes read by a decode
- *   step (every linear weight + norms + lm_head, bf16) + KV bytes read (sum
+ *   step (every linear weight + norms + lm_head, bf16; a quantized linear
+ *   its codes and the f32 scales/zeros the GEMV reads) + KV bytes read (sum
  *   of context lengths * 2 * layers * kv_heads * head_dim * 2); bound time =
  *   bytes / copy bandwidth (--copy-gbs, GB/s = 1e9 B/s, measured by
  *   run.sh's kernel checks). Then prefill tokens/s of 2048-token prompts
  *   (several, one after another under the default 2048-token step budget)
  *   with % of --peak-tflops: FLOPs = 2 * linear params * tokens + causal
  *   attention (2 * head_dim * L * (L + 1) per head and layer for QK^T + PV)
- *   + the lm_head row of each prompt.
+ *   + the lm_head row of each prompt (--peak-tflops is the bf16 GEMM's:
+ *   a W8A8 model's linears run on FP8 tensor cores, twice that rate).
  *
  * --kv-refusal DIR: the CUDA backend keeps its KV cache in bf16 or fp8, so
  *   an engine asked for QW_OPT_KV_CACHE_DTYPE f32 must fail at create with
@@ -161,6 +163,7 @@ void e2e_random_prompt(int32_t *ids, int n, int32_t vocab) {
 typedef struct {
     double hidden, layers, heads, kv_heads, head_dim, inter, vocab, max_pos;
     int tied;
+    double linear_bytes;   /* bytes a decode step reads per linear weight  */
 } shape;
 
 static int json_num(const char *js, const char *key, double *out) {
@@ -196,6 +199,24 @@ static int read_shape(const char *dir, shape *s) {
     if (ok && !json_num(js, "head_dim", &s->head_dim)) s->head_dim = s->hidden / s->heads;
     if (ok && json_num(js, "tie_word_embeddings", &tied)) s->tied = tied != 0;
     if (ok && !json_num(js, "max_position_embeddings", &s->max_pos)) s->max_pos = 4096;
+    s->linear_bytes = 2;
+    if (ok && strstr(js, "\"quantization_config\"")) {
+        /* what the CUDA backend's GEMV reads a weight (cuda/quant.h): the
+         * code, plus an f32 scale (and an f32 zero for int) a row and group;
+         * the head and norms stay bf16 (qw-makemodel's --gptq-lm-head
+         * models are not benchmarked) */
+        double bits = 8, group = 128;
+        const int fp8 = strstr(js, "\"fp8\"") != NULL;
+        const char *blk = strstr(js, "\"weight_block_size\"");
+        if (!fp8) {
+            json_num(js, "bits", &bits);
+            json_num(js, "group_size", &group);
+        } else if (blk && (blk = strchr(blk, '['))) {
+            group = strtod(blk + 1, NULL);   /* [rows, columns]: square here */
+            if (!(group > 0)) group = 128;
+        }
+        s->linear_bytes = bits / 8 + (fp8 ? 4.0 : 8.0) / group;
+    }
     free(js);
     if (!ok) printf("e2e: %s lacks a shape field\n", path);
     return ok;
@@ -207,10 +228,11 @@ static double linear_params(const shape *s) {
     double per = s->hidden * (q + 2 * kv) + q * s->hidden + 3 * s->hidden * s->inter;
     return s->layers * per;
 }
-/* Bytes of weights one decode step reads (bf16): linears, norms, lm_head. */
+/* Bytes of weights one decode step reads: linears (bf16, or codes and
+ * their scales), norms and lm_head (bf16). */
 static double decode_weight_bytes(const shape *s) {
     double norms = s->layers * (2 * s->hidden + 2 * s->head_dim) + s->hidden;
-    return 2.0 * (linear_params(s) + norms + s->vocab * s->hidden);
+    return s->linear_bytes * linear_params(s) + 2.0 * (norms + s->vocab * s->hidden);
 }
 static double kv_bytes_per_token(const shape *s) { return 2.0 * s->layers * s->kv_heads * s->head_dim * 2.0; }
 

@@ -181,12 +181,14 @@ if [ -f tests/gpu/e2e.c ]; then
         # f32 KV refused naming the option, fp8 KV created
         [ -f "$M/tiny/config.json" ] && ARGS+=(--kv-refusal "$M/tiny")
         # what is left of the budget, less ~90 s for the oracle and memcheck,
-        # bounds e2e; it needs ~1.5 min with both benchmarks, ~30 s for
+        # bounds e2e; it needs ~1.5-2 min with the benchmarks, ~30 s for
         # parity alone (estimates: never run on a device yet)
         LEFT=$(cap 240 90)
         if [ $LEFT -ge 120 ]; then
             [ -f "$M/0.6b/config.json" ] && ARGS+=(--bench "0.6b=$M/0.6b")
             [ -f "$M/$N8/config.json" ] && ARGS+=(--bench "$N8=$M/$N8")
+            # W8A8 end to end: prefill tokens/s beside 0.6b's (bf16)
+            [ $LEFT -ge 150 ] && [ -f "$M/0.6b_fp8/config.json" ] && ARGS+=(--bench "0.6b_fp8=$M/0.6b_fp8")
         else
             row "e2e benchmarks" "skipped (${LEFT}s left)"
         fi
