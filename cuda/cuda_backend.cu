@@ -721,8 +721,9 @@ static qw_status gemm(cu_backend *b, const void *x, const void *w, void *y, int 
 static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, const qwk_qlinear *q, float *y,
                         int32_t M, int32_t N, int32_t K) {
     if (q->fmt == QWK_Q_NONE) return gemm(b, x, w, y, 1, M, N, K);
+    const bool w8a8 = q->grid && !b->fp8_refused;
     if (M <= QWK_QGEMV_MAX_M) {
-        if (q->grid && !b->fp8_refused) {
+        if (w8a8) {
             qwk_fp8_quant_act_values(x, M, K, b->xe, b->xs, b->stream);
             qwk_qgemv_w8a8(b->xe, b->xs, M, q, y, N, b->stream);
         } else {
@@ -730,7 +731,7 @@ static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, con
         }
         return QW_OK;
     }
-    if (q->grid && !b->fp8_refused) {
+    if (w8a8) {
         const int32_t M4 = qwk_fp8_rows(M);
         qwk_fp8_quant_act(x, M, K, b->xq, b->xs, b->stream);
         int st = qwk_gemm_run_fp8(b->gemm, b->stream, b->xq, b->xs, q->codes, q->grid, y, M4, N, K);

@@ -37,8 +37,8 @@
  * trade every FP8 serving engine makes for the faster prefill. Steps of up
  * to QWK_QGEMV_MAX_M rows (decode) quantize their activations the same way
  * and run the W8A8 GEMV (quant.h qwk_qgemv_w8a8: the same sum over the
- * same codes and scales, in f32 on CUDA cores, since a decode step is
- * bound by the weight bytes either way). Every step of such a model is
+ * same codes and scales, in f32 on CUDA cores, reading the weight bytes
+ * once as the weight-only GEMV does). Every step of such a model is
  * then W8A8, as in vLLM: a row's logits do not depend on how many rows
  * share its step beyond the GEMM's accumulation order (the design's
  * batched == alone), where a weight-only decode beside a W8A8 prefill

@@ -58,6 +58,19 @@ static __device__ __forceinline__ void codes8(const uint8_t *row, int32_t c, flo
     }
 }
 
+/* Both GEMVs' end: each of the M per-lane sums across the warp by a fixed
+ * shuffle tree (the same order for every M: batch-invariant), lane 0
+ * writing y[m][j]. */
+static __device__ __forceinline__ void store_rows(const float *acc, int32_t M, int32_t lane, float *y, int32_t ldy,
+                                                  int32_t j) {
+#pragma unroll
+    for (int m = 0; m < QWK_QGEMV_MAX_M; m++) {
+        float a = acc[m];
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == 0 && m < M) y[(size_t)m * ldy + j] = a;
+    }
+}
+
 /* One warp per output row j, all M activation rows at once, so the row's
  * codes are read once per step whatever M is: lanes take 8 consecutive
  * columns (16-byte activation loads) when k % 8 == 0, single columns
@@ -112,12 +125,7 @@ __global__ void qgemv_kernel(const uint16_t *__restrict__ x, int32_t M, qwk_qlin
                 if (m < M) acc[m] = fmaf(bf2f(x[(size_t)m * K + c]), v, acc[m]);
         }
     }
-#pragma unroll
-    for (int m = 0; m < QWK_QGEMV_MAX_M; m++) {
-        float a = acc[m];
-        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-        if (lane == 0 && m < M) y[(size_t)m * ldy + j] = a;
-    }
+    store_rows(acc, M, lane, y, ldy, j);
 }
 
 void qwk_qgemv(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, cudaStream_t stream) {
@@ -165,12 +173,7 @@ __global__ void qgemv_w8a8_kernel(const uint16_t *__restrict__ xe, const float *
             }
         }
     }
-#pragma unroll
-    for (int m = 0; m < QWK_QGEMV_MAX_M; m++) {
-        float a = acc[m];
-        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-        if (lane == 0 && m < M) y[(size_t)m * ldy + j] = a;
-    }
+    store_rows(acc, M, lane, y, ldy, j);
 }
 
 void qwk_qgemv_w8a8(const uint16_t *xe, const float *xs, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy,
