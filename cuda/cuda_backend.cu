@@ -835,13 +835,14 @@ static void graph_fallback(cu_backend *b, cu_graph *g) {
 
 /* Graphs captured before a late FP8 GEMM refusal replay W8A8 linears that
  * every later step must run dequantized: drop them, so each bucket warms up
- * and captures again (buckets that fell back to eager stay eager). */
+ * again on the dequantizing path (its scratch weight, its bf16 GEMMs) and
+ * captures again (buckets that fell back to eager stay eager). */
 static void drop_stale_graphs(cu_backend *b) {
     for (int i = 0; i < QWI_CUDA_MAX_BUCKETS; i++) {
         cu_graph *g = &b->graphs[i];
         if (g->exec) cudaGraphExecDestroy(g->exec);
         g->exec = NULL;
-        if (g->state == QWI_GRAPH_READY) g->state = QWI_GRAPH_NEW;
+        if (g->state == QWI_GRAPH_READY || g->state == QWI_GRAPH_WARM) g->state = QWI_GRAPH_NEW;
     }
     b->graphs_stale = false;
 }
@@ -867,11 +868,20 @@ static qw_status run_decode_step(cu_backend *b, const step *s, int bi) {
         graph_fallback(b, g);
         return run_model(b, s);
     }
+    const bool stale_before = b->graphs_stale;
     qw_status st = run_model(b, s);
     e = cudaStreamEndCapture(b->stream, &graph);
     if (st != QW_OK || e != cudaSuccess) {
         if (e == cudaSuccess && graph) cudaGraphDestroy(graph);
-        graph_fallback(b, g);
+        if (b->graphs_stale && !stale_before) {
+            /* a late FP8 GEMM refusal inside this capture (dequantizing
+             * needed a scratch weight, which a capture cannot allocate):
+             * not the bucket's fault; it warms up and captures again */
+            cudaGetLastError();
+            g->state = QWI_GRAPH_NEW;
+        } else {
+            graph_fallback(b, g);
+        }
         return run_model(b, s);
     }
     e = cudaGraphInstantiate(&g->exec, graph, 0);

@@ -15,7 +15,7 @@ b=${1:-build}
 fail() { echo "check_gpu_e2e_cpu: $*"; exit 1; }
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-${CC:-cc} -O2 -std=c11 -Wall -Wextra -Werror -Iinclude tests/gpu/e2e.c tests/gpu/e2e_features.c tests/gpu/e2e_invariants.c \
+${CC:-cc} -O2 -std=c11 -Wall -Wextra -Werror -Iinclude tests/gpu/e2e.c tests/gpu/e2e_features.c tests/gpu/e2e_invariants.c tests/gpu/e2e_late_refusal.c \
     -L"$b" -lqwinfer -lm -Wl,-rpath,"$PWD/$b" -o "$w/e2e" >"$w/build.log" 2>&1 ||
     fail "build failed: $(cat "$w/build.log")"
 "$b/bin/qw-makemodel" --dtype bf16 --shape tiny --out "$w/tiny" >/dev/null 2>&1 || fail "qw-makemodel failed"

@@ -13,7 +13,10 @@
 #      bf16, FP8 (partial blocks), FP8 in 128 x 128 blocks (W8A8 through
 #      the block-scaled GEMM, --parity-w8a8), GPTQ int4 with a quantized
 #      head, and an fp8 KV cache (the 128-block FP8 model also with the
-#      emulated cuBLASLt refusing that GEMM, both ways: it must dequantize); with --full also AWQ and asymmetric GPTQ int8 (each
+#      emulated cuBLASLt refusing that GEMM, both ways: it must dequantize;
+#      and refusing it late - after W8A8 steps and graph captures, and inside
+#      a capture - bit for bit with an engine refused from the start or an
+#      eager one); with --full also AWQ and asymmetric GPTQ int8 (each
 #      quantized model costs ~20 s under ASan); and the request features
 #      (sampling, penalties, min-tokens bans, logprobs, n) and the
 #      scheduling invariants on the bf16 one - batched == alone, chunked ==
@@ -105,7 +108,7 @@ done
 # the engine with the CUDA backend compiled in (the only file QW_HAVE_CUDA changes)
 compile "$cc" lib/engine.c "$o/engine_cuda.o" $cflags -DQW_HAVE_CUDA=1 & pids="$pids $!"
 compile "$cc" tests/gpu/e2e.c "$o/e2e.o" $cflags & pids="$pids $!"
-for t in e2e_features e2e_invariants; do
+for t in e2e_features e2e_invariants e2e_late_refusal; do
     compile "$cc" "tests/gpu/$t.c" "$o/$t.o" $cflags & pids="$pids $!"
 done
 for p in $pids; do wait "$p" || status=1; done
@@ -119,7 +122,7 @@ link "$out/selftest" "$o/selftest.o" "$o/cudasim.o"
 link "$out/check_kernels" "$o/check_kernels.o" $kernels $runtime "$o/cuda_host.o" $libs
 link "$out/check_quant" "$o/check_quant.o" "$o/quant.o" "$o/fp8_block.o" "$o/gemm.o" $runtime "$o/cuda_host.o" "$o/quant_host.o" $libs
 # engine_cuda.o before the archive: its engine.o (CUDA=0) is then never pulled
-link "$out/e2e" "$o/e2e.o" "$o/e2e_features.o" "$o/e2e_invariants.o" "$o/engine_cuda.o" "$o/cuda_backend.o" $kernels $runtime "$o/cuda_host.o" \
+link "$out/e2e" "$o/e2e.o" "$o/e2e_features.o" "$o/e2e_invariants.o" "$o/e2e_late_refusal.o" "$o/engine_cuda.o" "$o/cuda_backend.o" $kernels $runtime "$o/cuda_host.o" \
     "$o/quant_host.o" $libs
 
 # the parity models, as tests/gpu/run.sh makes them (tiny shape)
@@ -150,6 +153,10 @@ for n in $names; do
     e2e_args="$e2e_args $p tiny_$n=$models/tiny_$n"
 done
 e2e_args="$e2e_args --parity-kv-fp8 tiny_fp8kv=$models/tiny --kv-refusal $models/tiny"
+# the block-scaled GEMM refused after W8A8 steps ran and decode graphs were
+# captured, and inside a capture (e2e_late_refusal.c: it sets
+# QWSIM_CUBLASLT_FP8 between steps)
+e2e_args="$e2e_args --late-refusal tiny_fp8blk=$models/tiny_fp8blk"
 # a quantized model's rows take the int4 GEMV in steps of up to 8 rows and
 # dequantized weights above, so none of the invariants is bit for bit there
 # (cached == cold: the 161-token prompt's one uncached row takes the GEMV)
@@ -177,7 +184,7 @@ run() {
     if [ $rc -ne 0 ] || grep -qE 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:' "$log/$name.log"; then
         failed=$((failed + 1))
         echo "cudasim: $name FAILED (exit $rc; $log/$name.log):"
-        grep -E '^CHECK .*FAIL|^(PARITY|GRAPH|KVDTYPE) .*FAIL|^qwsim: |ERROR: |runtime error|^    #[0-3] ' \
+        grep -E '^CHECK .*FAIL|^(PARITY|GRAPH|KVDTYPE|LATEREFUSALS?) .*FAIL|^qwsim: |ERROR: |runtime error|^    #[0-3] ' \
             "$log/$name.log" | head -n 20
     fi
 }
@@ -218,7 +225,7 @@ for order in forward reverse; do
     fi
 done
 checks=$(cat "$log"/kernels_*.log "$log"/quant_*.log 2>/dev/null | grep -c '^CHECK')
-parities=$(cat "$log"/e2e_*.log 2>/dev/null | grep -cE '^(PARITY .* prompts equal|GRAPH|KVDTYPE|(FEATURES|INVARIANTS) [^ ]+ (PASS|FAIL) [0-9]+/)')
+parities=$(cat "$log"/e2e_*.log 2>/dev/null | grep -cE '^(PARITY .* prompts equal|GRAPH|KVDTYPE|(FEATURES|INVARIANTS|LATEREFUSALS) [^ ]+ (PASS|FAIL) [0-9]+/)')
 echo "cudasim: $((ran - failed)) of $ran programs passed ($checks CHECK lines at ${small:---full} shapes in both" \
-     "thread orders; $parities e2e PARITY/GRAPH/KVDTYPE/FEATURES/INVARIANTS lines)"
+     "thread orders; $parities e2e PARITY/GRAPH/KVDTYPE/FEATURES/INVARIANTS/LATEREFUSALS lines)"
 [ $failed -eq 0 ]

@@ -8,7 +8,7 @@
  *       [--features NAME=DIR]...
  *       [--invariants NAME=DIR]... [--invariants-w8a8 NAME=DIR]... [--exact-invariants LIST]
  *       [--bench NAME=DIR]... [--dump DIR]
- *       [--kv-refusal DIR]
+ *       [--kv-refusal DIR] [--late-refusal NAME=DIR]...
  *
  * DEV is the engine under test (default "cuda:0"); "cpu" runs every path of
  * this program against the CPU engine itself, to check the program without
@@ -76,6 +76,13 @@
  *   fp8 must be created ("KVDTYPE f32|fp8 PASS|FAIL" lines). Parity models
  *   may be quantized (qw-makemodel --quant): the CPU and CUDA engines then
  *   read the same codes.
+ *
+ * --late-refusal NAME=DIR: emulated device only (tests/cudasim; it sets the
+ *   emulated cuBLASLt's QWSIM_CUBLASLT_FP8 between steps): an FP8
+ *   checkpoint in 128 x 128 blocks whose block-scaled GEMM is refused after
+ *   W8A8 steps ran and decode graphs were captured, and inside a capture;
+ *   bit for bit with engines refused from the start or running eagerly
+ *   ("LATEREFUSAL ..." lines; e2e_late_refusal.c).
  *
  * Each parity, features and invariants check restarts the prompt generator, so a
  * model sees the same prompts wherever it stands on the command line.
@@ -277,11 +284,15 @@ qw_request *e2e_make_request(const int32_t *ids, int n, int max_tokens, void *ud
     return r;
 }
 
+void (*e2e_before_step)(int steps_taken) = NULL;
+
 int e2e_run_requests(qw_engine *e, qw_request *const *req, int n, void (*on_event)(const qw_event *ev)) {
     qw_event ev[64];
-    int ok = 1;
+    int ok = 1, steps = 0;
     while (ok && qw_engine_has_work(e)) {
         size_t got = 0;
+        if (e2e_before_step) e2e_before_step(steps);
+        steps++;
         qw_status st = qw_engine_step(e, ev, 64, sizeof ev[0], &got);
         if (st != QW_OK) {
             printf("e2e: step failed: %s (%s)\n", qw_status_string(st), qw_last_error());
@@ -825,13 +836,13 @@ static int usage(void) {
     fprintf(stderr, "usage: e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV] [--parity NAME=DIR]... "
                     "[--parity-kv-fp8 NAME=DIR]... [--parity-w8a8 NAME=DIR]... [--features NAME=DIR]... [--invariants NAME=DIR]... "
                     "[--invariants-w8a8 NAME=DIR]... [--exact-invariants LIST] [--bench NAME=DIR]... [--dump DIR] "
-                    "[--kv-refusal DIR]\n");
+                    "[--kv-refusal DIR] [--late-refusal NAME=DIR]...\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    model_arg par[MAX_MODELS], ben[MAX_MODELS], fea[MAX_MODELS], inv[MAX_MODELS];
-    int npar = 0, nben = 0, nfea = 0, ninv = 0;
+    model_arg par[MAX_MODELS], ben[MAX_MODELS], fea[MAX_MODELS], inv[MAX_MODELS], late[MAX_MODELS];
+    int npar = 0, nben = 0, nfea = 0, ninv = 0, nlate = 0;
     const char *kv_dir = NULL, *exact_list = "";
     double copy_gbs = 0, peak = 0, seconds = 2.0;
     for (int i = 1; i < argc; i++) {
@@ -859,11 +870,13 @@ int main(int argc, char **argv) {
             exact_list = argv[++i];
         } else if (!strcmp(a, "--features") && nfea < MAX_MODELS) {
             if (!split_arg(argv[++i], &fea[nfea++])) return usage();
+        } else if (!strcmp(a, "--late-refusal") && nlate < MAX_MODELS) {
+            if (!split_arg(argv[++i], &late[nlate++])) return usage();
         } else if (!strcmp(a, "--bench") && nben < MAX_MODELS) {
             if (!split_arg(argv[++i], &ben[nben++])) return usage();
         } else return usage();
     }
-    if (npar + nfea + ninv + nben == 0 && !kv_dir) return usage();
+    if (npar + nfea + ninv + nben + nlate == 0 && !kv_dir) return usage();
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("e2e: qwinfer %s, device %s, copy %.0f GB/s, peak %.1f TFLOP/s, %.1f s per decode point\n",
            qw_version_string(), e2e_dut, copy_gbs, peak, seconds);
@@ -901,6 +914,14 @@ int main(int argc, char **argv) {
     }
     if (kv_dir) {
         int r = kv_refusal(kv_dir);
+        if (r < 0) {
+            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
+            return EXIT_NO_DEVICE;
+        }
+        fails += r == 0;
+    }
+    for (int i = 0; i < nlate; i++) {
+        int r = e2e_late_refusal(late[i].name, late[i].dir);
         if (r < 0) {
             printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
             return EXIT_NO_DEVICE;

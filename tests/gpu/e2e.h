@@ -61,6 +61,10 @@ double e2e_parity_tol(const char *dir);
  * unfinished and drains the engine. The caller keeps its references.
  * Returns 1 when nothing failed. */
 int e2e_run_requests(qw_engine *e, qw_request *const *req, int n, void (*on_event)(const qw_event *ev));
+/* Called by e2e_run_requests before each of its steps with the number of
+ * steps that run has taken (NULL: none): how a check changes the emulated
+ * device between two steps (e2e_late_refusal.c). */
+extern void (*e2e_before_step)(int steps_taken);
 
 /* One greedy sequence as e2e_run_greedy records it: its tokens, the logits
  * row before each output k (rows[k], malloc'd; e2e_seq_free), callbacks
@@ -104,5 +108,11 @@ extern const char *e2e_exact_invariants;
  * the non-exact variants (0: e2e_parity_tol of the model; e2e.c's
  * INVARIANTS_TOL_W8A8 says why a W8A8 model needs its own). */
 extern double e2e_invariants_tol;
+
+/* --late-refusal NAME=DIR (e2e_late_refusal.c; the emulated device only):
+ * an FP8 checkpoint in 128 x 128 blocks whose block-scaled GEMM cuBLASLt
+ * refuses after W8A8 steps ran. 1 pass (or skipped on the CPU engine), 0
+ * fail, -1 no device. */
+int e2e_late_refusal(const char *name, const char *dir);
 
 #endif

@@ -15,7 +15,7 @@ PY=${2:-python3}
     echo "      then make check-hf-oracle PYTHON=V/bin/python)"; exit 77; }
 W=$B/hf-oracle
 rm -rf "$W"; mkdir -p "$W/dump"
-${CC:-cc} -O2 -std=c11 -Wall -Wextra -Iinclude tests/gpu/e2e.c tests/gpu/e2e_features.c tests/gpu/e2e_invariants.c \
+${CC:-cc} -O2 -std=c11 -Wall -Wextra -Iinclude tests/gpu/e2e.c tests/gpu/e2e_features.c tests/gpu/e2e_invariants.c tests/gpu/e2e_late_refusal.c \
     -L"$B" -lqwinfer -lm -Wl,-rpath,"$B" -o "$W/e2e"
 "$B/bin/qw-makemodel" --shape tiny --dtype bf16 --out "$W/tiny" >/dev/null
 set -- --parity "tiny=$W/tiny"

@@ -158,7 +158,7 @@ COPY=$(awk '$1=="BENCH" && $2=="copy_d2d" {print $3; exit}' "$LOG/kernels.log" 2
 PEAK=$(awk '$1=="BENCH" && $2=="gemm_bf16_8192" {print $3; exit}' "$LOG/kernels.log" 2>/dev/null)
 if [ -f tests/gpu/e2e.c ]; then
     if ${CC:-cc} -O2 -std=c11 -Wall -Wextra -Iinclude tests/gpu/e2e.c tests/gpu/e2e_features.c \
-            tests/gpu/e2e_invariants.c -L$B -lqwinfer -lm \
+            tests/gpu/e2e_invariants.c tests/gpu/e2e_late_refusal.c -L$B -lqwinfer -lm \
             -Wl,-rpath,"$PWD/$B" -o $B/e2e >"$LOG/e2e_build.log" 2>&1; then
         wait $GEN_PID; gen_rc=$?
         [ $gen_rc -ne 0 ] && { row "e2e models" "FAIL (rc $gen_rc)"; tail -n 5 "$LOG/models.log"; }
