@@ -40,6 +40,7 @@ extern "C" {
 #include "fp8_block.h"
 #include "gemm.h"
 #include "kernels.h"
+#include "qgemm.h"
 #include "quant.h"
 #include "penalties_cuda.h"
 #include "logprobs_cuda.h"
@@ -712,9 +713,9 @@ static qw_status gemm(cu_backend *b, const void *x, const void *w, void *y, int 
 /* y f32 [M][N] = x bf16 [M][K] times linear (w, q)^T: w's bf16 GEMM when q
  * is plain; for an FP8 linear in 128 x 128 blocks (q->grid), x quantized
  * per 1 x 128 group and, by M, the W8A8 GEMV or the block-scaled FP8 GEMM
- * (fp8_block.h; y needs qwk_fp8_rows(M) rows); else the fused GEMV for
- * decode-sized M, or q dequantized into the scratch weight and the bf16
- * GEMM. Capturable every way. Should cuBLASLt refuse the FP8 GEMM, this
+ * (fp8_block.h; y needs qwk_fp8_rows(M) rows); else by M the fused GEMV
+ * (up to 8 rows), the quantized GEMM (qgemm.h, up to 64), or q dequantized
+ * into the scratch weight and the bf16 GEMM. Capturable every way. Should cuBLASLt refuse the FP8 GEMM, this
  * and every later step dequantize instead, decode included, so no step
  * mixes the two numerics (b->fp8_refused keeps its status; captured decode
  * graphs are recaptured). */
@@ -742,6 +743,10 @@ static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, con
         b->fp8_refused = st;
         b->graphs_stale = true;
     }
+    if (M <= QWK_QGEMM_MAX_M) {   /* the codes read once, no bf16 copy */
+        qwk_qgemm(x, M, q, y, N, b->stream);
+        return QW_OK;
+    }
     if ((size_t)N * (size_t)K * 2 > b->qscratch_bytes) {
         qw_status gst = grow_qscratch(b);
         if (gst != QW_OK) return gst;
@@ -751,15 +756,15 @@ static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, con
 }
 
 /* logits f32 [M][V] = hf bf16 [M][H] times the head^T: the bf16 GEMM, or
- * for a quantized head the fused GEMV in passes of QWK_QGEMV_MAX_M rows
- * (each pass reads the head's codes once; no bf16 copy of the head, which
- * would take V * H * 2 bytes of scratch). Capturable. */
+ * for a quantized head the fused GEMV (up to 8 rows) or the quantized GEMM
+ * on the tensor cores (qgemm.h: the codes read once per 64 rows); no bf16
+ * copy of the head, which would take V * H * 2 bytes of scratch.
+ * Capturable. */
 static qw_status head_logits(cu_backend *b, int32_t M) {
     const int32_t V = b->cfg.vocab_size, H = b->cfg.hidden_size;
     if (b->qhead.fmt == QWK_Q_NONE) return gemm(b, b->hf, b->lm_head, b->logits, 1, M, V, H);
-    for (int32_t m0 = 0; m0 < M; m0 += QWK_QGEMV_MAX_M)
-        qwk_qgemv(b->hf + (size_t)m0 * H, QWI_MIN(QWK_QGEMV_MAX_M, M - m0), &b->qhead,
-                  b->logits + (size_t)m0 * V, V, b->stream);
+    if (M <= QWK_QGEMV_MAX_M) qwk_qgemv(b->hf, M, &b->qhead, b->logits, V, b->stream);
+    else qwk_qgemm(b->hf, M, &b->qhead, b->logits, V, b->stream);
     return QW_OK;
 }
 

@@ -168,8 +168,9 @@ void qwi_cuda_plan_pack(const qwi_plan *p, const qwi_cuda_plan_counts *c,
 /* QWINFER_CUDA_FP8_GEMM (env: the variable's value or NULL): unset, empty
  * or "auto" -> *block true (FP8 linears in 128 x 128 blocks take the
  * block-scaled FP8 GEMM on sm_90, cuda/fp8_block.h); "dequant" -> false
- * (every quantized linear dequantizes to bf16 for steps over 8 rows, the
- * weight-only numerics). Anything else: QW_ERR_INVALID_ARGUMENT naming
+ * (every quantized linear runs weight-only: bf16 activations times its
+ * weights rounded to bf16, in the GEMV, qgemm.h's GEMM or dequantized for
+ * cuBLASLt by the step's rows). Anything else: QW_ERR_INVALID_ARGUMENT naming
  * the variable and the values it takes. */
 qw_status qwi_cuda_fp8_gemm_mode(const char *env, bool *block);
 

@@ -7,55 +7,10 @@
 
 #include "fp8_block.h"
 #include "quant.h"
+#include "quant_codes.h"
 
 size_t qwk_qcode_bytes(int32_t fmt, int64_t n, int64_t k) {
     return fmt == QWK_Q_U4 ? (size_t)n * (size_t)(k / 2) : (size_t)n * (size_t)k;
-}
-
-static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
-/* round to nearest even, NaN kept (as lib/dtype.h qwi_f32_to_bf16) */
-static __device__ __forceinline__ uint16_t f2bf(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* The e4m3 value of a bit pattern, exactly as lib/fp8.h qwi_e4m3_to_f32:
- * normal 2^(e-7) * (1 + m/8) built as f32 bits, subnormal m * 2^-9, NaN
- * for S.1111.111. */
-static __device__ __forceinline__ float e4m3_to_f32(uint32_t b) {
-    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-    float v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0x1p-9f;
-    if (e == 15u && m == 7u) v = __int_as_float(0x7fc00000);
-    return (b & 0x80u) ? -v : v;
-}
-
-/* The code of (row, c) as the float the formula subtracts the zero from
- * (U4/U8) or the e4m3 value (E4M3). */
-template <int FMT>
-static __device__ __forceinline__ float code_at(const uint8_t *row, int32_t c) {
-    if (FMT == QWK_Q_U4) return (float)((row[c >> 1] >> ((c & 1) * 4)) & 15u);
-    if (FMT == QWK_Q_U8) return (float)row[c];
-    return e4m3_to_f32(row[c]);
-}
-
-/* Eight codes from c (a multiple of 8, k % 8 == 0: aligned loads). */
-template <int FMT>
-static __device__ __forceinline__ void codes8(const uint8_t *row, int32_t c, float *v) {
-    if (FMT == QWK_Q_U4) {
-        uint32_t q = *(const uint32_t *)(row + (c >> 1));
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = (float)((q >> (4 * i)) & 15u);
-    } else {
-        uint2 q = *(const uint2 *)(row + c);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            uint32_t b = ((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 255u;
-            v[i] = FMT == QWK_Q_U8 ? (float)b : e4m3_to_f32(b);
-        }
-    }
 }
 
 /* Both GEMVs' end: each of the M per-lane sums across the warp by a fixed

@@ -18,8 +18,10 @@
  * e4m3(code) * scale for E4M3, the value qwi_qweight_unpack_rows defines.
  *
  * Decode (M <= QWK_QGEMV_MAX_M rows) reads the codes once through the fused
- * GEMV; larger M dequantizes into a bf16 scratch weight that the cuBLASLt
- * bf16 GEMM (gemm.h) then reads, so prefill keeps tensor-core speed. FP8
+ * GEMV; up to QWK_QGEMM_MAX_M rows the quantized GEMM (qgemm.h) does, on
+ * the tensor cores; larger M dequantizes into a bf16 scratch weight that
+ * the cuBLASLt bf16 GEMM (gemm.h) then reads, so prefill keeps cuBLASLt's
+ * speed. FP8
  * linears in 128 x 128 blocks run W8A8 at every M instead where the
  * block-scaled GEMM exists (fp8_block.h): qwk_qgemv_w8a8 for decode.
  */
@@ -68,7 +70,7 @@ void qwk_qgemv_w8a8(const uint16_t *xe, const float *xs, int32_t M, const qwk_ql
                     cudaStream_t stream);
 
 /* out[j][c] = bf16(w(j, c)) for the whole linear: out bf16 [w->n][w->k]
- * (round to nearest even), the input of the bf16 GEMM for M > 8.
+ * (round to nearest even), the input of the bf16 GEMM for M > 64.
  * Asynchronous on stream. */
 void qwk_qdequant(const qwk_qlinear *w, uint16_t *out, cudaStream_t stream);
 

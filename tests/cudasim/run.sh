@@ -93,7 +93,7 @@ compile() {
 }
 status=0
 pids=
-for k in attention cuda_backend fp8_block gemm kernels logprobs penalties quant sample; do
+for k in attention cuda_backend fp8_block gemm kernels logprobs penalties qgemm quant sample; do
     compile "$cxx" "$out/src/cuda/$k.cu" "$o/$k.o" $flags -x c++ & pids="$pids $!"
 done
 for t in tests/gpu/check_kernels tests/gpu/check_quant tests/cudasim/selftest; do
@@ -115,12 +115,12 @@ for p in $pids; do wait "$p" || status=1; done
 [ $status -eq 0 ] || exit 1
 
 libs="$build-asan/libqwinfer.a $dep_libs -lm -lpthread"
-kernels="$o/attention.o $o/kernels.o $o/logprobs.o $o/penalties.o $o/quant.o $o/fp8_block.o $o/sample.o $o/gemm.o"
+kernels="$o/attention.o $o/kernels.o $o/logprobs.o $o/penalties.o $o/qgemm.o $o/quant.o $o/fp8_block.o $o/sample.o $o/gemm.o"
 runtime="$o/cudasim.o $o/cublaslt_sim.o"
 link() { out_bin=$1; shift; $cxx $asan_flags -o "$out_bin" "$@" || { echo "cudasim: linking $out_bin failed"; exit 1; }; }
 link "$out/selftest" "$o/selftest.o" "$o/cudasim.o"
 link "$out/check_kernels" "$o/check_kernels.o" $kernels $runtime "$o/cuda_host.o" $libs
-link "$out/check_quant" "$o/check_quant.o" "$o/quant.o" "$o/fp8_block.o" "$o/gemm.o" $runtime "$o/cuda_host.o" "$o/quant_host.o" $libs
+link "$out/check_quant" "$o/check_quant.o" "$o/qgemm.o" "$o/quant.o" "$o/fp8_block.o" "$o/gemm.o" $runtime "$o/cuda_host.o" "$o/quant_host.o" $libs
 # engine_cuda.o before the archive: its engine.o (CUDA=0) is then never pulled
 link "$out/e2e" "$o/e2e.o" "$o/e2e_features.o" "$o/e2e_invariants.o" "$o/e2e_late_refusal.o" "$o/engine_cuda.o" "$o/cuda_backend.o" $kernels $runtime "$o/cuda_host.o" \
     "$o/quant_host.o" $libs

@@ -22,11 +22,16 @@
  * scales), qwk_qgemv_w8a8 against a double sum over them (f32 sums: 1e-5),
  * each row bit for bit its value when alone (M = 1), and within the GEMM's
  * 1e-3 of the block-scaled GEMM over the same rows (decode == prefill
- * numerics). bench: GB/s of the GEMVs (codes + scales + zeros +
+ * numerics). qwk_qgemm (steps of 9..64 rows; U4, U8, E4M3; one, two and
+ * four 16-row tiles, two block rows; k % 32 and k % 8 not 0; groups that
+ * split its 32-column runs) against a double sum over the weights as
+ * qwk_qdequant rounds them (1e-5), rows past M and columns past n of a
+ * wider y untouched. bench: GB/s of the GEMVs (codes + scales + zeros +
  * activations read once; the W8A8 one with its activation quantization)
  * and of the dequantization, as a share of --copy-gbs (check_kernels'
  * copy_d2d); the block-scaled FP8 GEMM's TFLOP/s at 8B prefill shapes and
- * its speed-up over the dequantize + bf16 GEMM path it replaces.
+ * its speed-up over the dequantize + bf16 GEMM path it replaces; qwk_qgemm's
+ * GB/s at M = 16 and 64 and its speed-up over that path.
  * Prints "CHECK name ok|FAIL ..." and "BENCH name value unit pct" lines;
  * exit 0 all passed, 1 a check failed, 2 no device or a CUDA error.
  */
@@ -43,6 +48,7 @@ extern "C" {
 }
 #include "../../cuda/fp8_block.h"
 #include "../../cuda/gemm.h"
+#include "../../cuda/qgemm.h"
 #include "../../cuda/quant.h"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); exit(2); } } while (0)
@@ -180,6 +186,47 @@ static void check_dequant(int fmt, int n, int k, int gk, bool exhaustive = false
              exhaustive ? " all codes" : "");
     report(name, (double)bad, 0);
     cudaFree(o);
+    release(q);
+}
+
+/* qwk_qgemm over M rows against a double sum of x times the weights as
+ * qwk_qdequant rounds them (bf16(w)): the same operands as the dequantizing
+ * path, products exact, f32 sums (1e-5). A poisoned row past M must stay
+ * untouched, and y's row stride is wider than n (ldy = n + 3). */
+static void check_qgemm(int fmt, int n, int k, int gk, int M) {
+    qlin q = make(fmt, n, k, gk);
+    std::vector<uint16_t> hx((size_t)M * k);
+    for (auto &v : hx) v = qwi_f32_to_bf16(frand());
+    const int MP = M + 1, ldy = n + 3;
+    uint16_t *x; float *y;
+    CK(cudaMalloc(&x, hx.size() * 2));
+    CK(cudaMalloc(&y, (size_t)MP * ldy * 4));
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(y, 0xff, (size_t)MP * ldy * 4));
+    qwk_qgemm(x, M, &q.d, y, ldy, 0);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<float> hy((size_t)MP * ldy);
+    CK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> w((size_t)n * k);
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < k; c++) w[(size_t)r * k + c] = qwi_bf16_to_f32(qwi_f32_to_bf16(wval(q, r, c)));
+    double num = 0, den = 0;
+    size_t touched = poison_changed(&hy[(size_t)M * ldy], ldy);
+    for (int m = 0; m < M; m++) {
+        for (int r = 0; r < n; r++) {
+            double ref = 0;
+            for (int c = 0; c < k; c++) ref += (double)qwi_bf16_to_f32(hx[(size_t)m * k + c]) * w[(size_t)r * k + c];
+            double d = hy[(size_t)m * ldy + r] - ref;
+            num += d * d;
+            den += ref * ref;
+        }
+        touched += poison_changed(&hy[(size_t)m * ldy + n], ldy - n);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "qgemm %s M%d %dx%d g%d", fmt_name(fmt), M, n, k, gk);
+    report(name, touched ? 1.0 : sqrt(num / (den > 0 ? den : 1)), 1e-5);
+    cudaFree(x); cudaFree(y);
     release(q);
 }
 
@@ -497,6 +544,15 @@ static void group_check() {
         check_gemv(QWK_Q_E4M3, 70, 300, 128, M); /* partial last block, scalar path */
     }
     check_gemv(QWK_Q_U8, 9, 64, 64, 5);
+    /* one 16-row tile (MF 1), two, four, and two block rows of four */
+    for (int M : {9, 16, 33, 70})
+        check_qgemm(QWK_Q_U4, 96, 256, 128, M);    /* 32-column runs, one group each */
+    check_qgemm(QWK_Q_U4, 33, 120, 12, 20);        /* k % 32 != 0: column by column  */
+    check_qgemm(QWK_Q_U4, 21, 90, 10, 12);         /* k % 8 != 0: x column by column */
+    check_qgemm(QWK_Q_U8, 64, 512, 64, 40);
+    check_qgemm(QWK_Q_U8, 17, 50, 2, 9);
+    check_qgemm(QWK_Q_E4M3, 70, 384, 48, 17);      /* groups split the 32-column runs */
+    check_qgemm(QWK_Q_E4M3, 40, 200, 128, 24);     /* partial last block             */
     check_dequant(QWK_Q_U4, 96, 256, 128);
     check_dequant(QWK_Q_U4, 21, 90, 10);
     check_dequant(QWK_Q_U8, 17, 50, 2);
@@ -525,6 +581,7 @@ static void group_check() {
     check_gemv(QWK_Q_U4, 3072, 4096, 128, 1);   /* real sizes: many blocks, long rows */
     check_gemv(QWK_Q_E4M3, 1536, 4096, 128, 8);
     check_dequant(QWK_Q_U4, 3072, 4096, 128);
+    check_qgemm(QWK_Q_U4, 1024, 4096, 128, 64);
 }
 
 /* GEMV and dequantization bandwidth at the Qwen3-8B linears. */
@@ -557,6 +614,57 @@ static void bench_one(const char *tag, int fmt, int n, int k, int M, double copy
         printf("BENCH qdequant_%s %.0f GB/s %.1f%%\n", tag, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
     }
     cudaFree(x); cudaFree(y); cudaFree(o);
+    release(q);
+}
+
+/* Milliseconds of iters runs of the dequantizing path (qwk_qdequant into
+ * wb, then the bf16 GEMM into y) after 3 warm-up runs: what qwk_qgemm and
+ * the block-scaled FP8 GEMM are timed against. */
+static float time_dequant_gemm(qwk_gemm *gm, const qlin &q, const uint16_t *x, uint16_t *wb, float *y, int M,
+                               int iters) {
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    for (int i = 0; i < 3 + iters; i++) {
+        if (i == 3) cudaEventRecord(e0);
+        qwk_qdequant(&q.d, wb, 0);
+        qwk_gemm_run(gm, 0, x, wb, y, 1, M, q.n, q.k);
+    }
+    cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
+    float ms; cudaEventElapsedTime(&ms, e0, e1);
+    CK(cudaGetLastError());
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    return ms;
+}
+
+/* qwk_qgemm at M rows: GB/s (codes + scales + zeros + activations and
+ * outputs, each once) as a share of --copy-gbs, and its speed-up over the
+ * path it replaces (qwk_qdequant into a bf16 weight + the bf16 GEMM). */
+static void bench_qgemm(const char *tag, int fmt, int n, int k, int M, double copy_gbs) {
+    qlin q = make(fmt, n, k, 128);
+    void *ws;
+    qwk_gemm *gm;
+    uint16_t *x, *wb; float *y;
+    CK(cudaMalloc(&ws, QWK_GEMM_WORKSPACE));
+    if (qwk_gemm_create(ws, &gm)) { printf("cublasLtCreate failed\n"); exit(2); }
+    CK(cudaMalloc(&x, (size_t)M * k * 2));
+    CK(cudaMalloc(&wb, (size_t)n * k * 2));
+    CK(cudaMalloc(&y, (size_t)M * n * 4));
+    CK(cudaMemset(x, 0x3c, (size_t)M * k * 2));
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    float ms;
+    for (int i = 0; i < 3; i++) qwk_qgemm(x, M, &q.d, y, n, 0);
+    CK(cudaGetLastError());
+    cudaEventRecord(e0);
+    for (int i = 0; i < 20; i++) qwk_qgemm(x, M, &q.d, y, n, 0);
+    cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
+    cudaEventElapsedTime(&ms, e0, e1);
+    const float ms_deq = time_dequant_gemm(gm, q, x, wb, y, M, 20);
+    const double sg = (double)n * q.G * 4 * (fmt == QWK_Q_E4M3 ? 1 : 2);
+    const double bytes = (double)qwk_qcode_bytes(fmt, n, k) + sg + (double)M * k * 2 + (double)M * n * 4;
+    const double gbs = bytes * 20 / (ms * 1e-3) / 1e9;
+    printf("BENCH qgemm_%s_M%d %.0f GB/s %.1f%%\n", tag, M, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
+    printf("BENCH qgemm_vs_dequant_gemm_%s_M%d %.2f x -\n", tag, M, ms_deq / ms);
+    qwk_gemm_destroy(gm);
+    cudaFree(ws); cudaFree(x); cudaFree(wb); cudaFree(y);
     release(q);
 }
 
@@ -614,7 +722,7 @@ static void bench_fp8_gemm(const char *tag, int M, int N, int K) {
     CK(cudaMemcpy(wg, grid.data(), grid.size() * 4, cudaMemcpyHostToDevice));
     cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
     const double flop = 2.0 * M * N * K;
-    float ms_fp8 = -1, ms_deq;
+    float ms_fp8 = -1;
     int st = 0;
     for (int i = 0; i < 3 && !st; i++) {
         qwk_fp8_quant_act(x, M, K, xq, xs, 0);
@@ -629,18 +737,7 @@ static void bench_fp8_gemm(const char *tag, int M, int N, int K) {
         cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
         cudaEventElapsedTime(&ms_fp8, e0, e1);
     }
-    for (int i = 0; i < 3; i++) {
-        qwk_qdequant(&q.d, wb, 0);
-        qwk_gemm_run(gm, 0, x, wb, y, 1, M, N, K);
-    }
-    cudaEventRecord(e0);
-    for (int i = 0; i < 10; i++) {
-        qwk_qdequant(&q.d, wb, 0);
-        qwk_gemm_run(gm, 0, x, wb, y, 1, M, N, K);
-    }
-    cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
-    cudaEventElapsedTime(&ms_deq, e0, e1);
-    CK(cudaGetLastError());
+    const float ms_deq = time_dequant_gemm(gm, q, x, wb, y, M, 10);
     const double t_deq = flop * 10 / (ms_deq * 1e-3) / 1e12;
     printf("BENCH fp8_dequant_gemm_%s_M%d %.0f TFLOP/s -\n", tag, M, t_deq);
     if (ms_fp8 > 0) {
@@ -662,6 +759,11 @@ static void group_bench(double copy_gbs) {
     bench_one("u8_8b_gateup", QWK_Q_U8, 2 * 12288, 4096, 1, copy_gbs);
     bench_one("e4m3_8b_gateup", QWK_Q_E4M3, 2 * 12288, 4096, 1, copy_gbs);
     bench_one("e4m3_8b_gateup", QWK_Q_E4M3, 2 * 12288, 4096, 8, copy_gbs);
+    for (int M : {16, 64}) {
+        bench_qgemm("u4_8b_gateup", QWK_Q_U4, 2 * 12288, 4096, M, copy_gbs);
+        bench_qgemm("u4_8b_down", QWK_Q_U4, 4096, 12288, M, copy_gbs);
+        bench_qgemm("e4m3_8b_gateup", QWK_Q_E4M3, 2 * 12288, 4096, M, copy_gbs);
+    }
     bench_fp8_gemv("e4m3_8b_gateup", 2 * 12288, 4096, 1, copy_gbs);
     bench_fp8_gemv("e4m3_8b_gateup", 2 * 12288, 4096, 8, copy_gbs);
     bench_fp8_gemv("e4m3_8b_down", 4096, 12288, 1, copy_gbs);

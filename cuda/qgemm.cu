@@ -1,0 +1,166 @@
+/*
+ * qgemm.cu - qwk_qgemm (qgemm.h): a weight-only GEMM over quantized
+ * linears on the tensor cores, dequantizing in shared memory.
+ *
+ * A block of 4 warps computes MF x 16 rows of y by 64 of its columns (the
+ * linear's output rows j), stepping over k 64 columns at a time:
+ *   1. the activation tile [MF * 16][64] bf16 into shared memory (rows past
+ *      M and columns past k zero);
+ *   2. the weight tile [64][64]: each thread dequantizes 32 weights of one
+ *      row (a 16-byte run of int4 codes, 32 bytes of int8/fp8: two threads
+ *      read a row's 32-byte sector together), rounded to bf16 as
+ *      qwk_qdequant rounds them;
+ *   3. warp w multiplies the activation tile by the tile's 16 rows w*16..,
+ *      four k steps of 16, one wmma fragment per 16 activation rows.
+ * The accumulators go out through shared memory, guarded by M and n. MF (1,
+ * 2 or 4) follows M, so a step of 9..16 rows does not spend four times the
+ * tensor work on zero rows; the grid's second dimension covers M past 64
+ * (each block row reads the codes again: qgemm.h's QWK_QGEMM_MAX_M).
+ * Every output's sum runs in the same k order whatever the grid.
+ */
+#include <mma.h>
+
+#include "qgemm.h"
+#include "quant_codes.h"
+
+using namespace nvcuda;
+
+#define QG_BN 64            /* output columns (weight rows) a block          */
+#define QG_BK 64            /* k columns a step                              */
+#define QG_LDT (QG_BK + 8)  /* bf16 pitch of the tiles: a multiple of 8 as
+                               wmma asks, 144 bytes so rows shift banks       */
+#define QG_LDY (QG_BN + 4)  /* f32 pitch of the output tile                  */
+#define QG_THREADS 128
+
+/* Shared memory of one block, in bytes: weight tile, activation tile,
+ * output tile (each offset a multiple of 32, as wmma's pointers must be). */
+#define QG_SW_BYTES (QG_BN * QG_LDT * 2)
+#define QG_SMEM(MF) (QG_SW_BYTES + (MF) * 16 * QG_LDT * 2 + (MF) * 16 * QG_LDY * 4)
+
+/* Step 1: x rows [m0, m0 + rows) x columns [k0, k0 + 64) into sX. */
+static __device__ __forceinline__ void load_x(const uint16_t *__restrict__ x, int32_t M, int32_t K, int32_t m0,
+                                              int32_t k0, int rows, uint16_t *sX) {
+    if ((K & 7) == 0) {   /* 8 columns a load, all in or all out */
+        for (int i = threadIdx.x; i < rows * (QG_BK / 8); i += QG_THREADS) {
+            const int r = i / (QG_BK / 8), cc = (i % (QG_BK / 8)) * 8;
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (m0 + r < M && k0 + cc < K) v = *(const uint4 *)(x + (size_t)(m0 + r) * K + k0 + cc);
+            *(uint4 *)(sX + r * QG_LDT + cc) = v;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < rows * QG_BK; i += QG_THREADS) {
+        const int r = i / QG_BK, cc = i % QG_BK;
+        sX[r * QG_LDT + cc] = (m0 + r < M && k0 + cc < K) ? x[(size_t)(m0 + r) * K + k0 + cc] : (uint16_t)0;
+    }
+}
+
+/* Step 2: weight rows [n0, n0 + 64) x columns [k0, k0 + 64) as bf16 into
+ * sW (row-major: the B operand read column-major); past n or k zero. */
+template <int FMT>
+static __device__ __forceinline__ void dequant_tile(const qwk_qlinear &w, int32_t n0, int32_t k0, uint16_t *sW) {
+    const int32_t t = threadIdx.x, rr = t >> 1, c0 = k0 + (t & 1) * 32, j = n0 + rr;
+    const int32_t K = w.k, gk = w.group_k;
+    uint16_t *dst = sW + rr * QG_LDT + (t & 1) * 32;
+    if (j >= w.n || c0 >= K) {
+        uint4 *d4 = (uint4 *)dst;
+#pragma unroll
+        for (int q = 0; q < 4; q++) d4[q] = make_uint4(0u, 0u, 0u, 0u);
+        return;
+    }
+    const uint8_t *row = w.codes + (FMT == QWK_Q_U4 ? (size_t)j * (K / 2) : (size_t)j * K);
+    const float *sc = w.scales + (size_t)j * w.ngroups;
+    const float *zp = FMT == QWK_Q_E4M3 ? nullptr : w.zeros + (size_t)j * w.ngroups;
+    if ((K & 31) == 0) {   /* the thread's 32 columns all present, loads aligned */
+        const bool one_group = (gk & 31) == 0;
+        const int32_t g = c0 / gk;
+        const float s = sc[g], z = zp ? zp[g] : 0.f;
+        uint32_t h[16];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            float v[8];
+            codes8<FMT>(row, c0 + 8 * q, v);
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {
+                float a, b;
+                if (one_group) {
+                    a = (v[i] - z) * s;
+                    b = (v[i + 1] - z) * s;
+                } else {
+                    const int32_t ga = (c0 + 8 * q + i) / gk, gb = (c0 + 8 * q + i + 1) / gk;
+                    a = (v[i] - (zp ? zp[ga] : 0.f)) * sc[ga];
+                    b = (v[i + 1] - (zp ? zp[gb] : 0.f)) * sc[gb];
+                }
+                h[4 * q + i / 2] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
+            }
+        }
+        uint4 *d4 = (uint4 *)dst;
+#pragma unroll
+        for (int q = 0; q < 4; q++) d4[q] = make_uint4(h[4 * q], h[4 * q + 1], h[4 * q + 2], h[4 * q + 3]);
+        return;
+    }
+    for (int i = 0; i < 32; i++) {
+        const int32_t c = c0 + i, g = c / gk;
+        dst[i] = c < K ? f2bf((code_at<FMT>(row, c) - (zp ? zp[g] : 0.f)) * sc[g]) : (uint16_t)0;
+    }
+}
+
+template <int FMT, int MF>
+__global__ void qgemm_kernel(const uint16_t *__restrict__ x, int32_t M, qwk_qlinear w, float *__restrict__ y,
+                             int32_t ldy) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *sW = (uint16_t *)smem;
+    uint16_t *sX = (uint16_t *)(smem + QG_SW_BYTES);
+    float *sY = (float *)(smem + QG_SW_BYTES + MF * 16 * QG_LDT * 2);
+    const int32_t n0 = blockIdx.x * QG_BN, m0 = blockIdx.y * (MF * 16);
+    const int warp = threadIdx.x >> 5;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MF];
+#pragma unroll
+    for (int f = 0; f < MF; f++) wmma::fill_fragment(acc[f], 0.f);
+    for (int32_t k0 = 0; k0 < w.k; k0 += QG_BK) {
+        load_x(x, M, w.k, m0, k0, MF * 16, sX);
+        dequant_tile<FMT>(w, n0, k0, sW);
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < QG_BK / 16; kk++) {
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+            wmma::load_matrix_sync(b, (const __nv_bfloat16 *)sW + (warp * 16) * QG_LDT + kk * 16, QG_LDT);
+#pragma unroll
+            for (int f = 0; f < MF; f++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+                wmma::load_matrix_sync(a, (const __nv_bfloat16 *)sX + (f * 16) * QG_LDT + kk * 16, QG_LDT);
+                wmma::mma_sync(acc[f], a, b, acc[f]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int f = 0; f < MF; f++)
+        wmma::store_matrix_sync(sY + (f * 16) * QG_LDY + warp * 16, acc[f], QG_LDY, wmma::mem_row_major);
+    __syncthreads();
+    for (int i = threadIdx.x; i < MF * 16 * QG_BN; i += QG_THREADS) {
+        const int r = i / QG_BN, c = i % QG_BN;
+        if (m0 + r < M && n0 + c < w.n) y[(size_t)(m0 + r) * ldy + n0 + c] = sY[r * QG_LDY + c];
+    }
+}
+
+template <int FMT, int MF>
+static void launch(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, cudaStream_t stream) {
+    const dim3 grid((unsigned)((w->n + QG_BN - 1) / QG_BN), (unsigned)((M + MF * 16 - 1) / (MF * 16)));
+    qgemm_kernel<FMT, MF><<<grid, QG_THREADS, QG_SMEM(MF), stream>>>(x, M, *w, y, ldy);
+}
+
+template <int FMT>
+static void launch_fmt(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy,
+                       cudaStream_t stream) {
+    if (M <= 16) launch<FMT, 1>(x, M, w, y, ldy, stream);
+    else if (M <= 32) launch<FMT, 2>(x, M, w, y, ldy, stream);
+    else launch<FMT, 4>(x, M, w, y, ldy, stream);
+}
+
+void qwk_qgemm(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, cudaStream_t stream) {
+    if (M <= 0 || w->n <= 0) return;
+    if (w->fmt == QWK_Q_U4) launch_fmt<QWK_Q_U4>(x, M, w, y, ldy, stream);
+    else if (w->fmt == QWK_Q_U8) launch_fmt<QWK_Q_U8>(x, M, w, y, ldy, stream);
+    else launch_fmt<QWK_Q_E4M3>(x, M, w, y, ldy, stream);
+}
