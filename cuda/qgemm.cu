@@ -9,7 +9,8 @@
  *   2. the weight tile [64][64]: each thread dequantizes 32 weights of one
  *      row (a 16-byte run of int4 codes, 32 bytes of int8/fp8: two threads
  *      read a row's 32-byte sector together), rounded to bf16 as
- *      qwk_qdequant rounds them;
+ *      qwk_qdequant rounds them; the next step's run is loaded into
+ *      registers before this step's MMAs;
  *   3. warp w multiplies the activation tile by the tile's 16 rows w*16..,
  *      four k steps of 16, one wmma fragment per 16 activation rows.
  * The accumulators go out through shared memory, guarded by M and n. MF (1,
@@ -55,53 +56,93 @@ static __device__ __forceinline__ void load_x(const uint16_t *__restrict__ x, in
     }
 }
 
-/* Step 2: weight rows [n0, n0 + 64) x columns [k0, k0 + 64) as bf16 into
- * sW (row-major: the B operand read column-major); past n or k zero. */
+/* Step 2, when k % 32 == 0 (every Qwen3 shape): a thread's 32 codes of
+ * one k step - weight row n0 + t/2, columns k0 + (t % 2) * 32.. - are one
+ * aligned run of 16 bytes (int4) or 32 (int8, fp8). The kernel loads the
+ * next step's run into registers before it multiplies the current tile, so
+ * the codes' loads are in flight during the tensor work and the barriers. */
+template <int FMT> struct code_run {
+    uint4 v[FMT == QWK_Q_U4 ? 1 : 2];
+};
+
 template <int FMT>
-static __device__ __forceinline__ void dequant_tile(const qwk_qlinear &w, int32_t n0, int32_t k0, uint16_t *sW) {
-    const int32_t t = threadIdx.x, rr = t >> 1, c0 = k0 + (t & 1) * 32, j = n0 + rr;
-    const int32_t K = w.k, gk = w.group_k;
-    uint16_t *dst = sW + rr * QG_LDT + (t & 1) * 32;
-    if (j >= w.n || c0 >= K) {
-        uint4 *d4 = (uint4 *)dst;
+static __device__ __forceinline__ void load_run(const qwk_qlinear &w, int32_t n0, int32_t k0, code_run<FMT> &r) {
+    const int32_t t = threadIdx.x, j = n0 + (t >> 1), c0 = k0 + (t & 1) * 32;
 #pragma unroll
-        for (int q = 0; q < 4; q++) d4[q] = make_uint4(0u, 0u, 0u, 0u);
+    for (int i = 0; i < (FMT == QWK_Q_U4 ? 1 : 2); i++) r.v[i] = make_uint4(0u, 0u, 0u, 0u);
+    if (j >= w.n || c0 >= w.k) return;
+    const uint4 *p = (const uint4 *)(w.codes + (FMT == QWK_Q_U4 ? (size_t)j * (w.k / 2) + c0 / 2
+                                                                 : (size_t)j * w.k + c0));
+#pragma unroll
+    for (int i = 0; i < (FMT == QWK_Q_U4 ? 1 : 2); i++) r.v[i] = p[i];
+}
+
+/* Eight codes q (8 nibbles, or 8 bytes in lo | hi) as the floats the
+ * formula takes, as codes8 reads them from memory. */
+template <int FMT>
+static __device__ __forceinline__ void unpack8(uint32_t lo, uint32_t hi, float *v) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (FMT == QWK_Q_U4) {
+            v[i] = (float)((lo >> (4 * i)) & 15u);
+        } else {
+            const uint32_t b = ((i < 4 ? lo : hi) >> (8 * (i & 3))) & 255u;
+            v[i] = FMT == QWK_Q_U8 ? (float)b : e4m3_to_f32(b);
+        }
+    }
+}
+
+/* The run r of step k0 as bf16 weights into sW (zero past n or k): its 32
+ * columns lie in one group when group_k % 32 == 0, else each finds its own. */
+template <int FMT>
+static __device__ __forceinline__ void store_run(const qwk_qlinear &w, int32_t n0, int32_t k0, const code_run<FMT> &r,
+                                                 uint16_t *sW) {
+    const int32_t t = threadIdx.x, j = n0 + (t >> 1), c0 = k0 + (t & 1) * 32, gk = w.group_k;
+    uint4 *dst = (uint4 *)(sW + (t >> 1) * QG_LDT + (t & 1) * 32);
+    if (j >= w.n || c0 >= w.k) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) dst[q] = make_uint4(0u, 0u, 0u, 0u);
         return;
     }
+    const float *sc = w.scales + (size_t)j * w.ngroups;
+    const float *zp = FMT == QWK_Q_E4M3 ? nullptr : w.zeros + (size_t)j * w.ngroups;
+    const bool one_group = (gk & 31) == 0;
+    const float s = sc[c0 / gk], z = zp ? zp[c0 / gk] : 0.f;
+    const uint32_t *words = (const uint32_t *)r.v;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        float v[8];
+        if (FMT == QWK_Q_U4) unpack8<FMT>(words[q], 0u, v);
+        else unpack8<FMT>(words[2 * q], words[2 * q + 1], v);
+        uint32_t h[4];
+#pragma unroll
+        for (int i = 0; i < 8; i += 2) {
+            float a, b;
+            if (one_group) {
+                a = (v[i] - z) * s;
+                b = (v[i + 1] - z) * s;
+            } else {
+                const int32_t ga = (c0 + 8 * q + i) / gk, gb = (c0 + 8 * q + i + 1) / gk;
+                a = (v[i] - (zp ? zp[ga] : 0.f)) * sc[ga];
+                b = (v[i + 1] - (zp ? zp[gb] : 0.f)) * sc[gb];
+            }
+            h[i / 2] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
+        }
+        dst[q] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+}
+
+/* Step 2 for any other k: column by column, bounds checked. */
+template <int FMT>
+static __device__ __forceinline__ void dequant_cols(const qwk_qlinear &w, int32_t n0, int32_t k0, uint16_t *sW) {
+    const int32_t t = threadIdx.x, j = n0 + (t >> 1), c0 = k0 + (t & 1) * 32, K = w.k, gk = w.group_k;
+    uint16_t *dst = sW + (t >> 1) * QG_LDT + (t & 1) * 32;
     const uint8_t *row = w.codes + (FMT == QWK_Q_U4 ? (size_t)j * (K / 2) : (size_t)j * K);
     const float *sc = w.scales + (size_t)j * w.ngroups;
     const float *zp = FMT == QWK_Q_E4M3 ? nullptr : w.zeros + (size_t)j * w.ngroups;
-    if ((K & 31) == 0) {   /* the thread's 32 columns all present, loads aligned */
-        const bool one_group = (gk & 31) == 0;
-        const int32_t g = c0 / gk;
-        const float s = sc[g], z = zp ? zp[g] : 0.f;
-        uint32_t h[16];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            float v[8];
-            codes8<FMT>(row, c0 + 8 * q, v);
-#pragma unroll
-            for (int i = 0; i < 8; i += 2) {
-                float a, b;
-                if (one_group) {
-                    a = (v[i] - z) * s;
-                    b = (v[i + 1] - z) * s;
-                } else {
-                    const int32_t ga = (c0 + 8 * q + i) / gk, gb = (c0 + 8 * q + i + 1) / gk;
-                    a = (v[i] - (zp ? zp[ga] : 0.f)) * sc[ga];
-                    b = (v[i + 1] - (zp ? zp[gb] : 0.f)) * sc[gb];
-                }
-                h[4 * q + i / 2] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
-            }
-        }
-        uint4 *d4 = (uint4 *)dst;
-#pragma unroll
-        for (int q = 0; q < 4; q++) d4[q] = make_uint4(h[4 * q], h[4 * q + 1], h[4 * q + 2], h[4 * q + 3]);
-        return;
-    }
     for (int i = 0; i < 32; i++) {
         const int32_t c = c0 + i, g = c / gk;
-        dst[i] = c < K ? f2bf((code_at<FMT>(row, c) - (zp ? zp[g] : 0.f)) * sc[g]) : (uint16_t)0;
+        dst[i] = j < w.n && c < K ? f2bf((code_at<FMT>(row, c) - (zp ? zp[g] : 0.f)) * sc[g]) : (uint16_t)0;
     }
 }
 
@@ -117,9 +158,17 @@ __global__ void qgemm_kernel(const uint16_t *__restrict__ x, int32_t M, qwk_qlin
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MF];
 #pragma unroll
     for (int f = 0; f < MF; f++) wmma::fill_fragment(acc[f], 0.f);
+    const bool runs = (w.k & 31) == 0;
+    code_run<FMT> run;
+    if (runs) load_run<FMT>(w, n0, 0, run);
     for (int32_t k0 = 0; k0 < w.k; k0 += QG_BK) {
         load_x(x, M, w.k, m0, k0, MF * 16, sX);
-        dequant_tile<FMT>(w, n0, k0, sW);
+        if (runs) {
+            store_run<FMT>(w, n0, k0, run, sW);
+            if (k0 + QG_BK < w.k) load_run<FMT>(w, n0, k0 + QG_BK, run);   /* in flight during the MMAs */
+        } else {
+            dequant_cols<FMT>(w, n0, k0, sW);
+        }
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < QG_BK / 16; kk++) {
