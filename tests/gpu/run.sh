@@ -189,6 +189,9 @@ if [ -f tests/gpu/e2e.c ]; then
             [ -f "$M/$N8/config.json" ] && ARGS+=(--bench "$N8=$M/$N8")
             # W8A8 end to end: prefill tokens/s beside 0.6b's (bf16)
             [ $LEFT -ge 150 ] && [ -f "$M/0.6b_fp8/config.json" ] && ARGS+=(--bench "0.6b_fp8=$M/0.6b_fp8")
+            # int4 end to end: decode at 16 and 64 sequences through qwk_qgemm
+            # (cuda/qgemm.h), 256 through the dequantizing path
+            [ $LEFT -ge 180 ] && [ -f "$M/0.6b_awq/config.json" ] && ARGS+=(--bench "0.6b_awq=$M/0.6b_awq")
         else
             row "e2e benchmarks" "skipped (${LEFT}s left)"
         fi
