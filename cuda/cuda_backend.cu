@@ -715,10 +715,11 @@ static qw_status gemm(cu_backend *b, const void *x, const void *w, void *y, int 
  * per 1 x 128 group and, by M, the W8A8 GEMV or the block-scaled FP8 GEMM
  * (fp8_block.h; y needs qwk_fp8_rows(M) rows); else by M the fused GEMV
  * (up to 8 rows), the quantized GEMM (qgemm.h, up to 64), or q dequantized
- * into the scratch weight and the bf16 GEMM. Capturable every way. Should cuBLASLt refuse the FP8 GEMM, this
- * and every later step dequantize instead, decode included, so no step
- * mixes the two numerics (b->fp8_refused keeps its status; captured decode
- * graphs are recaptured). */
+ * into the scratch weight and the bf16 GEMM. Capturable every way. Should
+ * cuBLASLt refuse the FP8 GEMM, this and every later step run weight-only
+ * instead, decode included, so no later step mixes the two numerics
+ * (b->fp8_refused keeps its status; captured decode graphs are
+ * recaptured). */
 static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, const qwk_qlinear *q, float *y,
                         int32_t M, int32_t N, int32_t K) {
     if (q->fmt == QWK_Q_NONE) return gemm(b, x, w, y, 1, M, N, K);
@@ -873,15 +874,15 @@ static qw_status run_decode_step(cu_backend *b, const step *s, int bi) {
         graph_fallback(b, g);
         return run_model(b, s);
     }
-    const bool stale_before = b->graphs_stale;
     qw_status st = run_model(b, s);
     e = cudaStreamEndCapture(b->stream, &graph);
     if (st != QW_OK || e != cudaSuccess) {
         if (e == cudaSuccess && graph) cudaGraphDestroy(graph);
-        if (b->graphs_stale && !stale_before) {
-            /* a late FP8 GEMM refusal inside this capture (dequantizing
-             * needed a scratch weight, which a capture cannot allocate):
-             * not the bucket's fault; it warms up and captures again */
+        if (b->graphs_stale) {
+            /* (cleared above) a late FP8 GEMM refusal inside this capture,
+             * whose dequantizing needed the scratch weight that a capture
+             * cannot allocate: not the bucket's fault; it warms up and
+             * captures again */
             cudaGetLastError();
             g->state = QWI_GRAPH_NEW;
         } else {
