@@ -153,6 +153,9 @@ for n in $names; do
     e2e_args="$e2e_args $p tiny_$n=$models/tiny_$n"
 done
 e2e_args="$e2e_args --parity-kv-fp8 tiny_fp8kv=$models/tiny --kv-refusal $models/tiny"
+# prefill in chunks of 32 rows: the quantized model's steps through qwk_qgemm
+# (cuda/qgemm.h), against the CPU engine
+e2e_args="$e2e_args --parity-chunked tiny_gptq4head_chunked=$models/tiny_gptq4head"
 # the block-scaled GEMM refused after W8A8 steps ran and decode graphs were
 # captured, and inside a capture (e2e_late_refusal.c: it sets
 # QWSIM_CUBLASLT_FP8 between steps)

@@ -5,6 +5,7 @@
  *
  *   e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV]
  *       [--parity NAME=DIR]... [--parity-kv-fp8 NAME=DIR]... [--parity-w8a8 NAME=DIR]...
+ *       [--parity-chunked NAME=DIR]...
  *       [--features NAME=DIR]...
  *       [--invariants NAME=DIR]... [--invariants-w8a8 NAME=DIR]... [--exact-invariants LIST]
  *       [--bench NAME=DIR]... [--dump DIR]
@@ -39,6 +40,13 @@
  *   quantized to e4m3 per 1 x 128 group, cuda/fp8_block.h) where the CPU
  *   engine keeps bf16 activations: tolerance PARITY_TOL_W8A8, and the
  *   greedy-agreement row as for the fp8 KV cache.
+ * --parity-chunked NAME=DIR: --parity with the engine under test (and its
+ *   eager twin) prefilling in chunks of PARITY_CHUNK rows
+ *   (QW_OPT_MAX_NUM_BATCHED_TOKENS), the CPU engine unchunked: every step
+ *   has at most 32 rows, which on the CUDA backend sends a quantized
+ *   model's prefill through qwk_qgemm (9 to 64 rows; cuda/qgemm.h) rather
+ *   than the dequantized GEMM the unchunked prompts take. No GRAPH line:
+ *   decode steps, the ones graphs replay, are those of --parity.
  * --invariants-w8a8 NAME=DIR: --invariants for such a checkpoint, the
  *   non-exact variants within INVARIANTS_TOL_W8A8.
  * --features NAME=DIR: sampling (temperature, top-k/p, min-p, seeds), logit
@@ -145,6 +153,8 @@ const char *e2e_dut = "cuda:0";
 static const char *dump_dir = NULL;   /* --dump */
 static int32_t kv_dtype = 0;          /* QW_OPT_KV_CACHE_DTYPE of e2e_make_engine*; 0: not set (auto) */
 static int w8a8 = 0;                  /* the model under --parity-w8a8 */
+static int parity_budget = 0;         /* the DUT's step budget under --parity-chunked; 0: default */
+#define PARITY_CHUNK 32
 
 double e2e_now_s(void) {
     struct timespec ts;
@@ -421,13 +431,20 @@ static int write_dump(const char *name, const char *engine, int32_t vocab, int32
     return ok;
 }
 
+/* The parity checks' engine under test: prefix caching on, 1024 tokens,
+ * parity_budget's step budget. Returns qw_engine_create's status. */
+static qw_status dut_engine(const char *dir, qw_engine **out) {
+    const e2e_engine_extra x = {.max_len = 1024, .gpu_frac = 0.5, .prefix_cache = 1, .budget = parity_budget};
+    return e2e_make_engine_with(dir, e2e_dut, &x, out);
+}
+
 /* Graph replay vs eager: the same prompts on an engine whose every step
  * runs eagerly must give the same tokens and logits bit for bit. 1 pass. */
 static int graph_vs_eager(const char *name, const char *dir, int32_t *const prompts[NP], const par_seq gs[NP]) {
     const char *old = getenv("QWINFER_CUDA_GRAPHS");
     setenv("QWINFER_CUDA_GRAPHS", "0", 1);
     qw_engine *eager = NULL;
-    qw_status st = e2e_make_engine(dir, e2e_dut, 1024, 0.5, 1, &eager);
+    qw_status st = dut_engine(dir, &eager);
     if (old) setenv("QWINFER_CUDA_GRAPHS", old, 1); else unsetenv("QWINFER_CUDA_GRAPHS");
     if (st != QW_OK) {
         printf("GRAPH %s FAIL eager engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
@@ -473,7 +490,7 @@ double e2e_parity_tol(const char *dir) { return model_is_quantized(dir) ? PARITY
 static int parity(const char *name, const char *dir) {
     qw_engine *gpu = NULL, *cpu = NULL;
     const double ptol = w8a8 ? PARITY_TOL_W8A8 : kv_dtype == QW_KV_CACHE_FP8_E4M3 ? PARITY_TOL_FP8 : e2e_parity_tol(dir);
-    qw_status st = e2e_make_engine(dir, e2e_dut, 1024, 0.5, 1, &gpu);
+    qw_status st = dut_engine(dir, &gpu);
     if (st == QW_ERR_NO_DEVICE) return -1;
     if (st != QW_OK) {
         printf("PARITY %s FAIL cuda engine: %s (%s)\n", name, qw_status_string(st), qw_last_error());
@@ -567,7 +584,9 @@ static int parity(const char *name, const char *dir) {
     printf("e2e parity_%s_logits_rel %.3e rel %s\n", name, worst_rel, pass ? "PASS" : "FAIL");
     if (kv_dtype == QW_KV_CACHE_FP8_E4M3 || w8a8)   /* the table row of fp8-KV / W8A8 greedy agreement */
         printf("e2e parity_%s_greedy_agree %d tokens_of_%d -\n", name, n_agree, NP * PARITY_TOKENS);
-    if (ok && strncmp(e2e_dut, "cuda", 4) == 0 && !graph_vs_eager(name, dir, prompts, gs)) pass = 0;
+    /* decode steps, the graphs' part, are the same chunked or not */
+    if (ok && strncmp(e2e_dut, "cuda", 4) == 0 && !parity_budget && !graph_vs_eager(name, dir, prompts, gs))
+        pass = 0;
     if (ok && dump_dir && !(write_dump(name, "cpu", vocab, prompts, cs) && write_dump(name, "dut", vocab, prompts, gs)))
         pass = 0;
     free_seqs(cs);
@@ -794,13 +813,13 @@ static int bench(const char *name, const char *dir, double seconds, double copy_
 /* ---- main ------------------------------------------------------------------------------ */
 /* kv: the --parity-kv-fp8 cache; exact: the --exact-invariants list in
  * force when an --invariants argument was read */
-typedef struct { char *name; char *dir; int32_t kv; int w8a8; const char *exact; } model_arg;
+typedef struct { char *name; char *dir; int32_t kv; int w8a8; int budget; const char *exact; } model_arg;
 
 static int split_arg(char *a, model_arg *m) {
     char *eq = strchr(a, '=');
     if (!eq || eq == a || !eq[1]) return 0;
     *eq = 0;
-    m->name = a, m->dir = eq + 1, m->kv = 0, m->w8a8 = 0, m->exact = "";
+    m->name = a, m->dir = eq + 1, m->kv = 0, m->w8a8 = 0, m->budget = 0, m->exact = "";
     return 1;
 }
 
@@ -834,7 +853,8 @@ static int kv_refusal(const char *dir) {
 
 static int usage(void) {
     fprintf(stderr, "usage: e2e [--copy-gbs X] [--peak-tflops Y] [--seconds S] [--device DEV] [--parity NAME=DIR]... "
-                    "[--parity-kv-fp8 NAME=DIR]... [--parity-w8a8 NAME=DIR]... [--features NAME=DIR]... [--invariants NAME=DIR]... "
+                    "[--parity-kv-fp8 NAME=DIR]... [--parity-w8a8 NAME=DIR]... [--parity-chunked NAME=DIR]... "
+                    "[--features NAME=DIR]... [--invariants NAME=DIR]... "
                     "[--invariants-w8a8 NAME=DIR]... [--exact-invariants LIST] [--bench NAME=DIR]... [--dump DIR] "
                     "[--kv-refusal DIR] [--late-refusal NAME=DIR]...\n");
     return 2;
@@ -862,6 +882,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--parity-w8a8") && npar < MAX_MODELS) {
             if (!split_arg(argv[++i], &par[npar])) return usage();
             par[npar++].w8a8 = 1;
+        } else if (!strcmp(a, "--parity-chunked") && npar < MAX_MODELS) {
+            if (!split_arg(argv[++i], &par[npar])) return usage();
+            par[npar++].budget = PARITY_CHUNK;
         } else if ((!strcmp(a, "--invariants") || !strcmp(a, "--invariants-w8a8")) && ninv < MAX_MODELS) {
             if (!split_arg(argv[++i], &inv[ninv])) return usage();
             inv[ninv].w8a8 = !strcmp(a, "--invariants-w8a8");
@@ -885,9 +908,11 @@ int main(int argc, char **argv) {
     for (int i = 0; i < npar; i++) {
         kv_dtype = par[i].kv;
         w8a8 = par[i].w8a8;
+        parity_budget = par[i].budget;
         int r = parity(par[i].name, par[i].dir);
         kv_dtype = 0;
         w8a8 = 0;
+        parity_budget = 0;
         if (r < 0) {
             printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
             return EXIT_NO_DEVICE;
