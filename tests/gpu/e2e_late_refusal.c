@@ -117,31 +117,37 @@ static void refuse_before(int steps_taken) {
 static int after_prefill(const char *name, const char *dir, int32_t *const wide[LR_WIDE],
                          int32_t *const narrow[LR_NARROW]) {
     lr_run before, after, ref;
-    memset(&before, 0, sizeof before), memset(&after, 0, sizeof after), memset(&ref, 0, sizeof ref);
-    char why[300] = "";
+    memset(&before, 0, sizeof before);
+    memset(&after, 0, sizeof after);
+    memset(&ref, 0, sizeof ref);
+    char why[300] = "", w8a8_diff[300] = "";
+    const char *failed = NULL;   /* the step that failed, if one did */
     qw_engine *a = NULL, *b = NULL;
-    qw_status st = lr_engine(dir, &a);
-    int ok = st == QW_OK;
-    if (!ok) snprintf(why, sizeof why, "engine: %s (%s)", qw_status_string(st), qw_last_error());
-    if (ok && !run_batches(a, wide, narrow, 1, &before)) ok = 0, snprintf(why, sizeof why, "the W8A8 run failed");
+    if (lr_engine(dir, &a) != QW_OK) failed = "engine A";
+    else if (!run_batches(a, wide, narrow, 1, &before)) failed = "engine A's W8A8 run";
     setenv(REFUSE_ENV, "matmul", 1);
-    if (ok && !run_batches(a, wide, narrow, 1, &after)) ok = 0, snprintf(why, sizeof why, "the run after failed");
-    if (ok && (st = lr_engine(dir, &b)) != QW_OK)
-        ok = 0, snprintf(why, sizeof why, "engine B: %s (%s)", qw_status_string(st), qw_last_error());
-    if (ok && !run_batches(b, wide, narrow, 1, &ref)) ok = 0, snprintf(why, sizeof why, "engine B's run failed");
+    if (!failed && !run_batches(a, wide, narrow, 1, &after)) failed = "engine A's run after the refusal";
+    if (!failed && lr_engine(dir, &b) != QW_OK) failed = "engine B";
+    else if (!failed && !run_batches(b, wide, narrow, 1, &ref)) failed = "engine B's run";
     unsetenv(REFUSE_ENV);
-    char w2[300] = "";
-    if (ok && seqs_equal(before.wide, after.wide, LR_WIDE, "wide", w2, sizeof w2))
-        ok = 0, snprintf(why, sizeof why, "the run after the refusal equals the W8A8 one: nothing was refused "
-                                          "(is this the emulator?)");
-    if (ok && !(seqs_equal(ref.wide, after.wide, LR_WIDE, "wide", why, sizeof why) &&
-                seqs_equal(ref.narrow, after.narrow, LR_NARROW, "narrow", why, sizeof why)))
+    int ok = !failed;
+    if (failed) {
+        snprintf(why, sizeof why, "%s failed (%s)", failed, qw_last_error());
+    } else if (seqs_equal(before.wide, after.wide, LR_WIDE, "wide", w8a8_diff, sizeof w8a8_diff)) {
+        snprintf(why, sizeof why, "the run after the refusal equals the W8A8 one: nothing was refused (is this "
+                                  "the emulator?)");
         ok = 0;
+    } else {
+        ok = seqs_equal(ref.wide, after.wide, LR_WIDE, "wide", why, sizeof why) &&
+             seqs_equal(ref.narrow, after.narrow, LR_NARROW, "narrow", why, sizeof why);
+    }
     if (ok)
         snprintf(why, sizeof why, "%d + %d sequences x %d tokens bit for bit with an engine refused from its start "
-                                  "(and not with the W8A8 run: %s)", LR_WIDE, LR_NARROW, LR_TOKENS, w2);
+                                  "(and not with the W8A8 run: %s)", LR_WIDE, LR_NARROW, LR_TOKENS, w8a8_diff);
     printf("LATEREFUSAL %s %-18s %s %s\n", name, "after-a-prefill", ok ? "PASS" : "FAIL", why);
-    run_free(&before), run_free(&after), run_free(&ref);
+    run_free(&before);
+    run_free(&after);
+    run_free(&ref);
     qw_engine_destroy(a);
     qw_engine_destroy(b);
     return ok;
@@ -150,7 +156,8 @@ static int after_prefill(const char *name, const char *dir, int32_t *const wide[
 /* The variant "inside a capture"; 1 pass. */
 static int inside_capture(const char *name, const char *dir, int32_t *const wide[LR_WIDE]) {
     lr_run got, ref;
-    memset(&got, 0, sizeof got), memset(&ref, 0, sizeof ref);
+    memset(&got, 0, sizeof got);
+    memset(&ref, 0, sizeof ref);
     char why[300] = "";
     int ok = 1;
     for (int eager = 0; eager < 2 && ok; eager++) {
@@ -165,8 +172,10 @@ static int inside_capture(const char *name, const char *dir, int32_t *const wide
         }
         refuse_at = LR_CAPTURE_STEP;
         e2e_before_step = refuse_before;
-        if (!run_batches(e, wide, NULL, 0, eager ? &ref : &got))
-            ok = 0, snprintf(why, sizeof why, "the %s run failed", eager ? "eager" : "graphed");
+        if (!run_batches(e, wide, NULL, 0, eager ? &ref : &got)) {
+            snprintf(why, sizeof why, "the %s run failed (%s)", eager ? "eager" : "graphed", qw_last_error());
+            ok = 0;
+        }
         e2e_before_step = NULL;
         refuse_at = -1;
         unsetenv(REFUSE_ENV);
@@ -177,7 +186,8 @@ static int inside_capture(const char *name, const char *dir, int32_t *const wide
         snprintf(why, sizeof why, "%d sequences x %d tokens bit for bit with an eager engine refused before the same "
                                   "step", LR_WIDE, LR_TOKENS);
     printf("LATEREFUSAL %s %-18s %s %s\n", name, "inside-a-capture", ok ? "PASS" : "FAIL", why);
-    run_free(&got), run_free(&ref);
+    run_free(&got);
+    run_free(&ref);
     return ok;
 }
 
