@@ -69,8 +69,14 @@ typedef struct cu_backend {
     qwk_gemm *gemm;
 
     void *wmem;                 /* every weight, one allocation           */
+    float *qg_ws;               /* qwk_qgemm's split-k partial sums, sized by
+                                   setup_fp8 for every quantized linear and
+                                   the head (NULL: none splits)            */
+    size_t qg_ws_bytes;
+    int32_t num_sms;            /* the device's multiprocessors: qwk_qgemm
+                                   splits k to fill them                   */
     qwk_bf16 *qscratch;         /* bf16 copy of one quantized linear for the
-                                   GEMM of steps over QWK_QGEMV_MAX_M rows
+                                   GEMM of steps over QWK_QGEMM_MAX_M rows
                                    (its own allocation, sized by setup_fp8
                                    for the linears that dequantize; NULL
                                    when none does) */
@@ -142,6 +148,7 @@ static void cu_destroy(qwi_backend *base) {
     cudaFree(b->xs);
     cudaFree(b->xe);
     cudaFree(b->qscratch);
+    cudaFree(b->qg_ws);
     cudaFree(b->kv);
     cudaFree(b->d_plan);
     cudaFreeHost(b->h_plan);
@@ -647,6 +654,25 @@ static qw_status setup_fp8(cu_backend *b) {
         CK(cudaMalloc((void **)&b->qscratch, need), "dequantization scratch allocation");
         b->qscratch_bytes = need;
     }
+    /* qwk_qgemm's split partials: the most any linear asks for at the widest
+     * step it takes (one 64-row tile, so the split is the fewest rows' and
+     * the partials grow with M), and the head's at its widest steps */
+    size_t ws = 0;
+    const int32_t mq = QWI_MIN(b->tmax, QWK_QGEMM_MAX_M);
+    for (int l = 0; l < c->num_layers; l++) {
+        const cu_layer *Ly = &b->layers[l];
+        const qwk_qlinear *ql[4] = {&Ly->qqkv, &Ly->qo, &Ly->qgu, &Ly->qd};
+        for (int i = 0; i < 4; i++)
+            if (ql[i]->fmt != QWK_Q_NONE) ws = QWI_MAX(ws, qwk_qgemm_workspace(mq, ql[i], b->num_sms));
+    }
+    if (b->qhead.fmt != QWK_Q_NONE) {
+        ws = QWI_MAX(ws, qwk_qgemm_workspace(QWI_MIN(b->lmax, QWK_QGEMM_MAX_M), &b->qhead, b->num_sms));
+        ws = QWI_MAX(ws, qwk_qgemm_workspace(b->lmax, &b->qhead, b->num_sms));
+    }
+    if (ws) {
+        CK(cudaMalloc((void **)&b->qg_ws, ws), "quantized GEMM workspace allocation");
+        b->qg_ws_bytes = ws;
+    }
     return QW_OK;
 }
 
@@ -745,7 +771,7 @@ static qw_status linear(cu_backend *b, const qwk_bf16 *x, const qwk_bf16 *w, con
         b->graphs_stale = true;
     }
     if (M <= QWK_QGEMM_MAX_M) {   /* the codes read once, no bf16 copy */
-        qwk_qgemm(x, M, q, y, N, b->stream);
+        qwk_qgemm(x, M, q, y, N, b->qg_ws, b->qg_ws_bytes, b->num_sms, b->stream);
         return QW_OK;
     }
     if ((size_t)N * (size_t)K * 2 > b->qscratch_bytes) {
@@ -765,7 +791,7 @@ static qw_status head_logits(cu_backend *b, int32_t M) {
     const int32_t V = b->cfg.vocab_size, H = b->cfg.hidden_size;
     if (b->qhead.fmt == QWK_Q_NONE) return gemm(b, b->hf, b->lm_head, b->logits, 1, M, V, H);
     if (M <= QWK_QGEMV_MAX_M) qwk_qgemv(b->hf, M, &b->qhead, b->logits, V, b->stream);
-    else qwk_qgemm(b->hf, M, &b->qhead, b->logits, V, b->stream);
+    else qwk_qgemm(b->hf, M, &b->qhead, b->logits, V, b->qg_ws, b->qg_ws_bytes, b->num_sms, b->stream);
     return QW_OK;
 }
 
@@ -1184,6 +1210,7 @@ extern "C" qw_status qwi_cuda_backend_create(const qwi_model *model, const qwi_b
     /* cuBLASLt documents its 1 x 128 / 128 x 128 FP8 block scaling for
      * Hopper; other architectures are not tried (they dequantize) */
     b->fp8_gemm = fp8_block && prop.major == 9;
+    b->num_sms = prop.multiProcessorCount;
     {
         /* QWINFER_CUDA_GRAPHS=0 runs every step eagerly (vLLM's enforce_eager):
          * for debugging, and for tests/gpu/e2e.c's graph-vs-eager check */

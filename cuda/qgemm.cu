@@ -17,7 +17,11 @@
  * 2 or 4) follows M, so a step of 9..16 rows does not spend four times the
  * tensor work on zero rows; the grid's second dimension covers M past 64
  * (each block row reads the codes again: qgemm.h's QWK_QGEMM_MAX_M).
- * Every output's sum runs in the same k order whatever the grid.
+ * Where those blocks are too few to fill the GPU (a narrow linear at
+ * decode's few rows), the grid's third dimension splits k: each split
+ * writes its partial sums to the workspace and qgemm_reduce_kernel adds
+ * them in split order, so the result is deterministic for a given split
+ * count (which follows M, the shape and the GPU's SM count).
  */
 #include <mma.h>
 
@@ -32,6 +36,13 @@ using namespace nvcuda;
                                wmma asks, 144 bytes so rows shift banks       */
 #define QG_LDY (QG_BN + 4)  /* f32 pitch of the output tile                  */
 #define QG_THREADS 128
+/* Split-k (qwk_qgemm_splits): enough splits for about QG_BLOCKS_PER_SM
+ * blocks an SM - a 0.6B model's o_proj (n 1024) is 16 blocks of 64
+ * columns, an 8B one's 64, on a 132-SM H200 - but none shorter than
+ * QG_MIN_SPLIT_STEPS k steps (256 columns) and at most QG_MAX_SPLITS. */
+#define QG_BLOCKS_PER_SM 2
+#define QG_MIN_SPLIT_STEPS 4
+#define QG_MAX_SPLITS 16
 
 /* Shared memory of one block, in bytes: weight tile, activation tile,
  * output tile (each offset a multiple of 32, as wmma's pointers must be). */
@@ -146,26 +157,30 @@ static __device__ __forceinline__ void dequant_cols(const qwk_qlinear &w, int32_
     }
 }
 
+/* Split s = blockIdx.z covers k columns [s * kchunk, min(k, (s + 1) *
+ * kchunk)) (kchunk a multiple of 64) and writes its partial sums to part
+ * [splits][M][n] when part is not NULL, else the whole sum to y. */
 template <int FMT, int MF>
 __global__ void qgemm_kernel(const uint16_t *__restrict__ x, int32_t M, qwk_qlinear w, float *__restrict__ y,
-                             int32_t ldy) {
+                             int32_t ldy, int32_t kchunk, float *__restrict__ part) {
     extern __shared__ __align__(128) unsigned char smem[];
     uint16_t *sW = (uint16_t *)smem;
     uint16_t *sX = (uint16_t *)(smem + QG_SW_BYTES);
     float *sY = (float *)(smem + QG_SW_BYTES + MF * 16 * QG_LDT * 2);
     const int32_t n0 = blockIdx.x * QG_BN, m0 = blockIdx.y * (MF * 16);
+    const int32_t kb = blockIdx.z * kchunk, ke = kb + kchunk < w.k ? kb + kchunk : w.k;
     const int warp = threadIdx.x >> 5;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MF];
 #pragma unroll
     for (int f = 0; f < MF; f++) wmma::fill_fragment(acc[f], 0.f);
     const bool runs = (w.k & 31) == 0;
     code_run<FMT> run;
-    if (runs) load_run<FMT>(w, n0, 0, run);
-    for (int32_t k0 = 0; k0 < w.k; k0 += QG_BK) {
+    if (runs) load_run<FMT>(w, n0, kb, run);
+    for (int32_t k0 = kb; k0 < ke; k0 += QG_BK) {
         load_x(x, M, w.k, m0, k0, MF * 16, sX);
         if (runs) {
             store_run<FMT>(w, n0, k0, run, sW);
-            if (k0 + QG_BK < w.k) load_run<FMT>(w, n0, k0 + QG_BK, run);   /* in flight during the MMAs */
+            if (k0 + QG_BK < ke) load_run<FMT>(w, n0, k0 + QG_BK, run);   /* in flight during the MMAs */
         } else {
             dequant_cols<FMT>(w, n0, k0, sW);
         }
@@ -187,29 +202,84 @@ __global__ void qgemm_kernel(const uint16_t *__restrict__ x, int32_t M, qwk_qlin
     for (int f = 0; f < MF; f++)
         wmma::store_matrix_sync(sY + (f * 16) * QG_LDY + warp * 16, acc[f], QG_LDY, wmma::mem_row_major);
     __syncthreads();
+    float *out = part ? part + (size_t)blockIdx.z * M * w.n : y;
+    const int32_t ld = part ? w.n : ldy;
     for (int i = threadIdx.x; i < MF * 16 * QG_BN; i += QG_THREADS) {
         const int r = i / QG_BN, c = i % QG_BN;
-        if (m0 + r < M && n0 + c < w.n) y[(size_t)(m0 + r) * ldy + n0 + c] = sY[r * QG_LDY + c];
+        if (m0 + r < M && n0 + c < w.n) out[(size_t)(m0 + r) * ld + n0 + c] = sY[r * QG_LDY + c];
     }
 }
 
+/* y[m][j] = the splits' partial sums of (m, j) added in split order. */
+__global__ void qgemm_reduce_kernel(const float *__restrict__ part, int32_t splits, int32_t M, int32_t n,
+                                    float *__restrict__ y, int32_t ldy) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, mn = (size_t)M * n;
+    if (i >= mn) return;
+    float sum = part[i];
+    for (int32_t s = 1; s < splits; s++) sum += part[(size_t)s * mn + i];
+    y[(i / n) * ldy + i % n] = sum;
+}
+
+/* 16-row tiles of one block: 1, 2 or 4 by M (qgemm_kernel's MF). */
+static int tiles_of(int32_t M) { return M <= 16 ? 1 : M <= 32 ? 2 : 4; }
+
+int32_t qwk_qgemm_splits(int32_t M, const qwk_qlinear *w, int32_t sms) {
+    if (M <= 0 || w->n <= 0 || sms <= 0) return 1;
+    const int64_t blocks = (int64_t)((w->n + QG_BN - 1) / QG_BN) * ((M + 16 * tiles_of(M) - 1) / (16 * tiles_of(M)));
+    const int64_t ksteps = (w->k + QG_BK - 1) / QG_BK;
+    int64_t s = (QG_BLOCKS_PER_SM * (int64_t)sms + blocks - 1) / blocks;
+    if (s > ksteps / QG_MIN_SPLIT_STEPS) s = ksteps / QG_MIN_SPLIT_STEPS;
+    if (s > QG_MAX_SPLITS) s = QG_MAX_SPLITS;
+    if (s < 1) return 1;
+    /* as many splits as whole chunks of k: no empty split */
+    const int64_t chunk = (ksteps + s - 1) / s;
+    return (int32_t)((ksteps + chunk - 1) / chunk);
+}
+
+size_t qwk_qgemm_workspace(int32_t M, const qwk_qlinear *w, int32_t sms) {
+    const int32_t s = qwk_qgemm_splits(M, w, sms);
+    return s > 1 ? (size_t)s * (size_t)M * (size_t)w->n * sizeof(float) : 0;
+}
+
 template <int FMT, int MF>
-static void launch(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, cudaStream_t stream) {
-    const dim3 grid((unsigned)((w->n + QG_BN - 1) / QG_BN), (unsigned)((M + MF * 16 - 1) / (MF * 16)));
-    qgemm_kernel<FMT, MF><<<grid, QG_THREADS, QG_SMEM(MF), stream>>>(x, M, *w, y, ldy);
+static void launch(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, int32_t splits,
+                   float *ws, cudaStream_t stream) {
+    const int32_t ksteps = (w->k + QG_BK - 1) / QG_BK, kchunk = (ksteps + splits - 1) / splits * QG_BK;
+    const dim3 grid((unsigned)((w->n + QG_BN - 1) / QG_BN), (unsigned)((M + MF * 16 - 1) / (MF * 16)),
+                    (unsigned)splits);
+    qgemm_kernel<FMT, MF><<<grid, QG_THREADS, QG_SMEM(MF), stream>>>(x, M, *w, y, ldy, kchunk,
+                                                                      splits > 1 ? ws : nullptr);
+    if (splits > 1) {
+        const size_t mn = (size_t)M * (size_t)w->n;
+        qgemm_reduce_kernel<<<(unsigned)((mn + 255) / 256), 256, 0, stream>>>(ws, splits, M, w->n, y, ldy);
+    }
 }
 
 template <int FMT>
-static void launch_fmt(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy,
-                       cudaStream_t stream) {
-    if (M <= 16) launch<FMT, 1>(x, M, w, y, ldy, stream);
-    else if (M <= 32) launch<FMT, 2>(x, M, w, y, ldy, stream);
-    else launch<FMT, 4>(x, M, w, y, ldy, stream);
+static void launch_fmt(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, int32_t splits,
+                       float *ws, cudaStream_t stream) {
+    const int mf = tiles_of(M);
+    if (mf == 1) launch<FMT, 1>(x, M, w, y, ldy, splits, ws, stream);
+    else if (mf == 2) launch<FMT, 2>(x, M, w, y, ldy, splits, ws, stream);
+    else launch<FMT, 4>(x, M, w, y, ldy, splits, ws, stream);
 }
 
-void qwk_qgemm(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, cudaStream_t stream) {
+void qwk_qgemm(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, float *ws,
+               size_t ws_bytes, int32_t sms, cudaStream_t stream) {
     if (M <= 0 || w->n <= 0) return;
-    if (w->fmt == QWK_Q_U4) launch_fmt<QWK_Q_U4>(x, M, w, y, ldy, stream);
-    else if (w->fmt == QWK_Q_U8) launch_fmt<QWK_Q_U8>(x, M, w, y, ldy, stream);
-    else launch_fmt<QWK_Q_E4M3>(x, M, w, y, ldy, stream);
+    int32_t splits = ws ? qwk_qgemm_splits(M, w, sms) : 1;
+    /* a workspace sized for fewer splits: take as many as it holds */
+    const size_t per_split = (size_t)M * (size_t)w->n * sizeof(float);
+    if (splits > 1 && (size_t)splits * per_split > ws_bytes) {
+        const int32_t ksteps = (w->k + QG_BK - 1) / QG_BK;
+        int32_t fit = (int32_t)(ws_bytes / per_split);
+        splits = 1;
+        if (fit > 1) {   /* fit splits of whole chunks */
+            const int32_t chunk = (ksteps + fit - 1) / fit;
+            splits = (ksteps + chunk - 1) / chunk;
+        }
+    }
+    if (w->fmt == QWK_Q_U4) launch_fmt<QWK_Q_U4>(x, M, w, y, ldy, splits, ws, stream);
+    else if (w->fmt == QWK_Q_U8) launch_fmt<QWK_Q_U8>(x, M, w, y, ldy, splits, ws, stream);
+    else launch_fmt<QWK_Q_E4M3>(x, M, w, y, ldy, splits, ws, stream);
 }

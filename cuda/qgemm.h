@@ -22,6 +22,7 @@
 #ifndef QWK_QGEMM_H
 #define QWK_QGEMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime.h>
 
@@ -35,12 +36,25 @@ extern "C" {
  * cuBLASLt). An estimate, not a measurement (docs/cuda.md). */
 #define QWK_QGEMM_MAX_M 64
 
+/* How many parts qwk_qgemm splits k into for M rows of w on a GPU of sms
+ * multiprocessors (1: none): enough for its blocks to fill the GPU. */
+int32_t qwk_qgemm_splits(int32_t M, const qwk_qlinear *w, int32_t sms);
+
+/* Bytes of workspace qwk_qgemm uses for that split (its f32 partial sums,
+ * splits x M x w->n; 0 when it does not split). */
+size_t qwk_qgemm_workspace(int32_t M, const qwk_qlinear *w, int32_t sms);
+
 /* y[m][j] = sum_c x[m][c] * bf16(w(j, c)) for m < M, j < w->n: x bf16
  * [M][w->k] (16-byte aligned when w->k % 8 == 0), y f32 with row stride
  * ldy (>= w->n); rows past M untouched. Any M >= 1 and any shape (the
- * block tiles are guarded), the codes read once per 64 rows of M.
- * Asynchronous on stream; nothing to free. */
-void qwk_qgemm(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, cudaStream_t stream);
+ * block tiles are guarded), the codes read once per 64 rows of M. ws
+ * (device, ws_bytes; may be NULL) takes the partial sums of a split k:
+ * qwk_qgemm_workspace(M, w, sms) bytes for the split qwk_qgemm_splits
+ * names, fewer splits when it holds less, none without it. The sums'
+ * order depends on the split count, nothing else. Asynchronous on stream;
+ * nothing to free. */
+void qwk_qgemm(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, float *ws,
+               size_t ws_bytes, int32_t sms, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -16,8 +16,8 @@
 #      emulated cuBLASLt refusing that GEMM at create: it must run
 #      weight-only; and refusing it late - after W8A8 steps and graph
 #      captures, and inside a capture - bit for bit with an engine refused
-#      from its first step or an eager one); GPTQ int4 + head also with
-#      prefill in 32-row chunks (qwk_qgemm); with --full also AWQ and
+#      from its first step or an eager one); GPTQ int4 with a 512-wide MLP
+#      prefilling in 32-row chunks (qwk_qgemm, k split); with --full also AWQ and
 #      asymmetric GPTQ int8 (each quantized model costs ~20 s under ASan);
 #      and the request features
 #      (sampling, penalties, min-tokens bans, logprobs, n) and the
@@ -155,9 +155,12 @@ for n in $names; do
     e2e_args="$e2e_args $p tiny_$n=$models/tiny_$n"
 done
 e2e_args="$e2e_args --parity-kv-fp8 tiny_fp8kv=$models/tiny --kv-refusal $models/tiny"
-# prefill in chunks of 32 rows: the quantized model's steps through qwk_qgemm
-# (cuda/qgemm.h), against the CPU engine
-e2e_args="$e2e_args --parity-chunked tiny_gptq4head_chunked=$models/tiny_gptq4head"
+# prefill in chunks of 32 rows: a quantized model's steps through qwk_qgemm
+# (cuda/qgemm.h), against the CPU engine; its 512-wide MLP makes down_proj
+# (k 512, 64 outputs) one block, whose k qwk_qgemm then splits in two
+mk --quant gptq --bits 4 --group-size 32 --gptq-lm-head --intermediate 512 --out "$models/tiny_gptq4wide" ||
+    { echo "cudasim: qw-makemodel (tiny_gptq4wide) failed"; exit 1; }
+e2e_args="$e2e_args --parity-chunked tiny_gptq4wide_chunked=$models/tiny_gptq4wide"
 # the block-scaled GEMM refused after W8A8 steps ran and decode graphs were
 # captured, and inside a capture (e2e_late_refusal.c: it sets
 # QWSIM_CUBLASLT_FP8 between steps)

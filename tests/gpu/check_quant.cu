@@ -26,8 +26,9 @@
  * four 16-row tiles, two block rows; k % 32 and k % 8 not 0; groups that
  * split its 32-column runs) against a double sum over the weights as
  * qwk_qdequant rounds them (1e-5), rows past M and columns past n of a
- * wider y untouched. bench: GB/s of the GEMVs (codes + scales + zeros +
- * activations read once; the W8A8 one with its activation quantization)
+ * wider y untouched, k split in 5 to 8 parts (a short last one). bench:
+ * GB/s of the GEMVs (codes + scales + zeros + activations read once; the
+ * W8A8 one with its activation quantization)
  * and of the dequantization, as a share of --copy-gbs (check_kernels'
  * copy_d2d); the block-scaled FP8 GEMM's TFLOP/s at 8B prefill shapes and
  * its speed-up over the dequantize + bf16 GEMM path it replaces; qwk_qgemm's
@@ -192,9 +193,16 @@ static void check_dequant(int fmt, int n, int k, int gk, bool exhaustive = false
 /* qwk_qgemm over M rows against a double sum of x times the weights as
  * qwk_qdequant rounds them (bf16(w)): the same operands as the dequantizing
  * path, products exact, f32 sums (1e-5). A poisoned row past M must stay
- * untouched, and y's row stride is wider than n (ldy = n + 3). */
-static void check_qgemm(int fmt, int n, int k, int gk, int M) {
+ * untouched, and y's row stride is wider than n (ldy = n + 3). sms: the
+ * multiprocessor count the split of k is chosen for (132: an H200's), with
+ * the workspace qwk_qgemm_workspace names; want_split: that split must
+ * have more than one part (or the check would not see one). */
+static void check_qgemm(int fmt, int n, int k, int gk, int M, int sms = 132, bool want_split = false) {
     qlin q = make(fmt, n, k, gk);
+    const int32_t splits = qwk_qgemm_splits(M, &q.d, sms);
+    const size_t ws_bytes = qwk_qgemm_workspace(M, &q.d, sms);
+    float *ws = NULL;
+    if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
     std::vector<uint16_t> hx((size_t)M * k);
     for (auto &v : hx) v = qwi_f32_to_bf16(frand());
     const int MP = M + 1, ldy = n + 3;
@@ -203,7 +211,7 @@ static void check_qgemm(int fmt, int n, int k, int gk, int M) {
     CK(cudaMalloc(&y, (size_t)MP * ldy * 4));
     CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemset(y, 0xff, (size_t)MP * ldy * 4));
-    qwk_qgemm(x, M, &q.d, y, ldy, 0);
+    qwk_qgemm(x, M, &q.d, y, ldy, ws, ws_bytes, sms, 0);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<float> hy((size_t)MP * ldy);
@@ -224,9 +232,9 @@ static void check_qgemm(int fmt, int n, int k, int gk, int M) {
         touched += poison_changed(&hy[(size_t)m * ldy + n], ldy - n);
     }
     char name[96];
-    snprintf(name, sizeof name, "qgemm %s M%d %dx%d g%d", fmt_name(fmt), M, n, k, gk);
-    report(name, touched ? 1.0 : sqrt(num / (den > 0 ? den : 1)), 1e-5);
-    cudaFree(x); cudaFree(y);
+    snprintf(name, sizeof name, "qgemm %s M%d %dx%d g%d split %d", fmt_name(fmt), M, n, k, gk, (int)splits);
+    report(name, touched || (want_split && splits < 2) ? 1.0 : sqrt(num / (den > 0 ? den : 1)), 1e-5);
+    cudaFree(x); cudaFree(y); cudaFree(ws);
     release(q);
 }
 
@@ -553,6 +561,12 @@ static void group_check() {
     check_qgemm(QWK_Q_U8, 17, 50, 2, 9);
     check_qgemm(QWK_Q_E4M3, 70, 384, 48, 17);      /* groups split the 32-column runs */
     check_qgemm(QWK_Q_E4M3, 40, 200, 128, 24);     /* partial last block             */
+    /* k split to fill the GPU: 8 parts of 256 columns (132 SMs); 6 with
+     * four 16-row tiles (12 SMs); 5 parts of a k that is no multiple of 64
+     * (the last part half a step) with groups across the 32-column runs */
+    check_qgemm(QWK_Q_U4, 64, 2048, 128, 16, 132, true);
+    check_qgemm(QWK_Q_U4, 100, 1536, 64, 40, 12, true);
+    check_qgemm(QWK_Q_E4M3, 70, 1312, 48, 9, 132, true);
     check_dequant(QWK_Q_U4, 96, 256, 128);
     check_dequant(QWK_Q_U4, 21, 90, 10);
     check_dequant(QWK_Q_U8, 17, 50, 2);
@@ -642,7 +656,12 @@ static void bench_qgemm(const char *tag, int fmt, int n, int k, int M, double co
     qlin q = make(fmt, n, k, 128);
     void *ws;
     qwk_gemm *gm;
-    uint16_t *x, *wb; float *y;
+    uint16_t *x, *wb; float *y, *qws = NULL;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    const int sms = prop.multiProcessorCount;
+    const size_t qws_bytes = qwk_qgemm_workspace(M, &q.d, sms);
+    if (qws_bytes) CK(cudaMalloc(&qws, qws_bytes));
     CK(cudaMalloc(&ws, QWK_GEMM_WORKSPACE));
     if (qwk_gemm_create(ws, &gm)) { printf("cublasLtCreate failed\n"); exit(2); }
     CK(cudaMalloc(&x, (size_t)M * k * 2));
@@ -651,20 +670,21 @@ static void bench_qgemm(const char *tag, int fmt, int n, int k, int M, double co
     CK(cudaMemset(x, 0x3c, (size_t)M * k * 2));
     cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
     float ms;
-    for (int i = 0; i < 3; i++) qwk_qgemm(x, M, &q.d, y, n, 0);
+    for (int i = 0; i < 3; i++) qwk_qgemm(x, M, &q.d, y, n, qws, qws_bytes, sms, 0);
     CK(cudaGetLastError());
     cudaEventRecord(e0);
-    for (int i = 0; i < 20; i++) qwk_qgemm(x, M, &q.d, y, n, 0);
+    for (int i = 0; i < 20; i++) qwk_qgemm(x, M, &q.d, y, n, qws, qws_bytes, sms, 0);
     cudaEventRecord(e1); CK(cudaEventSynchronize(e1));
     cudaEventElapsedTime(&ms, e0, e1);
     const float ms_deq = time_dequant_gemm(gm, q, x, wb, y, M, 20);
     const double sg = (double)n * q.G * 4 * (fmt == QWK_Q_E4M3 ? 1 : 2);
     const double bytes = (double)qwk_qcode_bytes(fmt, n, k) + sg + (double)M * k * 2 + (double)M * n * 4;
     const double gbs = bytes * 20 / (ms * 1e-3) / 1e9;
-    printf("BENCH qgemm_%s_M%d %.0f GB/s %.1f%%\n", tag, M, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
+    printf("BENCH qgemm_%s_M%d %.0f GB/s %.1f%%_split_%d\n", tag, M, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0,
+           (int)qwk_qgemm_splits(M, &q.d, sms));
     printf("BENCH qgemm_vs_dequant_gemm_%s_M%d %.2f x -\n", tag, M, ms_deq / ms);
     qwk_gemm_destroy(gm);
-    cudaFree(ws); cudaFree(x); cudaFree(wb); cudaFree(y);
+    cudaFree(ws); cudaFree(x); cudaFree(wb); cudaFree(y); cudaFree(qws);
     release(q);
 }
 
@@ -763,6 +783,7 @@ static void group_bench(double copy_gbs) {
         bench_qgemm("u4_8b_gateup", QWK_Q_U4, 2 * 12288, 4096, M, copy_gbs);
         bench_qgemm("u4_8b_down", QWK_Q_U4, 4096, 12288, M, copy_gbs);
         bench_qgemm("e4m3_8b_gateup", QWK_Q_E4M3, 2 * 12288, 4096, M, copy_gbs);
+        bench_qgemm("u4_0.6b_down", QWK_Q_U4, 1024, 3072, M, copy_gbs);   /* narrow: split k */
     }
     bench_fp8_gemv("e4m3_8b_gateup", 2 * 12288, 4096, 1, copy_gbs);
     bench_fp8_gemv("e4m3_8b_gateup", 2 * 12288, 4096, 8, copy_gbs);

@@ -175,8 +175,10 @@ if [ -f tests/gpu/e2e.c ]; then
         else row "e2e 0.6b_fp8" "model missing (see models.log)"; fi
         # W8A8 at every step (decode through the W8A8 GEMV): the invariants
         [ -f "$M/tiny_fp8blk/config.json" ] && ARGS+=(--invariants-w8a8 "tiny_fp8blk=$M/tiny_fp8blk")
-        # prefill in chunks of 32 rows: int4 steps through qwk_qgemm (cuda/qgemm.h)
+        # prefill in chunks of 32 rows: int4 steps through qwk_qgemm (cuda/qgemm.h;
+        # at 0.6b sizes o_proj and down_proj split k)
         [ -f "$M/tiny_gptq4head/config.json" ] && ARGS+=(--parity-chunked "tiny_gptq4head_chunked=$M/tiny_gptq4head")
+        [ -f "$M/0.6b_awq/config.json" ] && ARGS+=(--parity-chunked "0.6b_awq_chunked=$M/0.6b_awq")
         # fp8 (e4m3) KV cache: both engines on it, the bf16 models' weights
         [ -f "$M/tiny/config.json" ] && ARGS+=(--parity-kv-fp8 "tiny_fp8kv=$M/tiny")
         [ -f "$M/0.6b/config.json" ] && ARGS+=(--parity-kv-fp8 "0.6b_fp8kv=$M/0.6b")
