@@ -598,9 +598,9 @@ static qw_status setup_activations(cu_backend *b) {
  * cuBLASLt for the block-scaled GEMM of each such shape (at the smallest
  * row count that takes it); a refusal drops every grid (b->fp8_refused:
  * all dequantize). Then the activation buffers for the widest W8A8 linear
- * (e4m3 codes for the GEMM, their bf16 values for the decode GEMV), and
- * the bf16 scratch weight for the widest linear that
- * dequantizes - none when every quantized linear runs W8A8. */
+ * (e4m3 codes for the GEMM, their bf16 values for the decode GEMV), the
+ * bf16 scratch weight for the widest linear that dequantizes - none when
+ * every quantized linear runs W8A8 - and qwk_qgemm's split-k workspace. */
 static qw_status setup_fp8(cu_backend *b) {
     const qwi_config *c = &b->cfg;
     const size_t T = (size_t)qwk_fp8_rows(b->tmax);
@@ -654,9 +654,10 @@ static qw_status setup_fp8(cu_backend *b) {
         CK(cudaMalloc((void **)&b->qscratch, need), "dequantization scratch allocation");
         b->qscratch_bytes = need;
     }
-    /* qwk_qgemm's split partials: the most any linear asks for at the widest
-     * step it takes (one 64-row tile, so the split is the fewest rows' and
-     * the partials grow with M), and the head's at its widest steps */
+    /* qwk_qgemm's split partials: up to 64 rows a linear is one tile of
+     * rows, so its split does not change with M and its partials grow with
+     * it - the widest step it takes asks the most; the head also takes
+     * wider steps, whose split may differ */
     size_t ws = 0;
     const int32_t mq = QWI_MIN(b->tmax, QWK_QGEMM_MAX_M);
     for (int l = 0; l < c->num_layers; l++) {
