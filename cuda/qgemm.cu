@@ -88,21 +88,6 @@ static __device__ __forceinline__ void load_run(const qwk_qlinear &w, int32_t n0
     for (int i = 0; i < (FMT == QWK_Q_U4 ? 1 : 2); i++) r.v[i] = p[i];
 }
 
-/* Eight codes q (8 nibbles, or 8 bytes in lo | hi) as the floats the
- * formula takes, as codes8 reads them from memory. */
-template <int FMT>
-static __device__ __forceinline__ void unpack8(uint32_t lo, uint32_t hi, float *v) {
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        if (FMT == QWK_Q_U4) {
-            v[i] = (float)((lo >> (4 * i)) & 15u);
-        } else {
-            const uint32_t b = ((i < 4 ? lo : hi) >> (8 * (i & 3))) & 255u;
-            v[i] = FMT == QWK_Q_U8 ? (float)b : e4m3_to_f32(b);
-        }
-    }
-}
-
 /* The run r of step k0 as bf16 weights into sW (zero past n or k): its 32
  * columns lie in one group when group_k % 32 == 0, else each finds its own. */
 template <int FMT>
@@ -133,9 +118,8 @@ static __device__ __forceinline__ void store_run(const qwk_qlinear &w, int32_t n
                 a = (v[i] - z) * s;
                 b = (v[i + 1] - z) * s;
             } else {
-                const int32_t ga = (c0 + 8 * q + i) / gk, gb = (c0 + 8 * q + i + 1) / gk;
-                a = (v[i] - (zp ? zp[ga] : 0.f)) * sc[ga];
-                b = (v[i + 1] - (zp ? zp[gb] : 0.f)) * sc[gb];
+                a = wscaled(v[i], sc, zp, (c0 + 8 * q + i) / gk);
+                b = wscaled(v[i + 1], sc, zp, (c0 + 8 * q + i + 1) / gk);
             }
             h[i / 2] = (uint32_t)f2bf(a) | ((uint32_t)f2bf(b) << 16);
         }
@@ -153,7 +137,7 @@ static __device__ __forceinline__ void dequant_cols(const qwk_qlinear &w, int32_
     const float *zp = FMT == QWK_Q_E4M3 ? nullptr : w.zeros + (size_t)j * w.ngroups;
     for (int i = 0; i < 32; i++) {
         const int32_t c = c0 + i, g = c / gk;
-        dst[i] = j < w.n && c < K ? f2bf((code_at<FMT>(row, c) - (zp ? zp[g] : 0.f)) * sc[g]) : (uint16_t)0;
+        dst[i] = j < w.n && c < K ? f2bf(wscaled(code_at<FMT>(row, c), sc, zp, g)) : (uint16_t)0;
     }
 }
 
@@ -223,17 +207,23 @@ __global__ void qgemm_reduce_kernel(const float *__restrict__ part, int32_t spli
 /* 16-row tiles of one block: 1, 2 or 4 by M (qgemm_kernel's MF). */
 static int tiles_of(int32_t M) { return M <= 16 ? 1 : M <= 32 ? 2 : 4; }
 
+/* k steps a split takes when ksteps are cut in (at most) s parts. */
+static int32_t split_chunk(int32_t ksteps, int32_t s) { return (ksteps + s - 1) / s; }
+
+/* The parts ksteps make in chunks for s splits: s, or fewer where s does
+ * not divide them evenly (no empty split). */
+static int32_t whole_splits(int32_t ksteps, int32_t s) {
+    return s > 1 ? (ksteps + split_chunk(ksteps, s) - 1) / split_chunk(ksteps, s) : 1;
+}
+
 int32_t qwk_qgemm_splits(int32_t M, const qwk_qlinear *w, int32_t sms) {
     if (M <= 0 || w->n <= 0 || sms <= 0) return 1;
     const int64_t blocks = (int64_t)((w->n + QG_BN - 1) / QG_BN) * ((M + 16 * tiles_of(M) - 1) / (16 * tiles_of(M)));
-    const int64_t ksteps = (w->k + QG_BK - 1) / QG_BK;
+    const int32_t ksteps = (w->k + QG_BK - 1) / QG_BK;
     int64_t s = (QG_BLOCKS_PER_SM * (int64_t)sms + blocks - 1) / blocks;
     if (s > ksteps / QG_MIN_SPLIT_STEPS) s = ksteps / QG_MIN_SPLIT_STEPS;
     if (s > QG_MAX_SPLITS) s = QG_MAX_SPLITS;
-    if (s < 1) return 1;
-    /* as many splits as whole chunks of k: no empty split */
-    const int64_t chunk = (ksteps + s - 1) / s;
-    return (int32_t)((ksteps + chunk - 1) / chunk);
+    return whole_splits(ksteps, (int32_t)s);
 }
 
 size_t qwk_qgemm_workspace(int32_t M, const qwk_qlinear *w, int32_t sms) {
@@ -244,7 +234,7 @@ size_t qwk_qgemm_workspace(int32_t M, const qwk_qlinear *w, int32_t sms) {
 template <int FMT, int MF>
 static void launch(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int32_t ldy, int32_t splits,
                    float *ws, cudaStream_t stream) {
-    const int32_t ksteps = (w->k + QG_BK - 1) / QG_BK, kchunk = (ksteps + splits - 1) / splits * QG_BK;
+    const int32_t kchunk = split_chunk((w->k + QG_BK - 1) / QG_BK, splits) * QG_BK;
     const dim3 grid((unsigned)((w->n + QG_BN - 1) / QG_BN), (unsigned)((M + MF * 16 - 1) / (MF * 16)),
                     (unsigned)splits);
     qgemm_kernel<FMT, MF><<<grid, QG_THREADS, QG_SMEM(MF), stream>>>(x, M, *w, y, ldy, kchunk,
@@ -270,15 +260,8 @@ void qwk_qgemm(const uint16_t *x, int32_t M, const qwk_qlinear *w, float *y, int
     int32_t splits = ws ? qwk_qgemm_splits(M, w, sms) : 1;
     /* a workspace sized for fewer splits: take as many as it holds */
     const size_t per_split = (size_t)M * (size_t)w->n * sizeof(float);
-    if (splits > 1 && (size_t)splits * per_split > ws_bytes) {
-        const int32_t ksteps = (w->k + QG_BK - 1) / QG_BK;
-        int32_t fit = (int32_t)(ws_bytes / per_split);
-        splits = 1;
-        if (fit > 1) {   /* fit splits of whole chunks */
-            const int32_t chunk = (ksteps + fit - 1) / fit;
-            splits = (ksteps + chunk - 1) / chunk;
-        }
-    }
+    if (splits > 1 && (size_t)splits * per_split > ws_bytes)
+        splits = whole_splits((w->k + QG_BK - 1) / QG_BK, (int32_t)(ws_bytes / per_split));
     if (w->fmt == QWK_Q_U4) launch_fmt<QWK_Q_U4>(x, M, w, y, ldy, splits, ws, stream);
     else if (w->fmt == QWK_Q_U8) launch_fmt<QWK_Q_U8>(x, M, w, y, ldy, splits, ws, stream);
     else launch_fmt<QWK_Q_E4M3>(x, M, w, y, ldy, splits, ws, stream);

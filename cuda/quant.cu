@@ -55,7 +55,7 @@ __global__ void qgemv_kernel(const uint16_t *__restrict__ x, int32_t M, qwk_qlin
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     const int32_t g = (c + i) / gk;
-                    v[i] = (v[i] - (zp ? zp[g] : 0.f)) * sc[g];
+                    v[i] = wscaled(v[i], sc, zp, g);
                 }
             }
 #pragma unroll
@@ -74,7 +74,7 @@ __global__ void qgemv_kernel(const uint16_t *__restrict__ x, int32_t M, qwk_qlin
     } else {
         for (int32_t c = lane; c < K; c += 32) {
             const int32_t g = c / gk;
-            const float v = (code_at<FMT>(row, c) - (zp ? zp[g] : 0.f)) * sc[g];
+            const float v = wscaled(code_at<FMT>(row, c), sc, zp, g);
 #pragma unroll
             for (int m = 0; m < QWK_QGEMV_MAX_M; m++)
                 if (m < M) acc[m] = fmaf(bf2f(x[(size_t)m * K + c]), v, acc[m]);
@@ -155,8 +155,8 @@ __global__ void qdequant_kernel(qwk_qlinear w, uint16_t *__restrict__ out) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int32_t g0 = (c + 2 * i) / gk, g1 = (c + 2 * i + 1) / gk;
-                const uint32_t lo = f2bf((v[2 * i] - (zp ? zp[g0] : 0.f)) * sc[g0]);
-                const uint32_t hi = f2bf((v[2 * i + 1] - (zp ? zp[g1] : 0.f)) * sc[g1]);
+                const uint32_t lo = f2bf(wscaled(v[2 * i], sc, zp, g0));
+                const uint32_t hi = f2bf(wscaled(v[2 * i + 1], sc, zp, g1));
                 h[i] = lo | (hi << 16);
             }
             *(uint4 *)(o + c) = make_uint4(h[0], h[1], h[2], h[3]);
@@ -165,7 +165,7 @@ __global__ void qdequant_kernel(qwk_qlinear w, uint16_t *__restrict__ out) {
     }
     for (int32_t c = threadIdx.x; c < K; c += blockDim.x) {
         const int32_t g = c / gk;
-        o[c] = f2bf((code_at<FMT>(row, c) - (zp ? zp[g] : 0.f)) * sc[g]);
+        o[c] = f2bf(wscaled(code_at<FMT>(row, c), sc, zp, g));
     }
 }
 

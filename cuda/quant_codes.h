@@ -41,21 +41,37 @@ static __device__ __forceinline__ float code_at(const uint8_t *row, int32_t c) {
     return e4m3_to_f32(row[c]);
 }
 
+/* Eight codes held in registers (8 nibbles of lo; or 8 bytes, lo then
+ * hi) as the floats the formula takes. */
+template <int FMT>
+static __device__ __forceinline__ void unpack8(uint32_t lo, uint32_t hi, float *v) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (FMT == QWK_Q_U4) {
+            v[i] = (float)((lo >> (4 * i)) & 15u);
+        } else {
+            const uint32_t b = ((i < 4 ? lo : hi) >> (8 * (i & 3))) & 255u;
+            v[i] = FMT == QWK_Q_U8 ? (float)b : e4m3_to_f32(b);
+        }
+    }
+}
+
 /* Eight codes from c (a multiple of 8, k % 8 == 0: aligned loads). */
 template <int FMT>
 static __device__ __forceinline__ void codes8(const uint8_t *row, int32_t c, float *v) {
     if (FMT == QWK_Q_U4) {
-        uint32_t q = *(const uint32_t *)(row + (c >> 1));
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = (float)((q >> (4 * i)) & 15u);
+        unpack8<FMT>(*(const uint32_t *)(row + (c >> 1)), 0u, v);
     } else {
-        uint2 q = *(const uint2 *)(row + c);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            uint32_t b = ((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 255u;
-            v[i] = FMT == QWK_Q_U8 ? (float)b : e4m3_to_f32(b);
-        }
+        const uint2 q = *(const uint2 *)(row + c);
+        unpack8<FMT>(q.x, q.y, v);
     }
+}
+
+/* w = (code - zero) * scale of group g, in f32 (the zero 0 for E4M3,
+ * whose zp is NULL): quant.h's formula, the value every kernel rounds or
+ * multiplies. */
+static __device__ __forceinline__ float wscaled(float code, const float *sc, const float *zp, int32_t g) {
+    return (code - (zp ? zp[g] : 0.f)) * sc[g];
 }
 
 #endif

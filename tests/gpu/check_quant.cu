@@ -134,6 +134,23 @@ static float wval(const qlin &q, int r, int c) {
     return ((float)q.codes[i] - q.zp[g]) * q.sc[g];
 }
 
+/* Normwise relative error of y (M rows of n, row stride ldy) against the
+ * double sums of x bf16 [M][k] times w f32 [n][k]: the GEMV's and the
+ * GEMM's reference. */
+static double rel_to_double(const std::vector<uint16_t> &x, const std::vector<float> &w, const std::vector<float> &y,
+                            int M, int n, int k, int ldy) {
+    double num = 0, den = 0;
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < n; r++) {
+            double ref = 0;
+            for (int c = 0; c < k; c++) ref += (double)qwi_bf16_to_f32(x[(size_t)m * k + c]) * w[(size_t)r * k + c];
+            const double d = y[(size_t)m * ldy + r] - ref;
+            num += d * d;
+            den += ref * ref;
+        }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
 static void check_gemv(int fmt, int n, int k, int gk, int M) {
     qlin q = make(fmt, n, k, gk);
     std::vector<uint16_t> hx((size_t)M * k);
@@ -152,19 +169,10 @@ static void check_gemv(int fmt, int n, int k, int gk, int M) {
     std::vector<float> w((size_t)n * k);
     for (int r = 0; r < n; r++)
         for (int c = 0; c < k; c++) w[(size_t)r * k + c] = wval(q, r, c);
-    double num = 0, den = 0;
-    for (int m = 0; m < M; m++)
-        for (int r = 0; r < n; r++) {
-            double ref = 0;
-            for (int c = 0; c < k; c++) ref += (double)qwi_bf16_to_f32(hx[(size_t)m * k + c]) * w[(size_t)r * k + c];
-            double d = hy[(size_t)m * n + r] - ref;
-            num += d * d;
-            den += ref * ref;
-        }
     const size_t touched = poison_changed(&hy[(size_t)M * n], n);
     char name[96];
     snprintf(name, sizeof name, "qgemv %s M%d %dx%d g%d", fmt_name(fmt), M, n, k, gk);
-    report(name, touched ? 1.0 : sqrt(num / (den > 0 ? den : 1)), 1e-5);
+    report(name, touched ? 1.0 : rel_to_double(hx, w, hy, M, n, k, n), 1e-5);
     cudaFree(x); cudaFree(y);
     release(q);
 }
@@ -219,21 +227,11 @@ static void check_qgemm(int fmt, int n, int k, int gk, int M, int sms = 132, boo
     std::vector<float> w((size_t)n * k);
     for (int r = 0; r < n; r++)
         for (int c = 0; c < k; c++) w[(size_t)r * k + c] = qwi_bf16_to_f32(qwi_f32_to_bf16(wval(q, r, c)));
-    double num = 0, den = 0;
     size_t touched = poison_changed(&hy[(size_t)M * ldy], ldy);
-    for (int m = 0; m < M; m++) {
-        for (int r = 0; r < n; r++) {
-            double ref = 0;
-            for (int c = 0; c < k; c++) ref += (double)qwi_bf16_to_f32(hx[(size_t)m * k + c]) * w[(size_t)r * k + c];
-            double d = hy[(size_t)m * ldy + r] - ref;
-            num += d * d;
-            den += ref * ref;
-        }
-        touched += poison_changed(&hy[(size_t)m * ldy + n], ldy - n);
-    }
+    for (int m = 0; m < M; m++) touched += poison_changed(&hy[(size_t)m * ldy + n], ldy - n);
     char name[96];
     snprintf(name, sizeof name, "qgemm %s M%d %dx%d g%d split %d", fmt_name(fmt), M, n, k, gk, (int)splits);
-    report(name, touched || (want_split && splits < 2) ? 1.0 : sqrt(num / (den > 0 ? den : 1)), 1e-5);
+    report(name, touched || (want_split && splits < 2) ? 1.0 : rel_to_double(hx, w, hy, M, n, k, ldy), 1e-5);
     cudaFree(x); cudaFree(y); cudaFree(ws);
     release(q);
 }

@@ -860,6 +860,12 @@ static int usage(void) {
     return 2;
 }
 
+/* A check answered -1: no device under test. Says so; main's exit status. */
+static int no_device(void) {
+    printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
+    return EXIT_NO_DEVICE;
+}
+
 int main(int argc, char **argv) {
     model_arg par[MAX_MODELS], ben[MAX_MODELS], fea[MAX_MODELS], inv[MAX_MODELS], late[MAX_MODELS];
     int npar = 0, nben = 0, nfea = 0, ninv = 0, nlate = 0;
@@ -913,52 +919,34 @@ int main(int argc, char **argv) {
         kv_dtype = 0;
         w8a8 = 0;
         parity_budget = 0;
-        if (r < 0) {
-            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
-            return EXIT_NO_DEVICE;
-        }
+        if (r < 0) return no_device();
         fails += r == 0;
     }
     for (int i = 0; i < ninv; i++) {
         e2e_exact_invariants = inv[i].exact;
         e2e_invariants_tol = inv[i].w8a8 ? INVARIANTS_TOL_W8A8 : 0;
         int r = e2e_invariants(inv[i].name, inv[i].dir);
-        if (r < 0) {
-            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
-            return EXIT_NO_DEVICE;
-        }
+        if (r < 0) return no_device();
         fails += r == 0;
     }
     for (int i = 0; i < nfea; i++) {
         int r = e2e_features(fea[i].name, fea[i].dir);
-        if (r < 0) {
-            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
-            return EXIT_NO_DEVICE;
-        }
+        if (r < 0) return no_device();
         fails += r == 0;
     }
     if (kv_dir) {
         int r = kv_refusal(kv_dir);
-        if (r < 0) {
-            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
-            return EXIT_NO_DEVICE;
-        }
+        if (r < 0) return no_device();
         fails += r == 0;
     }
     for (int i = 0; i < nlate; i++) {
         int r = e2e_late_refusal(late[i].name, late[i].dir);
-        if (r < 0) {
-            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
-            return EXIT_NO_DEVICE;
-        }
+        if (r < 0) return no_device();
         fails += r == 0;
     }
     for (int i = 0; i < nben; i++) {
         int r = bench(ben[i].name, ben[i].dir, seconds, copy_gbs, peak);
-        if (r < 0) {
-            printf("e2e: no device (%s: %s)\n", e2e_dut, qw_last_error());
-            return EXIT_NO_DEVICE;
-        }
+        if (r < 0) return no_device();
         if (r == 0) printf("e2e: bench %s FAIL\n", ben[i].name);
         fails += r == 0;
     }
